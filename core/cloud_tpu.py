@@ -1,0 +1,522 @@
+"""Cloud TPU VM choices and the exact gcloud commands that act on them.
+
+Only strings are built here; nothing runs gcloud. The launcher in tpu_scripts/ and the
+lesson "Move your experiment to a TPU" both build their commands from these functions, so
+what a learner reads is what a job runs. The lesson's local half (export an app as a
+headless script, run it) is here too: ``export_and_run``.
+
+Sources (read 2026-11): Cloud TPU "TPU regions and zones" (cloud.google.com/tpu/docs/regions-zones,
+US zones), "TPU software versions" (cloud.google.com/tpu/docs/runtimes), the v5e/v5p/v6e
+pages (chips per host, slice shapes) and `gcloud compute tpus tpu-vm {create,scp,ssh} --help`
+(SDK 528: --spot, --worker=all|N|a,b|a-b with --command).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+# Runtime (software) version for JAX per generation, from the Cloud TPU runtimes page.
+RUNTIME_VERSIONS: dict[str, str] = {
+    "v5e": "v2-alpha-tpuv5-lite",
+    "v5p": "v2-alpha-tpuv5",
+    "v6e": "v2-alpha-tpuv6e",
+}
+
+# Zones that offer each generation (US, from the regions-and-zones page; quota is per project).
+ZONES: dict[str, tuple[str, ...]] = {
+    "v5e": ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+    "v5p": ("us-central1-a", "us-east5-a"),
+    "v6e": ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b"),
+}
+
+# Every zone above, once: what a zone menu offers before it knows the generation.
+ALL_ZONES: tuple[str, ...] = tuple(sorted({zone for zones in ZONES.values() for zone in zones}))
+
+# The folder on every worker that holds the script, the wheel and the .venv.
+REMOTE_DIR = "jax-tpu-lab"
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceleratorType:
+    """One gcloud accelerator type, e.g. ``v5litepod-8`` (8 v5e chips on one host)."""
+
+    name: str
+    generation: str
+    chips: int
+    chips_per_host: int
+
+    @property
+    def hosts(self) -> int:
+        """Host VMs (gcloud "workers") in the slice; a slice smaller than a host has one."""
+        return -(-self.chips // self.chips_per_host)
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+def _types() -> dict[str, AcceleratorType]:
+    types = {}
+    # v5e and v6e names count chips (1 TensorCore each); a host holds up to 8 chips.
+    for chips in (1, 4, 8, 16, 32, 64, 128, 256):
+        types[f"v5litepod-{chips}"] = AcceleratorType(f"v5litepod-{chips}", "v5e", chips, 8)
+    for chips in (1, 4, 8, 16, 32, 64, 128, 256):
+        types[f"v6e-{chips}"] = AcceleratorType(f"v6e-{chips}", "v6e", chips, 8)
+    # v5p names count TensorCores (2 per chip): v5p-8 is 4 chips on one host.
+    for cores in (8, 16, 32, 64, 128, 256):
+        types[f"v5p-{cores}"] = AcceleratorType(f"v5p-{cores}", "v5p", cores // 2, 4)
+    return types
+
+
+ACCELERATOR_TYPES: dict[str, AcceleratorType] = _types()
+
+NAME_RULE = (
+    "1-63 characters: lowercase letters, digits or '-', starting with a letter and not "
+    "ending with '-'"
+)
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Project ids: 6-30 of [a-z0-9-], starting with a letter; optionally "domain.com:" first.
+_PROJECT_RE = re.compile(r"^([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+_RUNTIME_RE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuVm:
+    """A Cloud TPU VM to create, validated against the tables above (ValueError says why)."""
+
+    name: str = "jax-tpu-lab"
+    accelerator_type: str = "v5litepod-8"
+    zone: str = "us-west4-a"
+    runtime_version: str = ""  # empty: the generation's default from RUNTIME_VERSIONS
+    spot: bool = False
+    project: str = ""  # empty: gcloud's configured project
+
+    def __post_init__(self):
+        if not _NAME_RE.match(self.name):
+            raise ValueError(f"TPU name {self.name!r} is not allowed: use {NAME_RULE}")
+        if self.accelerator_type not in ACCELERATOR_TYPES:
+            raise ValueError(
+                f"unknown accelerator type {self.accelerator_type!r}; choose one of "
+                f"{', '.join(ACCELERATOR_TYPES)}"
+            )
+        zones = ZONES[self.generation]
+        if self.zone not in zones:
+            raise ValueError(
+                f"{self.generation} ({self.accelerator_type}) is not offered in zone "
+                f"{self.zone!r}; zones with {self.generation}: {', '.join(zones)}"
+            )
+        if not self.runtime_version:
+            object.__setattr__(self, "runtime_version", RUNTIME_VERSIONS[self.generation])
+        expected = RUNTIME_VERSIONS[self.generation]
+        if self.runtime_version in RUNTIME_VERSIONS.values() and self.runtime_version != expected:
+            other = next(g for g, r in RUNTIME_VERSIONS.items() if r == self.runtime_version)
+            raise ValueError(
+                f"runtime {self.runtime_version!r} is the {other} image; a {self.generation} "
+                f"slice ({self.accelerator_type}) needs {expected!r}"
+            )
+        if not _RUNTIME_RE.match(self.runtime_version):
+            raise ValueError(
+                f"runtime version {self.runtime_version!r} must be lowercase letters, digits, "
+                "'-' or '.', e.g. " + expected
+            )
+        if self.project and not _PROJECT_RE.match(self.project):
+            raise ValueError(
+                f"project id {self.project!r} must be 6-30 lowercase letters, digits or '-', "
+                "start with a letter and not end with '-' (leave it empty for gcloud's default)"
+            )
+
+    @property
+    def accelerator(self) -> AcceleratorType:
+        return ACCELERATOR_TYPES[self.accelerator_type]
+
+    @property
+    def generation(self) -> str:
+        return ACCELERATOR_TYPES[self.accelerator_type].generation
+
+    def _common(self) -> list[str]:
+        flags = [f"--zone={self.zone}"]
+        if self.project:
+            flags.append(f"--project={self.project}")
+        return flags
+
+
+_TPU_VM = ["gcloud", "compute", "tpus", "tpu-vm"]
+_FLAG_RE = re.compile(r"^--[a-z][-a-z0-9]*=")
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """``shlex.join``, but ``--flag=value`` quotes only the value (``--command='a b'``).
+
+    Both spell the same words for a POSIX shell; this one reads the way gcloud's docs do.
+    """
+    words = []
+    for word in argv:
+        if match := _FLAG_RE.match(word):
+            words.append(match[0] + shlex.quote(word[match.end() :]))
+        else:
+            words.append(shlex.quote(word))
+    return " ".join(words)
+
+
+def unknown_flags(script_flags: Sequence[str], help_text: str) -> list[str]:
+    """Options in ``script_flags`` that ``help_text`` (a script's --help) never mentions.
+
+    Lesson scripts parse with ``parse_known_args`` and silently ignore such options.
+    """
+    options = [flag.split("=", 1)[0] for flag in script_flags if flag.startswith("--")]
+    known = set(re.findall(r"--[A-Za-z0-9][-A-Za-z0-9_]*", help_text))
+    return [option for option in options if option not in known]
+
+
+def create_command(vm: TpuVm) -> list[str]:
+    """argv that creates the slice; ``--spot`` makes it cheaper and preemptible."""
+    argv = [*_TPU_VM, "create", vm.name, *vm._common()]
+    argv += [f"--accelerator-type={vm.accelerator_type}", f"--version={vm.runtime_version}"]
+    if vm.spot:
+        argv.append("--spot")
+    return argv
+
+
+def scp_command(
+    vm: TpuVm, local_paths: Sequence[str], remote_dir: str = REMOTE_DIR + "/"
+) -> list[str]:
+    """argv that copies files to every worker (a multi-host slice has one VM per host).
+
+    ``remote_dir`` is relative to the remote home and must exist (see ``workflow``).
+    """
+    if not local_paths:
+        raise ValueError("scp needs at least one local path to copy")
+    argv = [*_TPU_VM, "scp", *local_paths]
+    argv += [f"{vm.name}:{remote_dir}", *vm._common(), "--worker=all"]
+    return argv
+
+
+def _worker_indices(worker: str) -> list[int] | None:
+    """Indices named by a --worker value "N", "a,b,c" or "a-b"; None if it is none of those."""
+    if re.fullmatch(r"\d+(,\d+)*", worker):
+        return [int(w) for w in worker.split(",")]
+    if match := re.fullmatch(r"(\d+)-(\d+)", worker):
+        first, last = int(match[1]), int(match[2])
+        return list(range(first, last + 1)) if first <= last else None
+    return None
+
+
+def ssh_command(vm: TpuVm, remote_command: str, worker: str | int = "all") -> list[str]:
+    """argv that runs ``remote_command`` on workers: "all" (multi-host), "0", "0,2" or "1-3"."""
+    worker = str(worker)
+    hosts = vm.accelerator.hosts
+    indices = [] if worker == "all" else _worker_indices(worker)
+    if indices is None or any(i >= hosts for i in indices):
+        raise ValueError(
+            f"worker {worker!r} does not exist: {vm.accelerator_type} has {hosts} "
+            f"worker{'s' if hosts > 1 else ''} (0..{hosts - 1}); use 'all', an index, "
+            "a list like '0,1' or a range like '0-1'"
+        )
+    if not remote_command.strip():
+        raise ValueError("ssh needs a command to run on the workers")
+    argv = [*_TPU_VM, "ssh", vm.name, *vm._common()]
+    argv += [f"--worker={worker}", f"--command={remote_command}"]
+    return argv
+
+
+def delete_command(vm: TpuVm) -> list[str]:
+    """argv that deletes the slice (--quiet: no prompt). Billing stops only after this."""
+    return [*_TPU_VM, "delete", vm.name, *vm._common(), "--quiet"]
+
+
+def describe_command(vm: TpuVm) -> list[str]:
+    """After delete, this must fail with NOT_FOUND: the teardown check."""
+    return [*_TPU_VM, "describe", vm.name, *vm._common()]
+
+
+WHEEL = "dist/jax_tpu_lab-0.1.0-py3-none-any.whl"
+
+
+def build_wheel_command() -> list[str]:
+    """Local step: the project as one wheel, so a TPU VM installs exactly this checkout."""
+    return ["python", "-m", "pip", "wheel", "--no-deps", "-w", "dist", "."]
+
+
+def export_command(app: str, output: str, python: str = "python") -> list[str]:
+    """Local step: ``python -m tpu_scripts export APP -o OUTPUT`` (an app as a headless script)."""
+    return [python, "-m", "tpu_scripts", "export", str(app), "-o", str(output)]
+
+
+def _quoted_flags(extra_flags: str) -> str:
+    try:
+        return shlex.join(shlex.split(extra_flags))
+    except ValueError as exc:  # e.g. "No closing quotation"
+        raise ValueError(
+            f"script flags {extra_flags!r} do not parse as shell words: {exc}"
+        ) from None
+
+
+def bootstrap_remote_command(script: str, wheel: str = WHEEL, extra_flags: str = "") -> str:
+    """The shell line each worker runs: ~/jax-tpu-lab/.venv, the wheel with libtpu, the script.
+
+    ``script`` and ``wheel`` are local paths; on the worker they sit in ~/jax-tpu-lab/. The
+    TPU VM images ship Python 3.10 while jax 0.10 needs >= 3.11, so the .venv is made by uv
+    (installed on first use), which fetches Python 3.11. Running it again reuses the .venv.
+    """
+    script_name = script.rsplit("/", 1)[-1]
+    wheel_name = wheel.rsplit("/", 1)[-1]
+    if not re.fullmatch(r"[A-Za-z0-9._+-]+\.whl", wheel_name):
+        raise ValueError(f"{wheel!r} is not a wheel file name (NAME-VERSION-...-any.whl)")
+    flags = _quoted_flags(extra_flags)
+    run = f".venv/bin/python {shlex.quote(script_name)}" + (f" {flags}" if flags else "")
+    return (
+        f'cd ~/{REMOTE_DIR} && export PATH="$HOME/.local/bin:$PATH" && '
+        "(command -v uv >/dev/null || curl -LsSf https://astral.sh/uv/install.sh | sh) && "
+        "([ -x .venv/bin/python ] || uv venv --python 3.11 .venv) && "
+        f'uv pip install --python .venv/bin/python -q "./{wheel_name}[tpu]" && '
+        f"{run}"
+    )
+
+
+def workflow(
+    vm: TpuVm, script: str, wheel: str = WHEEL, extra_flags: str = "", app: str = ""
+) -> list[tuple[str, str]]:
+    """(step, shell command) for the whole round trip: create, copy, run, delete, verify.
+
+    With ``app``, the first step exports that lesson app to ``script``.
+    """
+    steps = []
+    if app:
+        steps.append(
+            (
+                "export the lesson as a headless script (local)",
+                shell_join(export_command(app, script)),
+            )
+        )
+    steps += [
+        ("build the project wheel (local)", shell_join(build_wheel_command())),
+        ("create the TPU VM", shell_join(create_command(vm))),
+        (
+            "make the folder on every worker",
+            shell_join(ssh_command(vm, f"mkdir -p ~/{REMOTE_DIR}")),
+        ),
+        ("copy script and wheel to every worker", shell_join(scp_command(vm, [script, wheel]))),
+        (
+            "run the same script on all workers",
+            shell_join(ssh_command(vm, bootstrap_remote_command(script, wheel, extra_flags))),
+        ),
+        ("delete the TPU VM (billing stops here)", shell_join(delete_command(vm))),
+        ("verify it is gone (must fail with NOT_FOUND)", shell_join(describe_command(vm))),
+    ]
+    return steps
+
+
+# ----------------------------------------------------------------------------------------
+# Reading commands back: an independent parse of the shell text, for checks.
+
+
+@dataclasses.dataclass(frozen=True)
+class GcloudTpuCommand:
+    """A ``gcloud compute tpus tpu-vm VERB ...`` line, split the way a shell would."""
+
+    verb: str
+    positionals: tuple[str, ...]
+    flags: dict[str, str | bool]  # "--zone=x" -> {"zone": "x"}; "--spot" -> {"spot": True}
+
+
+def parse_tpu_command(line: str) -> GcloudTpuCommand:
+    """Split ``line`` with shlex (the shell's own quoting rules) into verb, positionals, flags."""
+    words = shlex.split(line)
+    if words[:4] != _TPU_VM or len(words) < 5:
+        raise ValueError(f"not a `gcloud compute tpus tpu-vm` command: {line[:80]!r}")
+    positionals, flags = [], {}
+    for word in words[5:]:
+        if word.startswith("--"):
+            key, has_value, value = word[2:].partition("=")
+            flags[key] = value if has_value else True
+        else:
+            positionals.append(word)
+    return GcloudTpuCommand(words[4], tuple(positionals), flags)
+
+
+def workflow_problems(
+    lines: Sequence[str],
+    *,
+    name: str,
+    zone: str,
+    accelerator_type: str,
+    version: str,
+    spot: bool,
+    project: str = "",
+    script: str = "",
+) -> list[str]:
+    """Where the gcloud lines disagree with the values a person chose ([] when none).
+
+    Checks: verbs in the order create, ssh, scp, ssh, delete, describe; every line names the
+    TPU, zone and project; create carries the type, version and --spot exactly when chosen;
+    scp and ssh reach --worker=all; the run step runs ``script``; delete is --quiet.
+    """
+    parsed = [parse_tpu_command(line) for line in lines if line.startswith("gcloud ")]
+    problems = []
+    verbs = [command.verb for command in parsed]
+    if verbs != ["create", "ssh", "scp", "ssh", "delete", "describe"]:
+        problems.append(f"steps are {verbs}, expected create, ssh, scp, ssh, delete, describe")
+    for command in parsed:
+        where = f"{command.verb}:"
+        target = (
+            command.positionals[-1].split(":", 1)[0]
+            if command.verb == "scp"
+            else command.positionals[0]
+        )
+        if target != name:
+            problems.append(f"{where} TPU name {target!r} != {name!r}")
+        if command.flags.get("zone") != zone:
+            problems.append(f"{where} zone {command.flags.get('zone')!r} != {zone!r}")
+        if command.flags.get("project", "") != project:
+            problems.append(f"{where} project {command.flags.get('project')!r} != {project!r}")
+        if command.verb == "create":
+            if command.flags.get("accelerator-type") != accelerator_type:
+                problems.append(
+                    f"{where} accelerator type {command.flags.get('accelerator-type')!r} != {accelerator_type!r}"
+                )
+            if command.flags.get("version") != version:
+                problems.append(f"{where} version {command.flags.get('version')!r} != {version!r}")
+            if bool(command.flags.get("spot")) != spot:
+                problems.append(f"{where} --spot {'missing' if spot else 'present but not chosen'}")
+        if command.verb in ("scp", "ssh") and command.flags.get("worker") != "all":
+            problems.append(
+                f"{where} --worker={command.flags.get('worker')} does not reach every host"
+            )
+        if command.verb == "delete" and command.flags.get("quiet") is not True:
+            problems.append(f"{where} --quiet missing (delete would wait for a prompt)")
+    runs = [c for c in parsed if c.verb == "ssh" and "python" in str(c.flags.get("command"))]
+    if script and not any(
+        pathlib.PurePath(script).name in shlex.split(str(c.flags["command"])) for c in runs
+    ):
+        problems.append(f"no ssh step runs {pathlib.PurePath(script).name}")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------
+# The local half: export a lesson app as a headless script and run it.
+
+
+def previous_lesson_app(
+    apps_dir: str | os.PathLike, preferred: Sequence[str] = ("virtual_devices", "arrays_devices")
+) -> pathlib.Path:
+    """The first of ``preferred`` apps that exists in ``apps_dir`` (the lesson to take to a TPU)."""
+    for slug in preferred:
+        path = pathlib.Path(apps_dir) / f"{slug}.py"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"none of {', '.join(preferred)} is in {apps_dir}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessResult:
+    """One finished subprocess: what ran, its exit code (None: timed out), output, seconds."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def printed_pass(self) -> bool:
+        """True when a line of stdout starts with PASS and none with FAIL (lab.check_badge)."""
+        lines = self.stdout.splitlines()
+        return any(line.startswith("PASS") for line in lines) and not any(
+            line.startswith("FAIL") for line in lines
+        )
+
+
+def run_processes(
+    argvs: Sequence[Sequence[str]],
+    cwd: str | os.PathLike,
+    timeout_s: float = 120,
+    env: dict | None = None,
+) -> list[ProcessResult]:
+    """Run the commands at the same time (they are independent) and wait for all of them."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for argv in argvs
+    ]
+    results = []
+    for argv, proc in zip(argvs, procs, strict=True):
+        remaining = max(1.0, timeout_s - (time.perf_counter() - started))
+        try:
+            out, err = proc.communicate(timeout=remaining)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            code, err = None, err + f"\n(timed out after {timeout_s:.0f} s)"
+        results.append(ProcessResult(tuple(argv), code, out, err, time.perf_counter() - started))
+    return results
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRun:
+    """The export of an app and the two runs of its script (--help, then for real)."""
+
+    export: ProcessResult
+    help: ProcessResult | None  # None when the export failed
+    run: ProcessResult | None
+    script_name: str
+    script_header: str  # the exported file's leading comment: origin, hash, flags
+
+    @property
+    def passed(self) -> bool:
+        return self.export.ok and self.run is not None and self.run.ok and self.run.printed_pass
+
+
+def export_and_run(
+    app: str | os.PathLike,
+    repo_root: str | os.PathLike,
+    script_flags: Sequence[str] = (),
+    timeout_s: float = 120,
+    keep_dir: bool = False,
+) -> ExportRun:
+    """Export ``app`` with ``python -m tpu_scripts export`` into a fresh temporary folder, then
+    run the script twice at once: ``--help`` and with ``script_flags``. The folder is removed
+    afterwards unless ``keep_dir``.
+    """
+    app = pathlib.Path(app)
+    out_dir = pathlib.Path(tempfile.mkdtemp(prefix="jax_tpu_lab_export_"))
+    script = out_dir / f"{app.stem}_tpu.py"
+    try:
+        (export,) = run_processes(
+            [export_command(str(app), str(script), sys.executable)], repo_root, timeout_s
+        )
+        if not (export.ok and script.is_file()):
+            return ExportRun(export, None, None, script.name, "")
+        lines = script.read_text(encoding="utf-8").splitlines()
+        header = "\n".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
+        help_run, real_run = run_processes(
+            [[sys.executable, script.name, "--help"], [sys.executable, script.name, *script_flags]],
+            out_dir,
+            timeout_s,
+        )
+        return ExportRun(export, help_run, real_run, script.name, header)
+    finally:
+        if not keep_dir:
+            shutil.rmtree(out_dir, ignore_errors=True)

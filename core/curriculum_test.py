@@ -1,0 +1,144 @@
+"""The course map against the seeds it is copied from, and against apps/ on disk."""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from core import curriculum
+
+SEEDS = curriculum.REPO_ROOT / "docs" / "seeds"
+
+
+def parse_seed(path: pathlib.Path) -> dict:
+    """Phases (in order) with their lessons, and capstone bullets, read from a seed file."""
+    phases: list[tuple[str, list[str]]] = []
+    bullets_after_phases: list[str] = []
+    in_phases = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() == "Course phases and lessons":
+            in_phases = True
+            continue
+        if not in_phases:
+            continue
+        if match := re.match(r"^\s*\d+\. (.+)$", line):
+            phases.append((match.group(1).strip(), []))
+        elif match := re.match(r"^\s*• (.+)$", line):
+            if line.startswith("   ") and phases and not bullets_after_phases:
+                phases[-1][1].append(match.group(1).strip())
+            else:
+                bullets_after_phases.append(match.group(1).strip())
+    return {"phases": phases, "capstone_points": bullets_after_phases}
+
+
+LEARN = parse_seed(SEEDS / "learn-tpus-and-google-cloud.txt")
+FAST = parse_seed(SEEDS / "make-it-fast-make-it-scale.txt")
+
+
+def expected_phases() -> list[tuple[str, list[str]]]:
+    pallas = next(p for p in FAST["phases"] if p[0] == "Pallas kernels")
+    phases = list(LEARN["phases"])
+    phases.insert([t for t, _ in phases].index("Distributed training") + 1, pallas)
+    return phases
+
+
+def test_seed_parser_reads_what_the_issue_promises():
+    assert len(LEARN["phases"]) == 18 and len(FAST["phases"]) == 10
+
+
+def test_19_phases_and_91_lessons_verbatim_from_the_seeds():
+    expected = expected_phases()
+    actual = [(p.title, [lesson.title for lesson in p.lessons]) for p in curriculum.PHASES]
+    assert actual == expected
+    assert len(curriculum.PHASES) == 19
+    assert len(curriculum.all_lessons()) == 91
+
+
+def test_capstone_points_verbatim():
+    transformer, kernel = curriculum.CAPSTONES
+    assert list(transformer.points) == LEARN["capstone_points"]
+    assert list(kernel.points) == FAST["capstone_points"]
+
+
+def test_make_it_fast_path_matches_its_seed():
+    fast_path = curriculum.LEARNING_PATHS[1]
+    assert list(fast_path.phase_titles) == [title for title, _ in FAST["phases"]]
+    learn_path = curriculum.LEARNING_PATHS[0]
+    assert list(learn_path.phase_titles) == [title for title, _ in LEARN["phases"]]
+
+
+def test_slugs_are_unique_module_names():
+    slugs = [lesson.slug for lesson in curriculum.all_lessons()]
+    slugs += [c.slug for c in curriculum.CAPSTONES] + [curriculum.HOME_APP]
+    assert len(slugs) == len(set(slugs))
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", slug) for slug in slugs)
+
+
+def test_every_app_on_disk_is_named_by_the_map():
+    assert curriculum.unnamed_apps() == [], "add these apps to core/curriculum.py"
+
+
+def test_status_agrees_with_the_files():
+    for phase in curriculum.course_map():
+        for lesson in phase["lessons"]:
+            exists = (curriculum.REPO_ROOT / lesson["app"]).is_file()
+            assert lesson["status"] == ("present" if exists else "missing"), lesson
+
+
+def test_stray_and_missing_apps_are_detected(tmp_path):
+    (tmp_path / "attention.py").write_text("# a named lesson\n")
+    (tmp_path / "not_in_the_map.py").write_text("# a stray app\n")
+    assert curriculum.unnamed_apps(tmp_path) == ["not_in_the_map.py"]
+    statuses = {
+        lesson["app"]: lesson["status"]
+        for phase in curriculum.course_map(tmp_path)
+        for lesson in phase["lessons"]
+    }
+    assert statuses["apps/attention.py"] == "present"
+    assert list(statuses.values()).count("present") == 1
+    rows = curriculum.summary_rows(tmp_path)
+    assert sum(present for _, present, _ in rows) == 1 and sum(t for _, _, t in rows) == 91
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "core.curriculum", *args],
+        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=60,
+    )
+
+
+def test_cli_json_schema():
+    result = run_cli("--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [entry["phase"] for entry in data] == [p.title for p in curriculum.PHASES]
+    for entry in data:
+        assert set(entry) == {"phase", "lessons"}
+        for lesson in entry["lessons"]:
+            assert set(lesson) == {"title", "app", "status"}
+            assert re.fullmatch(r"apps/[a-z0-9_]+\.py", lesson["app"])
+            assert lesson["status"] in ("present", "missing")
+
+
+def test_cli_summary_counts_every_lesson():
+    result = run_cli("--summary")
+    assert result.returncode == 0
+    present = sum(p for _, p, _ in curriculum.summary_rows())
+    assert f"{present} of 91 lessons present, {91 - present} missing" in result.stdout
+    assert all(p.title in result.stdout for p in curriculum.PHASES)
+
+
+def test_cli_map_marks_each_lesson():
+    result = run_cli()
+    assert result.returncode == 0
+    assert result.stdout.count("[x]") + result.stdout.count("[ ]") == 91 + len(curriculum.CAPSTONES)
+
+
+@pytest.mark.parametrize("bad", [["--bogus"], ["--json", "--summary"], ["extra"]])
+def test_cli_bad_arguments_print_usage_and_exit_2(bad):
+    result = run_cli(*bad)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr

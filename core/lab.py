@@ -1,0 +1,193 @@
+"""What every lesson app shares: flags that mirror controls, devices, mode, check badges.
+
+A lesson declares its controls once as ``Flag`` specs; the same spec gives the headless
+command-line flag (``python apps/x.py --size 64``), its bounds and the marimo control, so
+the UI and the exported TPU script cannot drift apart.
+
+    FLAGS = lab.Flags(
+        lab.Flag("size", 8, "rows and columns", lo=1, hi=256),
+        lab.Flag("dtype", "float32", "element type", choices=("float32", "bfloat16")),
+    )
+    args = FLAGS.parse()          # argparse namespace (defaults outside script mode)
+    size = FLAGS.control("size", args)   # mo.ui.slider bounded by the spec
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_CPU_DEVICES = 8  # `make lab` and the tests run with this many virtual CPU devices
+
+
+def use_cpu_devices(count: int | None = None) -> int:
+    """Ask JAX for ``count`` virtual CPU devices (default: $JAX_NUM_CPU_DEVICES or 8).
+
+    Device count is process-wide and fixed once the backend starts, so this only takes
+    effect before the first JAX computation; afterwards it leaves JAX as it is. Returns the
+    count requested.
+    """
+    import jax
+    from jax._src import xla_bridge
+
+    if count is None:
+        count = int(os.environ.get("JAX_NUM_CPU_DEVICES", DEFAULT_CPU_DEVICES))
+    if count < 1:
+        raise ValueError(f"CPU device count must be >= 1, got {count}")
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_num_cpu_devices", count)
+    return count
+
+
+def mode() -> str | None:
+    """marimo's run mode: "edit", "run" (served), "script" (python app.py), "test" (pytest)."""
+    import marimo as mo
+
+    return mo.app_meta().mode
+
+
+def interactive() -> bool:
+    """True in the editor or a served app, where expensive cells wait for a run button."""
+    return mode() in ("edit", "run")
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One control of a lesson, and the command-line flag that mirrors it.
+
+    Numeric flags are bounded by [lo, hi]; string flags take one of ``choices``; a bool
+    default makes an on/off switch (``--name`` / ``--no-name``).
+    """
+
+    name: str
+    default: Any
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    step: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    def __post_init__(self):
+        if isinstance(self.default, bool):
+            return
+        if self.choices is not None:
+            if self.default not in self.choices:
+                raise ValueError(f"flag {self.name}: default {self.default!r} not in {self.choices}")
+        elif isinstance(self.default, (int, float)):
+            if self.lo is None or self.hi is None:
+                raise ValueError(f"flag {self.name}: a numeric control needs lo and hi bounds")
+            if not self.lo <= self.default <= self.hi:
+                raise ValueError(
+                    f"flag {self.name}: default {self.default} outside [{self.lo}, {self.hi}]"
+                )
+        elif not isinstance(self.default, str):
+            raise TypeError(f"flag {self.name}: unsupported default type {type(self.default)}")
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        return self.name.replace("_", " ")
+
+    def check(self, value: Any) -> str | None:
+        """The reason ``value`` is out of bounds, or None when it is fine."""
+        if self.choices is not None and value not in self.choices:
+            return f"{self.option} must be one of {', '.join(map(str, self.choices))}"
+        if self.lo is not None and self.hi is not None and not self.lo <= value <= self.hi:
+            return f"{self.option} must be between {self.lo} and {self.hi}, got {value}"
+        return None
+
+
+class Flags:
+    """The flags of one lesson: parse them headless, build controls from them."""
+
+    def __init__(self, *flags: Flag, description: str = ""):
+        self.flags = {flag.name: flag for flag in flags}
+        self.description = description
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(
+            description=self.description,
+            allow_abbrev=False,  # never swallow another program's option by prefix
+        )
+        for flag in self.flags.values():
+            if isinstance(flag.default, bool):
+                parser.add_argument(
+                    flag.option, action=argparse.BooleanOptionalAction,
+                    default=flag.default, help=flag.help,
+                )
+                continue
+            kind = type(flag.default)
+            bounds = f" [{flag.lo}..{flag.hi}]" if flag.lo is not None else ""
+            parser.add_argument(
+                flag.option, type=kind, default=flag.default, choices=flag.choices,
+                help=f"{flag.help}{bounds} (default: {flag.default})",
+            )
+        return parser
+
+    def parse(self, argv: Sequence[str] | None = None) -> argparse.Namespace:
+        """Parse ``argv`` (default: sys.argv in script/edit/run mode; nothing under pytest).
+
+        Unknown arguments are ignored, since marimo and pytest own part of argv; a value out
+        of bounds exits with status 2 and the reason.
+        """
+        if argv is None:
+            argv = [] if mode() == "test" else sys.argv[1:]
+        parser = self.parser()
+        args, _unknown = parser.parse_known_args(list(argv))
+        for flag in self.flags.values():
+            if not isinstance(flag.default, bool) and (reason := flag.check(getattr(args, flag.name))):
+                parser.error(reason)
+        return args
+
+    def control(self, name: str, args: argparse.Namespace, label: str | None = None):
+        """The marimo control for flag ``name``, starting at its parsed value."""
+        import marimo as mo
+
+        flag = self.flags[name]
+        value = getattr(args, name)
+        label = label or flag.label
+        if isinstance(flag.default, bool):
+            return mo.ui.switch(value=value, label=label)
+        if flag.choices is not None:
+            return mo.ui.dropdown(options=[str(c) for c in flag.choices], value=str(value), label=label)
+        step = flag.step if flag.step is not None else (1 if isinstance(flag.default, int) else None)
+        return mo.ui.slider(flag.lo, flag.hi, step=step, value=value, label=label, show_value=True)
+
+
+def check_badge(passed: bool, what: str, error: float | None = None, tolerance: float | None = None):
+    """A pass/fail callout for a lesson's check cell, with the measured error."""
+    import marimo as mo
+
+    measured = ""
+    if error is not None:
+        measured = f" max error {error:.3g}" + (f" (tolerance {tolerance:.1g})" if tolerance else "")
+    text = f"**{'PASS' if passed else 'FAIL'}**: {what}.{measured}"
+    if mode() == "script":
+        print(("PASS" if passed else "FAIL") + f": {what}.{measured}")
+    return mo.callout(mo.md(text), kind="success" if passed else "danger")
+
+
+def table(rows: list[dict], caption: str = ""):
+    """A small static table (markdown): lighter to render than mo.ui.table for a few rows."""
+    import marimo as mo
+
+    if not rows:
+        return mo.md(f"{caption}\n\n*(no rows)*" if caption else "*(no rows)*")
+    columns = list(rows[0])
+
+    def cell(value) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows),
+    ]
+    return mo.md((f"{caption}\n\n" if caption else "") + "\n".join(lines))
