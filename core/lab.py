@@ -191,3 +191,13 @@ def table(rows: list[dict], caption: str = ""):
         *("| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows),
     ]
     return mo.md((f"{caption}\n\n" if caption else "") + "\n".join(lines))
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """os.environ for a child Python process, minus pytest's markers, plus ``extra``.
+
+    marimo decides it runs under pytest from PYTEST_CURRENT_TEST; a `python apps/x.py`
+    started from a test must not inherit it, or it runs in "test" mode and ignores its flags.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return {**env, **extra}

@@ -1,0 +1,133 @@
+"""The lesson-app contract of DESIGN.md, enforced for every app in apps/.
+
+Each app parses as a marimo app with the skeleton (title, setup, hidden title cell, check,
+test cells), `marimo check --strict` is clean, and `python apps/NAME.py` exits 0 headless
+within the bound, printing its check's PASS. The app's own test cells run when pytest
+collects apps/*.py; a test cell under a stopped ancestor fails (conftest.py), shown here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core import curriculum, lab
+from tpu_scripts import export
+
+APPS = sorted(curriculum.APPS_DIR.glob("*.py"))
+LESSON_APPS = [p for p in APPS if p.stem != curriculum.HOME_APP]
+# A hang guard, not a speed assertion: lessons target well under 30 s on 2 CPU cores.
+HEADLESS_LIMIT_S = 120
+HEADLESS_TIMES: dict[str, float] = {}
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def _tree(path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _app_call(tree: ast.Module) -> ast.Call:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if ast.unparse(node.value.func) == "marimo.App":
+                return node.value
+    raise AssertionError("no `app = marimo.App(...)`")
+
+
+def _cells(tree: ast.Module) -> list[ast.FunctionDef]:
+    return [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(d).startswith("app.cell") for d in node.decorator_list)
+    ]
+
+
+@pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
+def test_app_has_the_skeleton(app_path):
+    source = app_path.read_text(encoding="utf-8")
+    assert export.marimo_app_problem(source) is None
+    tree = _tree(app_path)
+    keywords = {k.arg: ast.literal_eval(k.value) for k in _app_call(tree).keywords}
+    assert keywords.get("width") == "medium"
+    assert keywords.get("app_title"), "app_title names the lesson"
+    assert any(isinstance(n, ast.With) and ast.unparse(n.items[0].context_expr) == "app.setup" for n in tree.body), (
+        "imports live in `with app.setup:`"
+    )
+    cells = _cells(tree)
+    first = cells[0]
+    assert "hide_code=True" in ast.unparse(first.decorator_list[0]), "the first cell is the hidden title"
+    assert "mo.md(" in ast.unparse(first)
+    assert any(cell.name.startswith("test_") for cell in cells), "an app carries test_* cells"
+    assert "FLAGS.parse(" in source, "controls mirror command-line flags (core.lab.Flags)"
+
+
+@pytest.mark.parametrize("app_path", LESSON_APPS, ids=_ids(LESSON_APPS))
+def test_lesson_is_named_and_has_a_check(app_path):
+    assert app_path.stem in {lesson.slug for lesson in curriculum.all_lessons()} | {
+        c.slug for c in curriculum.CAPSTONES
+    }
+    source = app_path.read_text(encoding="utf-8")
+    assert "lab.check_badge(" in source, "a check cell shows a pass/fail badge"
+    assert "title" in source
+
+
+@pytest.fixture(scope="session")
+def marimo_check_report():
+    result = subprocess.run(
+        [sys.executable, "-m", "marimo", "check", "--strict", "--format", "json", *map(str, APPS)],
+        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=600,
+    )
+    return result
+
+
+@pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
+def test_marimo_check_is_clean(app_path, marimo_check_report):
+    text = marimo_check_report.stdout.strip()
+    report = json.loads(text) if text else {}
+    issues = [
+        issue
+        for issue in report.get("issues", [])
+        if os.path.basename(str(issue.get("filename", ""))) == app_path.name
+    ]
+    assert issues == [], json.dumps(issues, indent=2)[:3000]
+
+
+def test_marimo_check_exit_status(marimo_check_report):
+    assert marimo_check_report.returncode == 0, (marimo_check_report.stdout + marimo_check_report.stderr)[-3000:]
+
+
+@pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
+def test_app_runs_headless(app_path):
+    env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, str(app_path)],
+        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, env=env, timeout=HEADLESS_LIMIT_S,
+    )
+    HEADLESS_TIMES[app_path.name] = time.perf_counter() - start
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "FAIL:" not in result.stdout, result.stdout[-4000:]
+    if app_path.stem != curriculum.HOME_APP or "PASS:" in result.stdout:
+        assert "PASS:" in result.stdout, "the check cell prints its PASS headless"
+    print(f"{app_path.name}: headless in {HEADLESS_TIMES[app_path.name]:.1f} s")
+
+
+def test_a_test_cell_under_a_stopped_ancestor_fails():
+    fixture = curriculum.REPO_ROOT / "tests" / "fixtures" / "stopped_ancestor_app.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(fixture)],
+        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=300, env=lab.child_env(),
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "1 failed, 1 passed" in result.stdout, result.stdout[-3000:]
+    assert "test_under_a_stopped_ancestor did not run" in result.stdout

@@ -1,0 +1,25 @@
+"""README opens with the two commands and shows the phase table of the course map."""
+
+from core import curriculum
+
+README = (curriculum.REPO_ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_opens_with_the_two_commands():
+    first_block = README.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
+    assert commands == ["make lab", "make test"]
+    # Nothing comes between the title and the two commands.
+    assert README.split("\n\n")[1].startswith("```bash\nmake lab")
+
+
+def test_readme_phase_table_matches_the_map():
+    for number, phase in enumerate(curriculum.PHASES, start=1):
+        row = f"| {number} | {phase.title} | " + ", ".join(f"`{lesson.slug}`" for lesson in phase.lessons) + " |"
+        assert row in README, f"README phase table is out of date at phase {number}"
+
+
+def test_makefile_targets_the_readme_names_exist():
+    makefile = (curriculum.REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    for target in ("lab", "test", "curriculum", "clean"):
+        assert f"\n{target}:" in makefile
