@@ -107,7 +107,7 @@ def test_marimo_check_exit_status(marimo_check_report):
 
 
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
-def test_app_runs_headless(app_path):
+def test_app_runs_headless(app_path, capsys):
     env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
     start = time.perf_counter()
     result = subprocess.run(
@@ -119,7 +119,8 @@ def test_app_runs_headless(app_path):
     assert "FAIL:" not in result.stdout, result.stdout[-4000:]
     if app_path.stem != curriculum.HOME_APP or "PASS:" in result.stdout:
         assert "PASS:" in result.stdout, "the check cell prints its PASS headless"
-    print(f"{app_path.name}: headless in {HEADLESS_TIMES[app_path.name]:.1f} s")
+    with capsys.disabled():
+        print(f" [{app_path.name}: headless in {HEADLESS_TIMES[app_path.name]:.1f} s]", end="")
 
 
 def test_a_test_cell_under_a_stopped_ancestor_fails():

@@ -7,19 +7,20 @@ with REQUIRE_BROWSER_TESTS=1 or CI=true (as .ci/run sets) a missing browser is a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
-from core import curriculum
+from core import curriculum, lab
 
 pytestmark = pytest.mark.browser
 
@@ -61,17 +62,19 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def gallery_url():
-    """`marimo run apps/` on a free loopback port, as `make lab` starts it."""
+    """The gallery served by `make lab` itself, on a free loopback port.
+
+    `make lab` finds .venv installed (this suite runs inside it) and serves `marimo run apps/`.
+    """
     port = _free_port()
-    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "8"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "marimo", "run", "apps/", "--headless",
-         "--host", "127.0.0.1", "--port", str(port)],
-        cwd=curriculum.REPO_ROOT, env=env,
+        ["make", "--no-print-directory", "lab", f"PORT={port}", "LAB_FLAGS=--headless"],
+        cwd=curriculum.REPO_ROOT, env=lab.child_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # make and marimo in one process group, stopped together
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # make checks the install first
     while True:
         try:
             with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
@@ -80,16 +83,17 @@ def gallery_url():
         except OSError:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
             output = server.stdout.read() if server.stdout else ""
             pytest.fail(f"marimo run did not come up on {base}:\n{output[-3000:]}")
         time.sleep(0.3)
     yield base
-    server.terminate()
+    os.killpg(server.pid, signal.SIGTERM)
     try:
         server.wait(timeout=20)
     except subprocess.TimeoutExpired:
-        server.kill()
+        os.killpg(server.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +135,7 @@ def test_course_home_lists_every_phase(browser, gallery_url):
         page.close()
 
 
-def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url):
+def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, capsys):
     from playwright.sync_api import expect
 
     page = open_app(browser, gallery_url, "arrays_devices.py")
@@ -163,10 +167,11 @@ def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url):
             expect(badge).not_to_have_text(before, timeout=STARTUP_TIMEOUT_MS)
             latencies_ms.append((time.perf_counter() - start) * 1000)
         assert badge.inner_text().startswith("PASS")
-        print(
-            f"\nslider-to-output latency over {len(latencies_ms)} presses: "
-            f"median {statistics.median(latencies_ms):.0f} ms, max {max(latencies_ms):.0f} ms "
-            "(target: median <= 300 ms)"
-        )
+        with capsys.disabled():  # shown in every run of the suite, not only with -s
+            print(
+                f"\nslider-to-output latency over {len(latencies_ms)} presses: "
+                f"median {statistics.median(latencies_ms):.0f} ms, max {max(latencies_ms):.0f} ms "
+                "(target: median <= 300 ms)"
+            )
     finally:
         page.close()
