@@ -15,7 +15,7 @@ export JAX_NUM_CPU_DEVICES ?= 8
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev,frameworks]'
+	$(BIN)/python -m pip install -e '.[dev,frameworks,tpu]'
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import glob
 import importlib.metadata
 import json
 import os
@@ -114,11 +113,6 @@ def git_revision(repo: str | os.PathLike = REPO_ROOT) -> tuple[str | None, bool 
     return sha or None, dirty
 
 
-def _on_tpu_vm() -> bool:
-    """Whether this host has TPU chips attached (Cloud TPU VMs expose /dev/accel* or vfio)."""
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
-
-
 def _jax_summary() -> dict:
     """JAX's backend and devices; starts the backend. On failure, the error instead."""
     summary = {
@@ -168,7 +162,7 @@ def environment_receipt(repo: str | os.PathLike = REPO_ROOT, include_env: bool =
             "platform": platform.platform(),
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
-            "tpu_vm": _on_tpu_vm(),
+            "tpu_vm": lab.host_has_tpu(),
         },
         "git": {"revision": sha, "dirty": dirty},
     }
