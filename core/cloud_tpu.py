@@ -26,6 +26,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from core import lab
+
 # Runtime (software) version for JAX per generation, from the Cloud TPU runtimes page.
 RUNTIME_VERSIONS: dict[str, str] = {
     "v5e": "v2-alpha-tpuv5-lite",
@@ -267,7 +269,7 @@ def bootstrap_remote_command(script: str, wheel: str = WHEEL, extra_flags: str =
 
     ``script`` and ``wheel`` are local paths; on the worker they sit in ~/jax-tpu-lab/. The
     TPU VM images ship Python 3.10 while jax 0.10 needs >= 3.11, so the .venv is made by uv
-    (installed on first use), which fetches Python 3.11. Running it again reuses the .venv.
+    (installed from PyPI on first use, not by piping a web script into a shell), which fetches Python 3.11. Running it again reuses the .venv.
     """
     script_name = script.rsplit("/", 1)[-1]
     wheel_name = wheel.rsplit("/", 1)[-1]
@@ -277,7 +279,7 @@ def bootstrap_remote_command(script: str, wheel: str = WHEEL, extra_flags: str =
     run = f".venv/bin/python {shlex.quote(script_name)}" + (f" {flags}" if flags else "")
     return (
         f'cd ~/{REMOTE_DIR} && export PATH="$HOME/.local/bin:$PATH" && '
-        "(command -v uv >/dev/null || curl -LsSf https://astral.sh/uv/install.sh | sh) && "
+        "(command -v uv >/dev/null || python3 -m pip install --user -q uv) && "
         "([ -x .venv/bin/python ] || uv venv --python 3.11 .venv) && "
         f'uv pip install --python .venv/bin/python -q "./{wheel_name}[tpu]" && '
         f"{run}"
@@ -452,7 +454,9 @@ def run_processes(
     env: dict | None = None,
 ) -> list[ProcessResult]:
     """Run the commands at the same time (they are independent) and wait for all of them."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    # lab.child_env drops pytest's markers: a child that saw PYTEST_CURRENT_TEST would run in
+    # marimo's "test" mode and ignore its flags (even --help). JAX_PLATFORMS=cpu: no TPU probe.
+    env = lab.child_env(JAX_PLATFORMS="cpu", **(env or {}))
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -501,6 +505,8 @@ def export_and_run(
     afterwards unless ``keep_dir``.
     """
     app = pathlib.Path(app)
+    if app.is_absolute() and app.resolve().is_relative_to(pathlib.Path(repo_root).resolve()):
+        app = app.resolve().relative_to(pathlib.Path(repo_root).resolve())  # a shorter header
     out_dir = pathlib.Path(tempfile.mkdtemp(prefix="jax_tpu_lab_export_"))
     script = out_dir / f"{app.stem}_tpu.py"
     try:

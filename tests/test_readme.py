@@ -1,6 +1,6 @@
 """README opens with the two commands and shows the phase table of the course map."""
 
-from core import curriculum
+from core import cloud_tpu, curriculum
 
 README = (curriculum.REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -23,3 +23,11 @@ def test_makefile_targets_the_readme_names_exist():
     makefile = (curriculum.REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     for target in ("lab", "test", "curriculum", "clean"):
         assert f"\n{target}:" in makefile
+
+def test_readme_tpu_commands_come_from_core():
+    """The TPU commands README shows are the ones core/cloud_tpu.py builds."""
+    vm = cloud_tpu.TpuVm()  # the defaults README uses
+    steps = cloud_tpu.workflow(vm, "out/virtual_devices_tpu.py", app="apps/virtual_devices.py")
+    for step, command in steps:
+        if command.startswith("gcloud"):
+            assert command in README, f"README is out of date for step {step!r}"
