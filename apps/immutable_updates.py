@@ -1,0 +1,290 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Immutable updates and indexing")
+
+with app.setup:
+    import altair as alt
+    import jax
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    from core import indexing, lab
+
+    lab.use_cpu_devices()
+    FLAGS = lab.Flags(
+        lab.Flag("n", 8, "length N of x", lo=1, hi=32),
+        lab.Flag("indices", "0, 2, 2, 5, -1, 9", f"indices to update/read, comma-separated (at most {indexing.MAX_INDICES}, each within +-{indexing.MAX_ABS_INDEX})"),
+        lab.Flag("op", "add", "the .at[] update", choices=indexing.OPS),
+        lab.Flag("mode", "default", "out-of-bounds mode of the update", choices=indexing.UPDATE_MODES),
+        lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        description="Immutable updates and indexing: .at[], duplicates, out-of-bounds indices.",
+    )
+    ARGS = FLAGS.parse()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    # Immutable updates and indexing
+    *Phase 5 · Arrays & pure functions*
+
+    A JAX array cannot be changed in place, so every `x[idx] = v` becomes
+    `x = x.at[idx].set(v)`, a new array (inside `jit`, XLA reuses the buffer when it can).
+    The `.at[]` family is also more precise than NumPy's statements in two places that
+    bite: **duplicate indices** and **out-of-bounds indices**. In this lesson you will
+
+    - update `x` with `.at[idx].set / add / multiply / min / max` and check each against
+      NumPy's unbuffered `ufunc.at` (`np.add.at`, `np.minimum.at`, ...);
+    - see that `.at[idx].add` counts every duplicate, like `np.add.at` and unlike NumPy's
+      `x[idx] += v`, while `.set` with duplicates keeps one of the values (which one is
+      unspecified);
+    - see that out-of-bounds indices never raise in JAX: a read **clamps** (or fills, with
+      `mode="fill"`), an update is **dropped** (or clamped, with `mode="clip"`), where NumPy
+      raises `IndexError`.
+    """)
+    return
+
+
+@app.cell
+def _():
+    n = FLAGS.control("n", ARGS, label="N (length of x)")
+    indices_text = mo.ui.text(value=ARGS.indices, label="indices", full_width=False)
+    op = FLAGS.control("op", ARGS, label="update op")
+    mode = FLAGS.control("mode", ARGS, label="update mode=")
+    seed = FLAGS.control("seed", ARGS)
+    mo.vstack([mo.hstack([n, indices_text, seed], justify="start"), mo.hstack([op, mode], justify="start")])
+    return indices_text, mode, n, op, seed
+
+
+@app.cell
+def _(indices_text, n, seed):
+    try:
+        indices_K = indexing.parse_indices(indices_text.value)
+        indices_problem = None
+    except ValueError as _error:
+        indices_K, indices_problem = None, str(_error)
+    if indices_problem and lab.mode() == "script":
+        print(f"STOPPED: {indices_problem}")
+    mo.stop(indices_problem is not None, mo.callout(mo.md(f"**Can't use these indices.** {indices_problem}"), kind="warn"))
+    x_N, values_K = indexing.example_arrays(jax.random.key(seed.value), n.value, len(indices_K))
+    _normalized = indexing.normalized(indices_K, n.value)
+    _inside = indexing.in_bounds(indices_K, n.value)
+    _counts = {int(i): int(c) for i, c in zip(*np.unique(_normalized[_inside], return_counts=True), strict=True)}
+    _notes = []
+    if any(c > 1 for c in _counts.values()):
+        _notes.append("duplicates at position(s) " + ", ".join(str(p) for p, c in _counts.items() if c > 1))
+    if not _inside.all():
+        _notes.append("out of bounds: " + ", ".join(str(i) for i, ok in zip(indices_K, _inside, strict=True) if not ok))
+    if any(i < 0 for i, ok in zip(indices_K, _inside, strict=True) if ok):
+        _notes.append("negative indices count from the end, as in NumPy")
+    _note_text = ("**Note:** " + "; ".join(_notes) + ".") if _notes else ""
+    mo.md(
+        f"""
+    `x = {np.asarray(x_N).tolist()}` (N = {n.value}), `idx = {list(indices_K)}`,
+    `v = {np.asarray(values_K).tolist()}` (one value per index).
+
+    {_note_text}
+    """
+    )
+    return indices_K, values_K, x_N
+
+
+@app.cell
+def _(indices_K, mode, n, op, values_K, x_N):
+    _x_before = np.array(x_N)  # a host copy, to show that x survives the update
+    updated_N = indexing.at_update(x_N, indices_K, values_K, op.value, mode.value)
+    reference_N = indexing.update_reference(x_N, indices_K, values_K, op.value, mode.value)
+    x_unchanged = bool(np.array_equal(np.asarray(x_N), _x_before))
+    _targets, _sources = indexing.update_targets(indices_K, n.value, mode.value)
+    _landing = {p: [] for p in range(n.value)}
+    for _p, _s in zip(_targets, _sources, strict=True):
+        _landing[int(_p)].append(f"{float(values_K[_s]):g}")
+    _frame = pd.DataFrame(
+        [{"position": p, "array": "x (before)", "value": float(x_N[p])} for p in range(n.value)]
+        + [{"position": p, "array": f"x.at[idx].{op.value}(v)", "value": float(updated_N[p])} for p in range(n.value)]
+    )
+    _bars = alt.Chart(_frame).mark_bar().encode(
+        x=alt.X("position:O", axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("array:N", sort=["x (before)"]),
+        y=alt.Y("value:Q", title="value"),
+        color=alt.Color("array:N", sort=["x (before)"], legend=alt.Legend(orient="bottom")),
+        tooltip=["position", "array", "value"],
+    )
+    _reference_ticks = (
+        alt.Chart(pd.DataFrame({"position": range(n.value), "NumPy reference": reference_N}))
+        .mark_tick(color="black", thickness=2, size=14)
+        .encode(x="position:O", y=alt.Y("NumPy reference:Q", title="value"), tooltip=["position", "NumPy reference"])
+    )
+    _mode_text = "" if mode.value == "default" else f', mode="{mode.value}"'
+    mo.vstack(
+        [
+            mo.md(f"## `y = x.at[idx].{op.value}(v{_mode_text})`\nBars: before and after; black ticks: the NumPy float64 reference (`{indexing.reference_spelling(op.value)}` after the same out-of-bounds rule)."),
+            (_bars + _reference_ticks).properties(width=max(260, 44 * n.value), height=220, title=f"x.at[idx].{op.value}(v{_mode_text})"),
+            lab.table(
+                [
+                    {"position": p, "x": f"{float(x_N[p]):g}", "values landing here": ", ".join(_landing[p]) or "-", "jax.numpy": f"{float(updated_N[p]):g}", "NumPy reference": f"{reference_N[p]:g}"}
+                    for p in range(n.value)
+                ]
+            ),
+            mo.md(f"`x` itself is unchanged: **{x_unchanged}** (`.at[]` returns a new array)."),
+        ]
+    )
+    return reference_N, updated_N, x_unchanged
+
+
+@app.cell
+def _(indices_K, n, op, values_K, x_N):
+    _fancy, _statement, _fancy_error = indexing.numpy_fancy_update(x_N, indices_K, values_K, op.value)
+    _inside = indexing.in_bounds(indices_K, n.value)
+    _idx_inside, _values_inside = np.asarray(indices_K)[_inside], np.asarray(values_K)[_inside]
+    _fancy_inside, _, _ = indexing.numpy_fancy_update(x_N, _idx_inside, _values_inside, op.value)
+    _at_inside = indexing.at_update(x_N, _idx_inside, _values_inside, op.value, "default")
+    _ufunc_inside = indexing.update_reference(x_N, _idx_inside, _values_inside, op.value, "default")
+    _differs = [p for p in range(n.value) if _fancy_inside[p] != _ufunc_inside[p]]
+    _error_note = mo.callout(mo.md(f"**NumPy `{_statement}` with all of `idx` raises `IndexError`:** {_fancy_error}. The table uses the in-bounds indices only."), kind="info") if _fancy_error else mo.md("")
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## Duplicates: NumPy's `{_statement}` vs `ufunc.at` vs `.at[]`
+
+    NumPy's `x[idx] += v` is **buffered**: it reads `x[idx]`, adds `v`, and writes the
+    result back, so for a duplicated index only one write survives. `np.add.at(x, idx, v)`
+    is unbuffered and applies every update; `.at[idx].add` does the same. For `set`, NumPy
+    assigns in order (the last value wins); JAX only promises that one of the values is
+    written.
+    """
+            ),
+            _error_note,
+            lab.table(
+                [
+                    {
+                        "position": p,
+                        "x": f"{float(x_N[p]):g}",
+                        f"NumPy {_statement}": f"{_fancy_inside[p]:g}",
+                        f"NumPy {indexing.reference_spelling(op.value)}": f"{_ufunc_inside[p]:g}",
+                        f"jax.numpy .at[idx].{op.value}": f"{float(_at_inside[p]):g}",
+                    }
+                    for p in range(n.value)
+                ]
+            ),
+            mo.md(
+                f"Positions where NumPy's `{_statement}` disagrees with `ufunc.at`: **{', '.join(map(str, _differs)) or 'none'}**"
+                + (" (try `add` with a duplicated index)" if not _differs else ": those are the duplicates it lost.")
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(indices_K, n, op, values_K, x_N):
+    gathered = {_m: np.asarray(indexing.gather(x_N, indices_K, _m)) for _m in indexing.GET_MODES}
+    updates_by_mode = {_m: np.asarray(indexing.at_update(x_N, indices_K, values_K, op.value, _m)) for _m in indexing.UPDATE_MODES}
+    _, _numpy_error = indexing.numpy_gather(x_N, indices_K)
+    _numpy_each = [indexing.numpy_gather(x_N, (i,)) for i in indices_K]  # x[i], one index at a time
+    _normalized = indexing.normalized(indices_K, n.value)
+    _inside = indexing.in_bounds(indices_K, n.value)
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## Out of bounds: clamp, fill, drop, or raise
+
+    Checking every index on an accelerator would cost a device-to-host round trip, so JAX
+    never raises for an out-of-bounds index. **Reads** (`x[idx]`, `x.at[idx].get()`) clamp
+    to the nearest valid position by default; `mode="fill"` returns a fill value instead
+    (here `{indexing.GET_FILL_VALUE:g}`; NaN by default for floats). **Updates** drop
+    out-of-bounds writes by default (`mode="drop"`, alias `"fill"`); `mode="clip"` clamps
+    them onto the first or last element. NumPy raises:
+    """
+            ),
+            mo.callout(mo.md(f"**NumPy `x[idx]`:** {'`IndexError`: ' + _numpy_error if _numpy_error else 'all indices are in bounds, no error'}"), kind="info"),
+            lab.table(
+                [
+                    {
+                        "idx": i,
+                        "means position": int(p) if ok else f"{int(p)} (out of bounds)",
+                        "NumPy x[i]": f"{_numpy_each[k][0][0]:g}" if _numpy_each[k][0] is not None else "IndexError",
+                        "jnp x[idx]": f"{gathered['default'][k]:g}",
+                        'get(mode="clip")': f"{gathered['clip'][k]:g}",
+                        'get(mode="fill")': f"{gathered['fill'][k]:g}",
+                    }
+                    for k, (i, p, ok) in enumerate(zip(indices_K, _normalized, _inside, strict=True))
+                ],
+                caption="Reads",
+            ),
+            lab.table(
+                [{"position": p, "x": f"{float(x_N[p]):g}"} | {f'.{op.value}(v{"" if m == "default" else f", mode={m!r}"})': f"{updates_by_mode[m][p]:g}" for m in indexing.UPDATE_MODES} for p in range(n.value)],
+                caption=f"Updates with .at[idx].{op.value}",
+            ),
+        ]
+    )
+    return gathered, updates_by_mode
+
+
+@app.cell
+def _(
+    gathered,
+    indices_K,
+    mode,
+    op,
+    reference_N,
+    updated_N,
+    updates_by_mode,
+    values_K,
+    x_N,
+    x_unchanged,
+):
+    # Independent reference: NumPy float64 ufunc.at (np.add.at, np.minimum.at, ...) or in-order
+    # assignment, after normalizing negative indices and dropping/clamping out-of-bounds ones.
+    _checks = {m: indexing.compare_update(updates_by_mode[m], x_N, indices_K, values_K, op.value, m) for m in indexing.UPDATE_MODES}
+    _scale = max(1.0, float(np.max(np.abs(reference_N))))
+    check_errors = {f".{op.value} mode={m} vs NumPy (relative)": c.max_error / _scale for m, c in _checks.items()}
+    check_errors |= {f"get mode={m} vs NumPy clamp/fill": float(np.max(np.abs(gathered[m] - indexing.gather_reference(x_N, indices_K, m)))) for m in indexing.GET_MODES}
+    check_tolerance = 1e-6  # exact for small whole numbers; multiply can exceed float32's 24 bits
+    _ambiguous = _checks[mode.value].ambiguous_positions
+    check_passed = (
+        max(check_errors.values()) <= check_tolerance
+        and all(c.ambiguous_ok for c in _checks.values())
+        and x_unchanged
+        and np.array_equal(updated_N, updates_by_mode[mode.value])
+    )
+    lab.check_badge(
+        check_passed,
+        f".at[idx].{op.value} (every update mode) and x[idx] / .get (every mode) match NumPy float64 ufunc.at / clamp / fill"
+        + (f"; set() with duplicates at {list(_ambiguous)} wrote one of the candidate values" if _ambiguous else ""),
+        max(check_errors.values()),
+        check_tolerance,
+    )
+    return check_errors, check_passed
+
+
+@app.cell
+def test_check_passes(check_errors, check_passed):
+    assert check_passed, f".at[] results differ from the NumPy reference: {check_errors}"
+    return
+
+
+@app.cell
+def test_add_accumulates_duplicates_like_np_add_at(indices_K, values_K, x_N):
+    _result = indexing.at_update(x_N, indices_K, values_K, "add", "drop")
+    _reference = np.array(x_N, dtype=np.float64)
+    _inside = indexing.in_bounds(indices_K, x_N.shape[0])
+    np.add.at(_reference, indexing.normalized(indices_K, x_N.shape[0])[_inside], np.asarray(values_K, np.float64)[_inside])
+    np.testing.assert_allclose(_result, _reference, rtol=1e-6)
+    return
+
+
+@app.cell
+def test_out_of_bounds_never_raises_in_jax(gathered, indices_K, x_N):
+    assert all(v.shape == (len(indices_K),) for v in gathered.values())
+    _clamped = np.clip(indexing.normalized(indices_K, x_N.shape[0]), 0, x_N.shape[0] - 1)
+    np.testing.assert_array_equal(gathered["default"], np.asarray(x_N)[_clamped])
+    return
+
+
+if __name__ == "__main__":
+    app.run()
