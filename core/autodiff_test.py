@@ -1,0 +1,98 @@
+import jax
+import numpy as np
+import pytest
+
+from core import autodiff
+
+
+@pytest.mark.parametrize("name", autodiff.NAMES)
+@pytest.mark.parametrize("lo, hi, points", [(-3.0, 3.0, 61), (-0.5, 2.0, 7), (1.0, 5.0, 2)])
+def test_jax_grad_matches_closed_form_and_finite_differences(name, lo, hi, points):
+    x = autodiff.grid(lo, hi, points)
+    comparison = autodiff.compare(name, x)
+    assert comparison.error_vs_closed_form <= autodiff.RELATIVE_TOLERANCE
+    assert comparison.error_vs_finite_difference <= autodiff.RELATIVE_TOLERANCE
+    assert comparison.jax_grad.shape == comparison.closed_form.shape == (points,)
+
+
+@pytest.mark.parametrize("name", autodiff.NAMES)
+def test_closed_form_matches_a_fine_central_difference_in_float64(name):
+    # The two references agree with each other to ~h^2: the hand-written formulas are right.
+    x = np.linspace(-4.0, 4.0, 33)
+    function = autodiff.get(name)
+    estimate = autodiff.central_difference(function.numpy_f, x, 1e-5)
+    np.testing.assert_allclose(estimate, autodiff.closed_form_derivative(name, x), atol=1e-8)
+
+
+@pytest.mark.parametrize("name", autodiff.NAMES)
+def test_numpy_and_jax_functions_agree(name):
+    x = np.linspace(-5.0, 5.0, 21)
+    np.testing.assert_allclose(
+        autodiff.jax_value_on(name, x), autodiff.get(name).numpy_f(x), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_known_values():
+    # x^3 - 2x at 2: 3*4 - 2 = 10; tanh at 0: 1; softplus at 0: sigmoid(0) = 1/2.
+    assert autodiff.jax_grad_at("x**3 - 2x", 2.0) == pytest.approx(10.0)
+    assert autodiff.jax_grad_at("tanh", 0.0) == pytest.approx(1.0)
+    assert autodiff.jax_grad_at("softplus", 0.0) == pytest.approx(0.5)
+    assert autodiff.jax_grad_at("log(1+x**2)", 1.0) == pytest.approx(1.0)
+    assert autodiff.jax_grad_at("sin(x)*exp(-x/4)", 0.0) == pytest.approx(1.0)
+
+
+def test_softplus_reference_is_stable_for_large_inputs():
+    x = np.array([-800.0, 0.0, 800.0])
+    np.testing.assert_allclose(autodiff.get("softplus").numpy_f(x), [0.0, np.log(2.0), 800.0])
+    np.testing.assert_allclose(autodiff.closed_form_derivative("softplus", x), [0.0, 0.5, 1.0])
+
+
+def test_central_difference_error_is_second_order():
+    # For x^3 the central difference is exact up to h^2: (x+h)^3-(x-h)^3 / 2h = 3x^2 + h^2.
+    f = autodiff.get("x**3 - 2x").numpy_f
+    for h in (1e-1, 1e-2):
+        estimate = autodiff.central_difference(f, np.array([1.5]), h)[0]
+        assert estimate - (3 * 1.5**2 - 2) == pytest.approx(h**2, rel=1e-6)
+    forward = autodiff.forward_difference(f, np.array([1.5]), 1e-3)[0]
+    assert forward - (3 * 1.5**2 - 2) == pytest.approx(3 * 1.5 * 1e-3, rel=1e-2)  # O(h): 3x h
+
+
+def test_step_size_sweep_has_the_v_shape():
+    steps = np.logspace(-12, -1, 12)
+    rows = autodiff.step_size_sweep("sin(x)*exp(-x/4)", 0.7, steps)
+    assert len(rows) == len(steps) * 4
+    central64 = {r["step h"]: r["abs error"] for r in rows if r["scheme"] == "central float64"}
+    central32 = {r["step h"]: r["abs error"] for r in rows if r["scheme"] == "central float32"}
+    best64 = min(central64, key=central64.get)
+    assert 1e-7 <= best64 <= 1e-3  # neither the smallest nor the largest step
+    assert central64[best64] < 1e-9
+    assert central64[1e-12] > 1e3 * central64[best64]  # roundoff dominates at tiny h
+    assert min(central32.values()) > 100 * central64[best64]  # float32 cannot get close
+
+
+def test_jit_equals_eager():
+    x = autodiff.grid(-2.0, 2.0, 9)
+    with jax.disable_jit():
+        eager = autodiff.jax_grad_on("tanh", x)
+    np.testing.assert_allclose(autodiff.jax_grad_on("tanh", x), eager, rtol=1e-6)
+
+
+def test_long_rows_have_three_curves_per_point():
+    comparison = autodiff.compare("tanh", autodiff.grid(-1.0, 1.0, 5))
+    rows = comparison.long_rows()
+    assert len(rows) == 15 and {r["curve"] for r in rows} == {
+        "f(x)",
+        "jax.grad(f)",
+        "closed-form f'",
+    }
+
+
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(ValueError, match="unknown function"):
+        autodiff.get("cosh")
+    with pytest.raises(ValueError, match="lo < hi"):
+        autodiff.grid(2.0, 1.0, 10)
+    with pytest.raises(ValueError, match="at least 2"):
+        autodiff.grid(0.0, 1.0, 1)
+    with pytest.raises(ValueError, match="positive"):
+        autodiff.central_difference(np.sin, np.zeros(1), 0.0)
