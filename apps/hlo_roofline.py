@@ -1,0 +1,298 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(
+    width="medium",
+    app_title="Reason with HLO and the roofline model",
+)
+
+with app.setup:
+    import altair as alt
+    import jax
+    import jax.numpy as jnp
+    import marimo as mo
+    import pandas as pd
+
+    from core import lab
+    from core.perf import machine, roofline, timing
+    from core.tpu import specs, topology_compile
+
+    lab.use_cpu_devices()
+    SIZES = tuple(2**i for i in range(3, 12))
+    ELEMENTS = tuple(2**i for i in range(10, 25, 2))
+    FLAGS = lab.Flags(
+        lab.Flag("kernel", "matmul", "which kernel to analyse", choices=("matmul", "elementwise")),
+        lab.Flag("m", 256, "matmul rows M", choices=SIZES),
+        lab.Flag("n", 256, "matmul columns N", choices=SIZES),
+        lab.Flag("k", 256, "matmul contraction K", choices=SIZES),
+        lab.Flag("elements", 2**20, "elements of the elementwise input", choices=ELEMENTS),
+        lab.Flag("op", "add", "elementwise op", choices=roofline.ELEMENTWISE_OPS),
+        lab.Flag("dtype", "float32", "element type", choices=("float32", "bfloat16")),
+        lab.Flag("repeats", 10, "timed runs", lo=3, hi=100),
+        description="Reason with HLO and the roofline model.",
+    )
+    ARGS = FLAGS.parse()
+    MACHINE = machine.machine_label()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    # Reason with HLO and the roofline model
+    *Phase 15 · Performance diagnosis*
+
+    A kernel that does F FLOPs while moving B bytes cannot finish faster than
+    `max(F / peak FLOP/s, B / memory bandwidth)`. Its **arithmetic intensity** F / B decides
+    which limit binds. In this lesson you will
+
+    - read F and B off the compiler (`compiled.cost_analysis()`) and check them against the
+      closed forms (2MNK for a matmul, one op per element for elementwise);
+    - place the kernel on a **log-log roofline** of this machine (peak FLOP/s and bandwidth
+      measured here) beside the v5e, v5p and v6e rooflines and ridge points;
+    - predict the run time from the roofline and compare it with the measured time on this CPU.
+    """)
+    return
+
+
+@app.cell
+def _():
+    saved = machine.load()
+    if saved is None:
+        # no benchmarks/results/machine.json: a quick, small (noisier) measurement now
+        machine_report = machine.measure(quick=True, bf16=False)
+        _origin = "measured just now (quick); run `python benchmarks/machine.py` for steadier figures"
+    else:
+        machine_report = saved
+        _origin = f"from `benchmarks/results/machine.json` ({saved.get('measured_at', 'unknown time')})"
+    peak_flops = machine_report["peak_flop_per_s"]
+    bandwidth = machine_report["bytes_per_s"]
+    mo.vstack(
+        [
+            mo.md(f"## This machine\n{machine_report['machine']}: figures {_origin}."),
+            lab.table(machine.report_rows(machine_report)),
+            mo.md(
+                f"Peak = f32 matmul {peak_flops / 1e9:.3g} GFLOP/s, bandwidth = copy {bandwidth / 1e9:.3g} GB/s, "
+                f"ridge point **{peak_flops / bandwidth:.1f} FLOP/byte** (TPU bf16: "
+                + ", ".join(f"{g} {specs.chip(g).ridge_point:.0f}" for g in specs.GENERATIONS)
+                + ")."
+            ),
+        ]
+    )
+    return bandwidth, machine_report, peak_flops
+
+
+@app.cell
+def _():
+    kernel = FLAGS.control("kernel", ARGS)
+    m = FLAGS.control("m", ARGS, label="M")
+    n = FLAGS.control("n", ARGS, label="N")
+    k = FLAGS.control("k", ARGS, label="K")
+    elements = FLAGS.control("elements", ARGS)
+    op = FLAGS.control("op", ARGS)
+    dtype = FLAGS.control("dtype", ARGS)
+    repeats = FLAGS.control("repeats", ARGS)
+    mo.vstack(
+        [
+            mo.md("## The kernel"),
+            mo.hstack([kernel, dtype, repeats], justify="start"),
+            mo.hstack([mo.md("matmul (M, K) @ (K, N):"), m, k, n], justify="start"),
+            mo.hstack([mo.md("elementwise:"), op, elements], justify="start"),
+        ]
+    )
+    return dtype, elements, k, kernel, m, n, op, repeats
+
+
+@app.cell
+def _(dtype, elements, k, kernel, m, n, op):
+    itemsize = jnp.dtype(dtype.value).itemsize
+    if kernel.value == "matmul":
+        _m, _n, _k = int(m.value), int(n.value), int(k.value)
+        compiled = roofline.compile_matmul(_m, _n, _k, dtype.value)
+        closed = roofline.matmul_cost(_m, _n, _k, itemsize)
+        check_compiled = roofline.compile_matmul(_m, _n, _k, "float32")
+        check_closed = roofline.matmul_cost(_m, _n, _k, 4)
+        kernel_text = f"({_m}, {_k}) @ ({_k}, {_n}) {dtype.value}"
+    else:
+        _count = int(elements.value)
+        compiled = roofline.compile_elementwise(op.value, _count, dtype.value)
+        closed = roofline.elementwise_cost(op.value, _count, itemsize)
+        check_compiled = roofline.compile_elementwise(op.value, _count, "float32")
+        check_closed = roofline.elementwise_cost(op.value, _count, 4)
+        kernel_text = f"{op.value} on {_count:,} {dtype.value} elements"
+    cost = roofline.cost_from_compiled(compiled)
+    check_cost = roofline.cost_from_compiled(check_compiled)
+    tpu_cost = None
+    if topology_compile.libtpu_problem() is None:
+        _device = topology_compile.topology_devices("v5e:2x2")[0]
+        if kernel.value == "matmul":
+            _tpu = roofline.compile_matmul(int(m.value), int(n.value), int(k.value), dtype.value, _device)
+        else:
+            _tpu = roofline.compile_elementwise(op.value, int(elements.value), dtype.value, _device)
+        tpu_cost = (roofline.cost_from_compiled(_tpu), topology_compile.cost_dict(_tpu).get("optimal_seconds"))
+    _rows = [
+        {"source": "closed form", "FLOPs": f"{closed.flops:,.0f}", "transcendentals": f"{closed.transcendentals:,.0f}", "bytes": f"{closed.bytes:,.0f}", "intensity (FLOP/byte)": f"{closed.intensity:.3g}"},
+        {"source": "cost_analysis(), this CPU", "FLOPs": f"{cost.flops:,.0f}", "transcendentals": f"{cost.transcendentals:,.0f}", "bytes": f"{cost.bytes:,.0f}", "intensity (FLOP/byte)": f"{cost.intensity:.3g}"},
+    ]
+    if tpu_cost is not None:
+        _rows.append({"source": "cost_analysis(), TPU v5e compiler", "FLOPs": f"{tpu_cost[0].flops:,.0f}", "transcendentals": f"{tpu_cost[0].transcendentals:,.0f}", "bytes": f"{tpu_cost[0].bytes:,.0f}", "intensity (FLOP/byte)": f"{tpu_cost[0].intensity:.3g}"})
+    _hlo = next((line.strip()[:150] for line in compiled.as_text().splitlines() if line.strip().startswith("ROOT")), "")
+    mo.vstack(
+        [
+            mo.md(f"### {kernel_text}\nThe compiled HLO's result: `{_hlo}`"),
+            lab.table(_rows),
+            mo.md(
+                """
+    - In **float32** the CPU compiler's numbers equal the closed form.
+    - In **bfloat16** this CPU has no bf16 matmul unit: XLA converts to f32 and back, and
+      those conversions show up as extra FLOPs and bytes. The TPU compiler multiplies bf16
+      natively and counts exactly 2MNK.
+    - The TPU compiler's **bytes** are larger than the closed form for big matmuls: its tiled
+      program re-reads operand tiles, and arrays are padded to (8, 128) tiles.
+    """
+            ),
+        ]
+    )
+    return check_closed, check_cost, closed, cost, kernel_text, tpu_cost
+
+
+@app.cell
+def _(
+    bandwidth,
+    closed,
+    cost,
+    dtype,
+    elements,
+    k,
+    kernel,
+    m,
+    n,
+    op,
+    peak_flops,
+    repeats,
+):
+    # Measured time on this CPU (warm, blocked, median) vs the roofline prediction.
+    if kernel.value == "matmul":
+        _a = jnp.ones((int(m.value), int(k.value)), dtype.value)
+        _b = jnp.ones((int(k.value), int(n.value)), dtype.value)
+        measured = timing.time_calls(jax.jit(jnp.matmul), _a, _b, repeats=repeats.value)
+    else:
+        _x = jnp.ones((int(elements.value),), dtype.value)
+        measured = timing.time_calls(jax.jit(roofline.elementwise_fn(op.value)), _x, repeats=repeats.value)
+    predicted_s = roofline.roofline_seconds(closed, peak_flops, bandwidth)
+    measured_s = measured.summary.median
+    _bound = roofline.bound(closed.intensity, peak_flops, bandwidth)
+    if predicted_s > measured_s:
+        _reading = (
+            "Above 100%: the roof is not a hard limit here. This machine's \"peak\" is its "
+            "*sustained* 2048-matmul and large-copy rate (measured at another moment, under "
+            "another load); a kernel that fits in cache can beat the copy bandwidth."
+        )
+    else:
+        _reading = "Small kernels fall short: dispatch overhead and cache effects are not in the model."
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ### Predicted vs measured, {MACHINE}
+    Roofline prediction from the closed form: **{predicted_s * 1e6:.1f} us** ({_bound} here:
+    intensity {closed.intensity:.3g} vs ridge {peak_flops / bandwidth:.1f}). Measured median of
+    {repeats.value} warm, blocked runs: **{measured_s * 1e6:.1f} us**
+    (p10-p90 {measured.summary.p10 * 1e6:.1f}-{measured.summary.p90 * 1e6:.1f} us), so the kernel
+    reaches **{predicted_s / measured_s:.0%}** of its roofline. {_reading} The compiler counted
+    {cost.flops + cost.transcendentals:,.0f} operations and {cost.bytes:,.0f} bytes.
+    """
+            )
+        ]
+    )
+    return measured_s, predicted_s
+
+
+@app.cell
+def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
+    _roofs = roofline.roof_rows("this CPU (measured)", peak_flops, bandwidth, lo=0.01, hi=1e4)
+    for _g in specs.GENERATIONS:
+        _spec = specs.chip(_g)
+        _roofs += roofline.roof_rows(f"TPU {_g} (bf16, published)", _spec.bf16_flops.value, _spec.hbm_bandwidth.value, lo=0.01, hi=1e4)
+    _roof_df = pd.DataFrame(_roofs)
+    # the square matmuls and elementwise kernels as sizes change (closed form intensity)
+    _family = (
+        [{"kernel": f"matmul {s}^3", "intensity": roofline.matmul_cost(s, s, s, 4).intensity} for s in SIZES]
+        if kernel.value == "matmul"
+        else [{"kernel": f"{o} (any size)", "intensity": roofline.elementwise_cost(o, 1024, 4).intensity} for o in roofline.ELEMENTWISE_OPS]
+    )
+    _family_df = pd.DataFrame(_family)
+    _family_df["FLOP/s"] = [roofline.attainable_flops(i, peak_flops, bandwidth) for i in _family_df["intensity"]]
+    _point = pd.DataFrame(
+        [
+            {"what": "roofline bound", "intensity": closed.intensity, "FLOP/s": roofline.attainable_flops(closed.intensity, peak_flops, bandwidth)},
+            {"what": "measured here", "intensity": closed.intensity, "FLOP/s": (closed.flops + closed.transcendentals) / measured_s},
+        ]
+    )
+    _ridges = pd.DataFrame([{"ridge": f"{g} ridge {specs.chip(g).ridge_point:.0f}", "intensity": specs.chip(g).ridge_point} for g in specs.GENERATIONS] + [{"ridge": f"this CPU ridge {peak_flops / bandwidth:.1f}", "intensity": peak_flops / bandwidth}])
+    _x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOP per byte, log)")
+    _y = alt.Y("FLOP/s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format=".0e"), title="attainable FLOP/s (log)")
+    _lines = alt.Chart(_roof_df).mark_line().encode(x=_x, y=_y, color=alt.Color("machine:N", title="roofline"))
+    _ridge_rules = alt.Chart(_ridges).mark_rule(strokeDash=[2, 3], color="gray").encode(x="intensity:Q", tooltip=["ridge"])
+    _fam = alt.Chart(_family_df).mark_point(color="black", opacity=0.5).encode(x=_x, y=_y, tooltip=["kernel", alt.Tooltip("intensity:Q", format=".3g")])
+    _pts = alt.Chart(_point).mark_point(size=160, filled=True, color="black").encode(x=_x, y=_y, shape=alt.Shape("what:N", title=kernel_text), tooltip=["what", alt.Tooltip("FLOP/s:Q", format=".3g")])
+    mo.vstack(
+        [
+            mo.md(
+                "## The roofline\nEach line: FLOP/s = min(peak, intensity x bandwidth). Dashed: ridge "
+                "points. Grey points: the same kind of kernel at other sizes (a square matmul's "
+                "intensity grows like n/6 in f32; a unary elementwise op stays at 1/8 FLOP/byte in f32 (1/4 in bf16), "
+                "memory-bound, on every chip). Filled: your kernel, bound and measured."
+            ),
+            alt.layer(_lines, _ridge_rules, _fam, _pts).properties(width=560, height=340, title=f"roofline: this CPU ({MACHINE}, measured) and TPU chips (published)"),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(check_closed, check_cost, dtype, kernel, tpu_cost):
+    # Independent reference: the closed forms (2MNK; one op per element), against the
+    # compiler's cost_analysis() in float32 on this CPU and, with libtpu, on the TPU compiler.
+    check_errors = {
+        "CPU f32 FLOPs + transcendentals vs closed form": abs(check_cost.flops + check_cost.transcendentals - check_closed.flops - check_closed.transcendentals) / (check_closed.flops + check_closed.transcendentals),
+        "CPU f32 bytes vs closed form": abs(check_cost.bytes - check_closed.bytes) / check_closed.bytes,
+    }
+    if tpu_cost is not None and kernel.value == "matmul":
+        check_errors[f"TPU v5e {dtype.value} FLOPs vs 2MNK"] = abs(tpu_cost[0].flops - check_closed.flops) / check_closed.flops
+    check_tolerance = 1e-12  # exact: these are integer counts
+    check_passed = max(check_errors.values()) <= check_tolerance
+    lab.check_badge(check_passed, "compiler cost_analysis() equals the closed form (f32 FLOPs and bytes on this CPU; 2MNK on the TPU compiler)", max(check_errors.values()), check_tolerance)
+    return check_errors, check_passed
+
+
+@app.cell
+def test_check_passes(check_errors, check_passed):
+    assert check_passed, check_errors
+    return
+
+
+@app.cell
+def test_prediction_is_positive_and_machine_labelled(
+    machine_report,
+    predicted_s,
+):
+    assert predicted_s > 0
+    assert machine_report["machine"].endswith("(this CPU)")
+    return
+
+
+@app.cell
+def test_roofline_prediction_follows_the_closed_form(
+    bandwidth,
+    closed,
+    peak_flops,
+    predicted_s,
+):
+    compute_s = (closed.flops + closed.transcendentals) / peak_flops
+    memory_s = closed.bytes / bandwidth
+    assert predicted_s == max(compute_s, memory_s)
+    return
+
+
+if __name__ == "__main__":
+    app.run()

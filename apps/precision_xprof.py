@@ -1,0 +1,278 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(
+    width="medium",
+    app_title="bfloat16, int8 precision, and XProf profiling on TPU",
+)
+
+with app.setup:
+    import tempfile
+
+    import altair as alt
+    import jax
+    import jax.numpy as jnp
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    from core import lab
+    from core.perf import quantization, trace
+
+    lab.use_cpu_devices()
+    K_CHOICES = (256, 1024, 4096, 16384)
+    FLAGS = lab.Flags(
+        lab.Flag("rows", 16, "rows M of x (and columns N of w)", lo=1, hi=128),
+        lab.Flag("k_max", 1024, "largest contraction size K in the sweep", choices=K_CHOICES),
+        lab.Flag("channel_spread", 30.0, "largest / smallest column scale of w", lo=1.0, hi=1000.0, step=1.0),
+        lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("trace_size", 256, "matrix size of the profiled bf16 step", lo=16, hi=1024, step=16),
+        lab.Flag("trace_steps", 3, "profiled steps (after one warm-up)", lo=1, hi=10),
+        description="bfloat16, int8 precision, and XProf profiling on TPU.",
+    )
+    ARGS = FLAGS.parse()
+    MACHINE = f"this {jax.default_backend().upper()}"
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    # bfloat16, int8 precision, and XProf profiling on TPU
+    *Phase 4 · TPU Systems: Generations, Memory, Precision & XProf*
+
+    TPUs multiply **bfloat16** natively (and int8 at twice the rate on v5e/v6e), accumulating
+    in float32. Lower precision is faster and smaller, so you need to know what it costs. In
+    this lesson you will
+
+    - measure the relative error of bf16 and int8 matmuls against float32 and against NumPy
+      float64 as the contraction size K grows;
+    - compare int8 **per-tensor** and **per-channel** symmetric quantization;
+    - capture a **warmed-up** profiler trace (compilation excluded) with `jax.profiler.trace`,
+      list what it writes, and learn the exact steps to open it in **XProf** on a TPU VM.
+    """)
+    return
+
+
+@app.cell
+def _():
+    rows = FLAGS.control("rows", ARGS, label="M = N")
+    k_max = FLAGS.control("k_max", ARGS, label="largest K")
+    channel_spread = FLAGS.control("channel_spread", ARGS, label="column scale spread of w")
+    seed = FLAGS.control("seed", ARGS)
+    mo.hstack([rows, k_max, channel_spread, seed], justify="start")
+    return channel_spread, k_max, rows, seed
+
+
+@app.cell
+def _(channel_spread, k_max, rows, seed):
+    sweep_ks = [k for k in (16, 64, 256, 1024, 4096, 16384) if k <= int(k_max.value)]
+    sweep = pd.DataFrame(
+        quantization.error_sweep(jax.random.key(seed.value), rows.value, rows.value, sweep_ks, channel_spread=channel_spread.value)
+    )
+    _error_chart = (
+        alt.Chart(sweep, title="relative error vs NumPy float64 as K grows")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("K:Q", scale=alt.Scale(type="log", base=2), title="contraction size K"),
+            y=alt.Y("error vs float64:Q", scale=alt.Scale(type="log"), title="relative error (Frobenius)"),
+            color="kind:N",
+            tooltip=["K", "kind", alt.Tooltip("error vs float64:Q", format=".2e"), alt.Tooltip("error vs float32:Q", format=".2e")],
+        )
+        .properties(width=380, height=240)
+    )
+    _unit = pd.DataFrame([{"level": "bf16 unit roundoff 2^-9", "error": 2.0**-9}, {"level": "f32 unit roundoff 2^-24 x sqrt(K max)", "error": 2.0**-24 * np.sqrt(max(sweep_ks))}])
+    _levels = alt.Chart(_unit).mark_rule(strokeDash=[3, 3], color="gray").encode(y="error:Q", tooltip=["level"])
+    _largest = sweep[sweep["K"] == max(sweep_ks)][["kind", "error vs float64", "error vs float32", "worst column vs float64"]]
+    mo.vstack(
+        [
+            mo.md(
+                f"## Error as the contraction grows\nx is ({rows.value}, K) ~ N(0, 1); w is (K, {rows.value}) "
+                f"with column scales spread {channel_spread.value:g}x. Each product is compared with the same "
+                "product in NumPy float64 (and with float32)."
+            ),
+            alt.layer(_error_chart, _levels),
+            lab.table(
+                [
+                    {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in row.items()}
+                    for row in _largest.to_dict("records")
+                ],
+                caption=f"At K = {max(sweep_ks)}:",
+            ),
+            mo.md(
+                """
+    - **bf16 inputs, f32 accumulate** (what the TPU MXU does): the error is the rounding of
+      the inputs, ~2^-9 per element, and it does *not* grow with K.
+    - **bf16 accumulate** (a running sum rounded to bf16 after every addition) loses more with
+      every term: its error grows with K. This is why you ask for
+      `preferred_element_type=jnp.float32`.
+    - **int8**: 127 levels per sign; per-channel scales fit each column's range.
+    - **float32** itself is ~1e-7 off float64, growing slowly with K.
+    """
+            ),
+        ]
+    )
+    return (sweep,)
+
+
+@app.cell
+def _(channel_spread, rows, seed):
+    _x, w_KN = quantization.example_operands(jax.random.key(seed.value + 1), rows.value, 256, rows.value, channel_spread.value)
+    schemes = {}
+    for _scheme in quantization.SCHEMES:
+        _codes, _scale = quantization.quantize(w_KN, _scheme, axis=0)
+        schemes[_scheme] = (_codes, _scale)
+    _w = np.asarray(w_KN, np.float64)
+    per_column = pd.DataFrame(
+        [
+            {
+                "column": j,
+                "scheme": name,
+                "relative error of the column": float(
+                    np.linalg.norm(np.asarray(quantization.dequantize(codes, scale))[:, j] - _w[:, j]) / np.linalg.norm(_w[:, j])
+                ),
+            }
+            for name, (codes, scale) in schemes.items()
+            for j in range(_w.shape[1])
+        ]
+    )
+    _chart = (
+        alt.Chart(per_column, title="int8 round-trip error of each column of w")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("column:O", title="column (scale grows to the right)"),
+            y=alt.Y("relative error of the column:Q", scale=alt.Scale(type="log")),
+            color="scheme:N",
+            tooltip=["column", "scheme", alt.Tooltip("relative error of the column:Q", format=".2e")],
+        )
+        .properties(width=420, height=200)
+    )
+    _per_tensor_scale = float(schemes["per-tensor"][1])
+    _per_channel_scales = np.asarray(schemes["per-channel"][1]).ravel()
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## int8: one scale or one per channel
+    Symmetric quantization: `scale = max|w| / 127`, `q = round(w / scale)` in [-127, 127],
+    `w ~ q * scale`. **Per-tensor**: one scale {_per_tensor_scale:.3g} for the whole matrix, set by its
+    largest value, so small columns use only a few of the 255 levels. **Per-channel**: one scale
+    per output column, from {_per_channel_scales.min():.3g} to {_per_channel_scales.max():.3g}.
+    """
+            ),
+            _chart,
+        ]
+    )
+    return per_column, schemes, w_KN
+
+
+@app.cell
+def _():
+    trace_size = FLAGS.control("trace_size", ARGS, label="profiled matmul size")
+    trace_steps = FLAGS.control("trace_steps", ARGS, label="profiled steps")
+    trace_button = mo.ui.run_button(label="Capture a trace")
+    mo.vstack(
+        [
+            mo.md(
+                "## Capture a warmed-up trace\nThe first call compiles; a trace that includes it "
+                "shows compilation, not your step. So: call once (warm-up, blocked), then trace a "
+                "few blocked steps inside `jax.profiler.trace(logdir)`."
+            ),
+            mo.hstack([trace_size, trace_steps, trace_button], justify="start"),
+        ]
+    )
+    return trace_button, trace_size, trace_steps
+
+
+@app.cell
+def _(seed, trace_button, trace_size, trace_steps):
+    mo.stop(lab.interactive() and not trace_button.value, mo.callout(mo.md("Press **Capture a trace** (a second or two)."), kind="info"))
+    _n = trace_size.value
+    _a = jax.random.normal(jax.random.key(seed.value), (_n, _n), jnp.float32)
+
+    @jax.jit
+    def bf16_step(carry_NN):
+        """A bf16 matmul with f32 accumulation, then a normalization: the profiled step."""
+        product = jax.lax.dot(carry_NN.astype(jnp.bfloat16), _a.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+        return product / jnp.linalg.norm(product)
+
+    logdir = tempfile.mkdtemp(prefix="jax-trace-")
+    capture, _ = trace.capture(bf16_step, _a, logdir, steps=trace_steps.value, warmup=1, perfetto=True)
+    trace_events = trace.xplane_op_events(capture.find(".xplane.pb"))
+    top_ops = trace.op_table(trace_events, "jit_bf16_step")
+    mo.vstack(
+        [
+            mo.md(f"Wrote to `{logdir}` (a temporary directory):"),
+            lab.table(capture.file_rows()),
+            lab.table(
+                [{**r, "total (us)": f"{r['total (us)']:.1f}", "mean (us)": f"{r['mean (us)']:.1f}", "share": f"{r['share']:.0%}"} for r in top_ops[:6]],
+                caption=f"Ops of `jit_bf16_step` in the trace ({trace_steps.value} steps, {MACHINE}; the lesson *Read an XProf trace* goes further):",
+            ),
+        ]
+    )
+    return capture, logdir, top_ops
+
+
+@app.cell
+def _(logdir):
+    mo.md(f"""
+    ## Open it in XProf on a TPU VM
+    The same code on a TPU VM writes the same files, with TPU ops in them. To look at them:
+
+    ```bash
+    {trace.xprof_commands("/tmp/jax-trace", tpu_name="my-tpu", zone="us-central2-b")}
+    ```
+
+    This trace (`{logdir}`) opens the same way here: `pip install xprof`, then
+    `xprof --logdir={logdir} --port=6006`, or drop its `perfetto_trace.json.gz` /
+    `*.trace.json.gz` on https://ui.perfetto.dev (nothing in this lesson needs the network).
+    """)
+    return
+
+
+@app.cell
+def _(rows, schemes, seed, sweep, w_KN):
+    # Independent references: NumPy float64 (int64 for the integer product) on the same values.
+    _x, _ = quantization.example_operands(jax.random.key(seed.value + 2), rows.value, 256, rows.value)
+    _codes_x, _scale_x = quantization.quantize(_x, "per-channel", axis=1)
+    _codes_w, _scale_w = schemes["per-channel"]
+    _integer_reference = (np.asarray(_codes_x, np.int64) @ np.asarray(_codes_w, np.int64)) * np.asarray(_scale_x, np.float64) * np.asarray(_scale_w, np.float64)
+    check_errors = {
+        "int8 matmul vs NumPy int64 product of its codes": quantization.relative_error(quantization.int8_matmul(_x, w_KN, "per-channel"), _integer_reference),
+        "float32 matmul vs NumPy float64 (largest K)": float(sweep[(sweep["kind"] == "float32")]["error vs float64"].max()),
+        "bf16 inputs, f32 accumulate vs float64 (all K), / 4": float(sweep[sweep["kind"] == "bf16 inputs, f32 accumulate"]["error vs float64"].max()) / 4,
+    }
+    # bounds: exact up to float32 rescaling; f32 ~ 1e-6; bf16 input rounding ~ 2^-9 (4x margin: 2^-7 / 4)
+    check_tolerance = 2.0**-9
+    check_passed = check_errors["int8 matmul vs NumPy int64 product of its codes"] <= 1e-6 and max(check_errors.values()) <= check_tolerance
+    lab.check_badge(
+        check_passed,
+        "int8 matmul = exact integer product of its codes (NumPy int64); float32 and bf16-input errors vs NumPy float64 within their roundoff bounds",
+        max(check_errors.values()),
+        check_tolerance,
+    )
+    return check_errors, check_passed
+
+
+@app.cell
+def test_check_passes(check_errors, check_passed):
+    assert check_passed, check_errors
+    return
+
+
+@app.cell
+def test_per_channel_fits_columns_better(per_column):
+    by_scheme = per_column.pivot(index="column", columns="scheme", values="relative error of the column")
+    assert by_scheme["per-channel"].median() < by_scheme["per-tensor"].median()
+    assert by_scheme["per-channel"].max() <= by_scheme["per-tensor"].max() * 1.0001
+    return
+
+
+@app.cell
+def test_trace_holds_the_warmed_up_steps(capture, top_ops, trace_steps):
+    assert any(p.name.endswith(".xplane.pb") for p in capture.files)
+    assert top_ops and {r["count"] for r in top_ops} == {trace_steps.value}
+    return
+
+
+if __name__ == "__main__":
+    app.run()

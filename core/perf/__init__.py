@@ -1,0 +1,1 @@
+"""Performance diagnosis: timing, profiler traces, rooflines, rematerialization, quantization."""

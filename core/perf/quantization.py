@@ -1,0 +1,191 @@
+"""bfloat16 and int8 matmuls, and how far they land from float32 and float64.
+
+bfloat16 keeps float32's 8-bit exponent but only 8 significant bits (unit roundoff 2^-9,
+spacing 2^-8 near 1): rounding the inputs costs a few 1e-3 of relative error whatever the
+contraction size K, while a running sum kept in bf16 loses more with every addition, so its
+error grows with K. TPU MXUs multiply bf16 inputs and accumulate in float32
+(``preferred_element_type=jnp.float32`` says so explicitly).
+
+int8 quantization maps a float tensor to integers in [-127, 127] with a scale:
+``q = round(x / s)``, ``x ~ q * s``, symmetric (zero maps to zero). One scale for the whole
+tensor (per-tensor) is hurt by the largest value anywhere; one scale per output channel
+(per-channel: a column of a weight matrix) adapts to each column's range. The int8 matmul
+multiplies the integers exactly, accumulates in int32, and rescales once at the end.
+
+Dimension glossary: M rows of x, K contraction, N output channels.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SCHEMES = ("per-tensor", "per-channel")
+MATMUL_KINDS = (
+    "float32",
+    "bf16 inputs, f32 accumulate",
+    "bf16 accumulate",
+    "int8 per-tensor",
+    "int8 per-channel",
+)
+INT8_MAX = 127
+
+
+def relative_error(result, reference) -> float:
+    """Frobenius-norm relative error ||result - reference|| / ||reference||, in float64."""
+    result = np.asarray(result, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    norm = np.linalg.norm(reference)
+    return float(np.linalg.norm(result - reference) / (norm if norm > 0 else 1.0))
+
+
+def worst_column_error(result_MN, reference_MN) -> float:
+    """The largest per-column relative error: how badly the worst output channel fares."""
+    result = np.asarray(result_MN, dtype=np.float64)
+    reference = np.asarray(reference_MN, dtype=np.float64)
+    norms = np.linalg.norm(reference, axis=0)
+    errors = np.linalg.norm(result - reference, axis=0) / np.where(norms > 0, norms, 1.0)
+    return float(errors.max())
+
+
+@functools.partial(jax.jit, static_argnames=("scheme", "axis"))
+def quantize(
+    x: jax.Array, scheme: str = "per-tensor", axis: int = 0
+) -> tuple[jax.Array, jax.Array]:
+    """Symmetric int8 quantization: (q int8, scale float32) with x ~ q * scale.
+
+    ``per-channel`` keeps one scale per slice along every axis except ``axis`` (the axis that
+    is reduced over), e.g. ``axis=0`` of a (K, N) weight gives one scale per column N.
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    x = x.astype(jnp.float32)
+    if scheme == "per-tensor":
+        amax = jnp.max(jnp.abs(x))
+    else:
+        amax = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
+    scale = jnp.where(amax > 0, amax / INT8_MAX, 1.0)
+    q = jnp.clip(jnp.round(x / scale), -INT8_MAX, INT8_MAX).astype(jnp.int8)
+    return q, scale.astype(jnp.float32)
+
+
+def dequantize(q: jax.Array, scale: jax.Array) -> jax.Array:
+    return q.astype(jnp.float32) * scale
+
+
+@jax.jit
+def _int8_dot(qx_MK, qw_KN):
+    return jax.lax.dot(qx_MK, qw_KN, preferred_element_type=jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("scheme",))
+def int8_matmul(x_MK: jax.Array, w_KN: jax.Array, scheme: str = "per-channel") -> jax.Array:
+    """x @ w through int8: x quantized per row (per-tensor scheme: one scale), w per scheme.
+
+    The integer product is exact (int32 accumulation); the scales are applied afterwards,
+    so the only error is the rounding of x and w to int8.
+    """
+    qx, sx = quantize(x_MK, scheme, axis=1)  # per-channel: one scale per row of x
+    qw, sw = quantize(w_KN, scheme, axis=0)  # per-channel: one scale per column of w
+    return _int8_dot(qx, qw).astype(jnp.float32) * sx * sw
+
+
+@jax.jit
+def _bf16_f32_accumulate(x_MK, w_KN):
+    return jax.lax.dot(
+        x_MK.astype(jnp.bfloat16), w_KN.astype(jnp.bfloat16), preferred_element_type=jnp.float32
+    )
+
+
+@jax.jit
+def _bf16_accumulate(x_MK, w_KN):
+    """A running sum over K kept in bf16: rounded after every one of the K additions.
+
+    (A plain bf16 ``x @ w`` does not show this on CPU or TPU: both accumulate in f32
+    internally. This is what a naive bf16 accumulator would do.)
+    """
+
+    def add_rank_one(acc_MN, x_k_w_k):
+        x_M, w_N = x_k_w_k
+        return (acc_MN + x_M[:, None] * w_N[None, :]).astype(jnp.bfloat16), None
+
+    start = jnp.zeros((x_MK.shape[0], w_KN.shape[1]), jnp.bfloat16)
+    pairs = (x_MK.astype(jnp.bfloat16).T, w_KN.astype(jnp.bfloat16))
+    acc_MN, _ = jax.lax.scan(add_rank_one, start, pairs)
+    return acc_MN.astype(jnp.float32)
+
+
+@jax.jit
+def _f32(x_MK, w_KN):
+    return jax.lax.dot(x_MK, w_KN, precision=jax.lax.Precision.HIGHEST)
+
+
+def matmul(kind: str, x_MK: jax.Array, w_KN: jax.Array) -> jax.Array:
+    """x @ w computed one of MATMUL_KINDS ways; the result in float32."""
+    if kind == "float32":
+        return _f32(x_MK, w_KN)
+    if kind == "bf16 inputs, f32 accumulate":
+        return _bf16_f32_accumulate(x_MK, w_KN)
+    if kind == "bf16 accumulate":
+        return _bf16_accumulate(x_MK, w_KN)
+    if kind == "int8 per-tensor":
+        return int8_matmul(x_MK, w_KN, "per-tensor")
+    if kind == "int8 per-channel":
+        return int8_matmul(x_MK, w_KN, "per-channel")
+    raise ValueError(f"kind must be one of {MATMUL_KINDS}, got {kind!r}")
+
+
+def example_operands(key: jax.Array, m: int, k: int, n: int, channel_spread: float = 1.0):
+    """x (M, K) ~ N(0, 1) and w (K, N) whose column scales span ``channel_spread`` (>= 1).
+
+    Column j of w is scaled by spread ** (j / (N - 1)): with spread 100 the largest column
+    is 100x the smallest, the situation where per-channel quantization pays.
+    """
+    if min(m, k, n) < 1 or channel_spread < 1:
+        raise ValueError(
+            f"sizes must be >= 1 and channel_spread >= 1, got {(m, k, n)}, {channel_spread}"
+        )
+    return _example_operands(key, m, k, n, jnp.float32(channel_spread))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _example_operands(key, m, k, n, channel_spread):
+    key_x, key_w = jax.random.split(key)
+    x = jax.random.normal(key_x, (m, k), jnp.float32)
+    column_scale = channel_spread ** (jnp.arange(n) / max(n - 1, 1))
+    w = jax.random.normal(key_w, (k, n), jnp.float32) * column_scale / np.sqrt(k)
+    return x, w
+
+
+def error_sweep(
+    key: jax.Array, m: int, n: int, ks, kinds=MATMUL_KINDS, channel_spread: float = 1.0
+) -> list[dict]:
+    """Relative error of each kind vs float32 and vs numpy float64, for each contraction size K.
+
+    The operands are drawn once at the largest K; size K uses their first K columns of x and
+    rows of w, the rest set to zero. Adding exact zeros changes no sum (in any precision),
+    so every K runs through one compiled program per kind instead of one per (kind, K).
+    """
+    ks = sorted(int(k) for k in ks)
+    x_max, w_max = (np.asarray(a) for a in example_operands(key, m, ks[-1], n, channel_spread))
+    rows = []
+    for k in ks:
+        x, w = x_max.copy(), w_max.copy()
+        x[:, k:], w[k:] = 0.0, 0.0  # numpy: no new JAX program per K
+        exact = x_max[:, :k].astype(np.float64) @ w_max[:k].astype(np.float64)
+        f32 = matmul("float32", x, w)
+        for kind in kinds:
+            result = matmul(kind, x, w)
+            rows.append(
+                {
+                    "K": k,
+                    "kind": kind,
+                    "error vs float64": relative_error(result, exact),
+                    "error vs float32": relative_error(result, f32),
+                    "worst column vs float64": worst_column_error(result, exact),
+                }
+            )
+    return rows

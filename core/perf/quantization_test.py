@@ -1,0 +1,98 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from core.perf import quantization as q
+
+
+@pytest.mark.parametrize("scheme", q.SCHEMES)
+@pytest.mark.parametrize("shape", [(7, 5), (32, 64)])
+def test_round_trip_error_is_at_most_half_a_step(scheme, shape):
+    x = jax.random.normal(jax.random.key(0), shape) * jnp.linspace(0.1, 10, shape[1])
+    codes, scale = q.quantize(x, scheme, axis=0)
+    assert codes.dtype == jnp.int8 and int(jnp.max(jnp.abs(codes))) <= 127
+    error = np.abs(np.asarray(q.dequantize(codes, scale)) - np.asarray(x))
+    assert np.all(error <= np.asarray(scale) / 2 + 1e-6)
+    expected_scales = 1 if scheme == "per-tensor" else shape[1]
+    assert scale.size == expected_scales
+
+
+def test_per_channel_scale_is_column_max_over_127():
+    x = np.array([[1.0, -20.0], [-4.0, 2.0]], np.float32)
+    _codes, scale = q.quantize(jnp.asarray(x), "per-channel", axis=0)
+    np.testing.assert_allclose(np.asarray(scale).ravel(), [4 / 127, 20 / 127], rtol=1e-6)
+    codes, scale = q.quantize(jnp.zeros((2, 2)), "per-tensor")
+    assert float(scale) == 1.0 and not np.any(codes)
+
+
+@pytest.mark.parametrize("scheme", q.SCHEMES)
+def test_int8_matmul_is_exact_on_the_integer_codes(scheme):
+    x, w = q.example_operands(jax.random.key(1), 6, 33, 5)
+    qx, sx = q.quantize(x, scheme, axis=1)
+    qw, sw = q.quantize(w, scheme, axis=0)
+    reference = (
+        (np.asarray(qx, np.int64) @ np.asarray(qw, np.int64))
+        * np.asarray(sx, np.float64)
+        * np.asarray(sw, np.float64)
+    )
+    np.testing.assert_allclose(q.int8_matmul(x, w, scheme), reference, rtol=1e-6)
+
+
+def test_per_channel_beats_per_tensor_when_columns_differ():
+    x, w = q.example_operands(jax.random.key(2), 16, 128, 32, channel_spread=100.0)
+    exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    per_tensor = q.relative_error(q.int8_matmul(x, w, "per-tensor"), exact)
+    per_channel = q.relative_error(q.int8_matmul(x, w, "per-channel"), exact)
+    assert per_channel < per_tensor / 2
+    # the small columns are where one shared scale hurts most
+    worst_tensor = q.worst_column_error(q.int8_matmul(x, w, "per-tensor"), exact)
+    worst_channel = q.worst_column_error(q.int8_matmul(x, w, "per-channel"), exact)
+    assert worst_channel < worst_tensor / 10
+
+
+@pytest.mark.parametrize("k", [16, 512])
+def test_error_levels_follow_the_unit_roundoff(k):
+    x, w = q.example_operands(jax.random.key(k), 16, k, 16)
+    exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    assert q.relative_error(q.matmul("float32", x, w), exact) < 1e-6
+    assert q.relative_error(q.matmul("bf16 inputs, f32 accumulate", x, w), exact) < 2**-7
+    assert q.relative_error(q.matmul("int8 per-channel", x, w), exact) < 0.05
+
+
+def test_bf16_accumulation_error_grows_with_k():
+    rows = q.error_sweep(
+        jax.random.key(3),
+        16,
+        16,
+        [16, 1024],
+        kinds=("bf16 inputs, f32 accumulate", "bf16 accumulate"),
+    )
+    error = {(r["K"], r["kind"]): r["error vs float64"] for r in rows}
+    assert error[(1024, "bf16 accumulate")] > 2 * error[(16, "bf16 accumulate")]
+    assert error[(1024, "bf16 accumulate")] > 2 * error[(1024, "bf16 inputs, f32 accumulate")]
+
+
+def test_sweep_with_zero_padding_equals_direct_products():
+    rows = q.error_sweep(jax.random.key(4), 8, 8, [32, 128], kinds=("float32", "int8 per-tensor"))
+    x, w = q.example_operands(jax.random.key(4), 8, 128, 8)
+    exact = np.asarray(x[:, :32], np.float64) @ np.asarray(w[:32], np.float64)
+    direct = q.relative_error(q.matmul("int8 per-tensor", x[:, :32], w[:32]), exact)
+    padded = next(r for r in rows if r["K"] == 32 and r["kind"] == "int8 per-tensor")
+    assert padded["error vs float64"] == pytest.approx(direct, rel=1e-6)
+    assert [r["K"] for r in rows] == [32, 32, 128, 128]
+
+
+def test_relative_error_reference():
+    assert q.relative_error([3.0, 4.0], [3.0, 4.0]) == 0.0
+    assert q.relative_error([0.0, 0.0], [3.0, 4.0]) == 1.0
+    assert q.worst_column_error([[1.0, 0.0]], [[1.0, 2.0]]) == 1.0
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="scheme"):
+        q.quantize(jnp.ones(2), "per-row")
+    with pytest.raises(ValueError, match="kind"):
+        q.matmul("fp8", np.ones((1, 1)), np.ones((1, 1)))
+    with pytest.raises(ValueError, match="channel_spread"):
+        q.example_operands(jax.random.key(0), 1, 1, 1, channel_spread=0.5)

@@ -1,0 +1,116 @@
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from core.perf import timing
+
+
+class FakeClock:
+    """A clock that advances by a fixed step each time it is read."""
+
+    def __init__(self, step=1.0):
+        self.counter = itertools.count()
+        self.step = step
+
+    def __call__(self):
+        return next(self.counter) * self.step
+
+
+@pytest.mark.parametrize(
+    "samples", [[3.0], [5.0, 1.0], [0.4, 0.1, 0.3, 0.2, 9.0], list(np.linspace(0, 1, 11) ** 2)]
+)
+def test_summary_matches_numpy(samples):
+    summary = timing.summarize(samples)
+    values = np.asarray(samples, np.float64)
+    assert summary.median == pytest.approx(np.median(values))
+    assert summary.p10 == pytest.approx(np.percentile(values, 10))
+    assert summary.p90 == pytest.approx(np.percentile(values, 90))
+    q25, q75 = np.percentile(values, [25, 75])
+    assert summary.iqr == pytest.approx(q75 - q25)
+    assert (summary.minimum, summary.maximum, summary.count) == (
+        values.min(),
+        values.max(),
+        len(values),
+    )
+
+
+def test_summary_needs_samples():
+    with pytest.raises(ValueError, match="no samples"):
+        timing.summarize([])
+
+
+def test_time_calls_reads_the_clock_twice_per_repeat():
+    calls = []
+    clock = FakeClock(step=0.5)
+    result = timing.time_calls(
+        lambda x: calls.append(x) or x, jnp.ones(2), repeats=4, warmup=2, clock=clock
+    )
+    assert len(calls) == 6  # 2 warm-up + 4 timed
+    assert result.samples == (0.5, 0.5, 0.5, 0.5)
+    assert result.summary.median == 0.5
+
+
+def test_blocking_waits_for_the_result():
+    # the blocked timing ends after block_until_ready; the unblocked one before it
+    seen = []
+
+    class Recorder:
+        def block_until_ready(self):
+            seen.append("blocked")
+            return self
+
+    original = jax.block_until_ready
+    try:
+        jax.block_until_ready = lambda x: seen.append("block") or x
+        timing.time_calls(
+            lambda: Recorder(),
+            repeats=1,
+            warmup=0,
+            block=True,
+            clock=lambda: seen.append("clock") or 0.0,
+        )
+        assert seen == ["clock", "block", "clock", "block"]
+        seen.clear()
+        timing.time_calls(
+            lambda: Recorder(),
+            repeats=1,
+            warmup=0,
+            block=False,
+            clock=lambda: seen.append("clock") or 0.0,
+        )
+        assert seen == ["clock", "clock", "block"]
+    finally:
+        jax.block_until_ready = original
+
+
+def test_first_call_and_compile_time_are_separate():
+    f = jax.jit(lambda x: jnp.sin(x) @ x.T)
+    x = jnp.ones((4, 4))
+    parts = timing.time_compile(f, x, clock=FakeClock())
+    assert parts == {"trace + lower (s)": 1.0, "compile (s)": 1.0}
+    assert timing.time_first_call(f, x, clock=FakeClock(2.0)) == 2.0
+
+
+def test_dispatch_and_compute_orders_the_clock_reads():
+    result = timing.dispatch_and_compute(
+        jax.jit(lambda x: x + 1), jnp.ones(3), repeats=3, clock=FakeClock()
+    )
+    assert result["dispatch (returned)"].median == 1.0
+    assert result["total (ready)"].median == 2.0
+
+
+def test_samples_rows_long_format():
+    rows = timing.samples_rows([timing.Timings("a", (0.001, 0.002)), timing.Timings("b", (0.003,))])
+    assert [(r["timing"], r["repeat"], r["ms"]) for r in rows] == [
+        ("a", 0, 1.0),
+        ("a", 1, 2.0),
+        ("b", 0, 3.0),
+    ]
+
+
+def test_bad_repeats():
+    with pytest.raises(ValueError, match="repeats"):
+        timing.time_calls(lambda: 0, repeats=0)

@@ -1,0 +1,258 @@
+"""TPU per-chip specifications, each number with its source, and what follows from them.
+
+Published figures disagree slightly between sources and versions, so every number in the
+table is a :class:`Figure` that carries its source and any alternative values. Derived
+figures (ridge points, per-chip ICI from per-link figures) are computed here, never typed
+in, and tested against the published values they should reproduce.
+
+Units: FLOP/s, bytes, bytes/s. "GB" is 1e9 bytes, "GiB" is 2**30 bytes; the table keeps the
+unit its source used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+SOURCES = {
+    "scaling-book": (
+        'How to Scale Your Model (jax-ml/scaling-book), chapter "tpus.md", TPU specs table; '
+        "PRs #106 and #122 corrected the v5e HBM bandwidth and the v5p FLOP/s"
+    ),
+    "scaling-book-text": 'How to Scale Your Model, text of "tpus.md" / "roofline.md"',
+    "cloud-v5e": "Google Cloud TPU documentation, TPU v5e page",
+    "cloud-v5p": "Google Cloud TPU documentation, TPU v5p page",
+    "cloud-v6e": "Google Cloud TPU documentation, TPU v6e (Trillium) page",
+    "older-table": "an earlier version of the scaling-book specs table",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One published number: value (SI units), its source, alternatives from other sources."""
+
+    value: float
+    source: str
+    unit: str = ""
+    alternatives: tuple[tuple[float, str], ...] = ()  # (value, source) pairs that disagree
+
+    def __post_init__(self):
+        for source in (self.source, *(s for _, s in self.alternatives)):
+            if source not in SOURCES:
+                raise ValueError(f"unknown source {source!r}: add it to specs.SOURCES")
+
+    def values(self) -> list[tuple[float, str]]:
+        """The value and every alternative, each with its source."""
+        return [(self.value, self.source), *self.alternatives]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChipSpec:
+    """Per-chip figures of one TPU generation."""
+
+    generation: str
+    bf16_flops: Figure
+    int8_ops: Figure
+    hbm_bytes: Figure
+    hbm_bandwidth: Figure
+    ici_link_one_way: Figure  # bytes/s per ICI link, one direction
+    ici_link_bidirectional: Figure
+    ici_links: int  # links (ports) per chip: 4 in a 2D torus, 6 in a 3D torus
+    ici_chip_bidirectional: Figure  # the per-chip figure Cloud publishes
+    torus: str
+    largest_pod: str
+    chips_per_host: int
+    host_chip_layout: str
+    tensorcores: int
+    mxus: str
+    dcn_egress: Figure
+    pcie: Figure
+    topology_name: str  # a name jax.experimental.topologies.get_topology_desc accepts
+
+    @property
+    def ridge_point(self) -> float:
+        """bf16 FLOP per HBM byte at which a kernel stops being memory-bound."""
+        return ridge_point(self.bf16_flops.value, self.hbm_bandwidth.value)
+
+    @property
+    def ici_chip_bidirectional_derived(self) -> float:
+        """Per-chip bidirectional ICI bandwidth from the per-link figure: links x per link."""
+        return self.ici_links * self.ici_link_bidirectional.value
+
+
+def ridge_point(peak_flops: float, bandwidth: float) -> float:
+    """FLOP per byte where compute time equals memory time: peak FLOP/s / bytes/s."""
+    if peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError(
+            f"peak FLOP/s and bandwidth must be positive, got {peak_flops}, {bandwidth}"
+        )
+    return peak_flops / bandwidth
+
+
+def _f(value, source, unit="", *alternatives):
+    return Figure(float(value), source, unit, tuple((float(v), s) for v, s in alternatives))
+
+
+CHIPS: dict[str, ChipSpec] = {
+    "v5e": ChipSpec(
+        generation="v5e",
+        bf16_flops=_f(1.97e14, "scaling-book", "FLOP/s"),
+        int8_ops=_f(3.94e14, "scaling-book", "OP/s"),
+        hbm_bytes=_f(16e9, "scaling-book", "GB"),
+        hbm_bandwidth=_f(
+            8.2e11, "scaling-book", "B/s", (8.19e11, "cloud-v5e"), (8.1e11, "older-table")
+        ),
+        ici_link_one_way=_f(4.5e10, "scaling-book", "B/s"),
+        ici_link_bidirectional=_f(9e10, "scaling-book", "B/s"),
+        ici_links=4,
+        ici_chip_bidirectional=_f(4e11, "cloud-v5e", "B/s"),
+        torus="2D torus",
+        largest_pod="16x16",
+        chips_per_host=8,
+        host_chip_layout="4x2",
+        tensorcores=1,
+        mxus="4 MXU of 128x128",
+        dcn_egress=_f(3.125e9, "scaling-book", "B/s"),
+        pcie=_f(1.6e10, "scaling-book", "B/s"),
+        topology_name="v5e:2x2",
+    ),
+    "v5p": ChipSpec(
+        generation="v5p",
+        bf16_flops=_f(4.59e14, "scaling-book", "FLOP/s"),
+        int8_ops=_f(9.18e14, "scaling-book", "OP/s"),
+        hbm_bytes=_f(96e9, "scaling-book", "GB", (95 * 2**30, "cloud-v5p")),
+        hbm_bandwidth=_f(
+            2.8e12, "scaling-book", "B/s", (2.5e12, "scaling-book-text"), (2.765e12, "cloud-v5p")
+        ),
+        ici_link_one_way=_f(9e10, "scaling-book", "B/s"),
+        ici_link_bidirectional=_f(1.8e11, "scaling-book", "B/s"),
+        ici_links=6,
+        ici_chip_bidirectional=_f(1.2e12, "cloud-v5p", "B/s"),
+        torus="3D torus",
+        largest_pod="16x20x28 (8960 chips)",
+        chips_per_host=4,
+        host_chip_layout="2x2x1",
+        tensorcores=2,
+        mxus="4 MXU per TC (megacore: the 2 TCs act as one device)",
+        dcn_egress=_f(6.25e9, "scaling-book", "B/s"),
+        pcie=_f(1.6e10, "scaling-book", "B/s"),
+        topology_name="v5p:2x2x1",
+    ),
+    "v6e": ChipSpec(
+        generation="v6e",
+        bf16_flops=_f(9.2e14, "scaling-book", "FLOP/s", (9.18e14, "cloud-v6e")),
+        int8_ops=_f(1.84e15, "scaling-book", "OP/s"),
+        hbm_bytes=_f(32e9, "scaling-book", "GB"),
+        hbm_bandwidth=_f(1.6e12, "scaling-book", "B/s", (1.638e12, "cloud-v6e")),
+        ici_link_one_way=_f(9e10, "scaling-book", "B/s"),
+        ici_link_bidirectional=_f(1.8e11, "scaling-book", "B/s"),
+        ici_links=4,
+        ici_chip_bidirectional=_f(8e11, "cloud-v6e", "B/s"),
+        torus="2D torus",
+        largest_pod="16x16",
+        chips_per_host=8,
+        host_chip_layout="4x2",
+        tensorcores=1,
+        mxus="2 MXU of 256x256",
+        dcn_egress=_f(1.25e10, "scaling-book", "B/s"),
+        pcie=_f(3.2e10, "scaling-book", "B/s"),
+        topology_name="v6e:2x2",
+    ),
+}
+GENERATIONS = tuple(CHIPS)
+
+
+def chip(generation: str) -> ChipSpec:
+    """The spec of ``generation`` ("v5e", "v5p" or "v6e")."""
+    if generation not in CHIPS:
+        raise ValueError(f"unknown TPU generation {generation!r}: choose one of {GENERATIONS}")
+    return CHIPS[generation]
+
+
+def ridge_point_range(spec: ChipSpec) -> tuple[float, float]:
+    """The lowest and highest ridge point over every published FLOP/s and bandwidth pair."""
+    points = [
+        ridge_point(flops, bandwidth)
+        for flops, _ in spec.bf16_flops.values()
+        for bandwidth, _ in spec.hbm_bandwidth.values()
+    ]
+    return min(points), max(points)
+
+
+def _si(value: float, unit: str) -> str:
+    if unit == "GB":
+        return f"{value / 1e9:.0f} GB"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G")):
+        if value >= scale:
+            return f"{value / scale:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
+def _figure_text(figure: Figure) -> str:
+    text = _si(figure.value, figure.unit)
+    for value, source in figure.alternatives:
+        alt = f"{value / 2**30:.0f} GiB" if value % 2**30 == 0 else _si(value, figure.unit)
+        text += f" ({source}: {alt})"
+    return text
+
+
+def spec_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
+    """The spec table, one row per figure and one column per generation, plus sources."""
+    specs = [chip(g) for g in generations]
+    fields = [
+        ("bf16 FLOP/s", lambda s: s.bf16_flops),
+        ("int8 OP/s", lambda s: s.int8_ops),
+        ("HBM capacity", lambda s: s.hbm_bytes),
+        ("HBM bandwidth", lambda s: s.hbm_bandwidth),
+        ("ICI per link, one way", lambda s: s.ici_link_one_way),
+        ("ICI per link, bidirectional", lambda s: s.ici_link_bidirectional),
+        ("ICI per chip, bidirectional (published)", lambda s: s.ici_chip_bidirectional),
+        ("DCN egress per chip", lambda s: s.dcn_egress),
+        ("PCIe", lambda s: s.pcie),
+    ]
+    rows = []
+    for name, get in fields:
+        row = {"per chip": name}
+        sources = set()
+        for spec in specs:
+            figure = get(spec)
+            row[spec.generation] = _figure_text(figure)
+            sources.update(s for _, s in figure.values())
+        row["source"] = ", ".join(sorted(sources))
+        rows.append(row)
+    plain = [
+        ("ICI links per chip", lambda s: f"{s.ici_links} ({s.torus})", "scaling-book, cloud pages"),
+        (
+            "largest pod / chips per host",
+            lambda s: f"{s.largest_pod} / {s.host_chip_layout} ({s.chips_per_host})",
+            "scaling-book",
+        ),
+        ("TensorCores / MXUs", lambda s: f"{s.tensorcores} TC, {s.mxus}", "scaling-book"),
+        (
+            "topology name for compiling here",
+            lambda s: f"`{s.topology_name}`",
+            "probed: jax.experimental.topologies + libtpu",
+        ),
+    ]
+    for name, get, source in plain:
+        rows.append({"per chip": name, **{s.generation: get(s) for s in specs}, "source": source})
+    return rows
+
+
+def derived_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
+    """Figures computed from the table: ridge points and per-chip ICI from per-link numbers."""
+    rows = []
+    for generation in generations:
+        spec = chip(generation)
+        low, high = ridge_point_range(spec)
+        derived_ici = spec.ici_chip_bidirectional_derived
+        rows.append(
+            {
+                "generation": generation,
+                "bf16 ridge point (FLOP/byte)": f"{spec.ridge_point:.0f}",
+                "ridge range over sources": f"{low:.0f}-{high:.0f}",
+                "ICI per chip = links x per-link": f"{spec.ici_links} x {spec.ici_link_bidirectional.value / 1e9:.0f} GB/s = {derived_ici / 1e9:.0f} GB/s",
+                "published per chip": f"{spec.ici_chip_bidirectional.value / 1e9:.0f} GB/s",
+                "derived / published": f"{derived_ici / spec.ici_chip_bidirectional.value:.2f}",
+            }
+        )
+    return rows
