@@ -1,6 +1,9 @@
 """python -m tpu_scripts COMMAND ...: the tools that take a lesson to a TPU VM.
 
-    python -m tpu_scripts export apps/NAME.py -o OUT.py
+python -m tpu_scripts export apps/NAME.py -o OUT.py
+python -m tpu_scripts receipt [--json PATH]
+python -m tpu_scripts rehearse --processes 2 --devices-per-process 4 SCRIPT [-- ARGS]
+python -m tpu_scripts launch {create,stage,run,fetch,delete} ... [--dry-run]
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tpu_scripts import export
+from tpu_scripts import export, launch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,12 +27,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export_cmd.add_argument("app", help="the app to export, e.g. apps/virtual_devices.py")
     export_cmd.add_argument("-o", "--output", required=True, help="the script to write")
+    receipt_cmd = commands.add_parser(
+        "receipt",
+        help="the runtime receipt: devices, topology, versions and a timed psum check",
+        description="Print (and with --json save) what JAX sees here, with a collective check.",
+    )
+    receipt_cmd.add_argument("--json", dest="json_path", help="write the receipt here (atomic)")
+    receipt_cmd.add_argument("--repeats", type=int, default=5, help="timed psum calls (median)")
+    receipt_cmd.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a multi-host job first (jax.distributed.initialize); run on every worker",
+    )
+    rehearse_cmd = commands.add_parser(
+        "rehearse",
+        help="run a script as N local JAX processes (a multi-host rehearsal on one CPU host)",
+        description="Run SCRIPT as N JAX processes on this host; compare with one process.",
+    )
+    rehearse_cmd.add_argument("--processes", type=int, default=2)
+    rehearse_cmd.add_argument("--devices-per-process", type=int, default=4)
+    rehearse_cmd.add_argument("--timeout", type=float, default=180, help="seconds for each run")
+    rehearse_cmd.add_argument(
+        "--compare",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run 1 process with all the devices and compare the results",
+    )
+    rehearse_cmd.add_argument("script", help="e.g. tpu_scripts/examples/sharded_step.py")
+    rehearse_cmd.add_argument("script_args", nargs="*", help="after --: its args")
+    launch.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" belongs to the script (rehearse, launch run), untouched.
+    passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     args = parser.parse_args(argv)  # bad arguments: usage and exit 2
+    if hasattr(args, "script_args"):
+        args.script_args = [*args.script_args, *passthrough]
     if args.command == "export":
         try:
             path = export.export_app(args.app, args.output)
@@ -37,6 +75,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(path)
+    elif args.command == "receipt":
+        from tpu_scripts import receipt
+
+        return receipt.main(args.json_path, args.repeats, args.distributed)
+    elif args.command == "rehearse":
+        from tpu_scripts import rehearse
+
+        return rehearse.main(
+            args.script,
+            args.processes,
+            args.devices_per_process,
+            args.script_args,
+            args.timeout,
+            args.compare,
+        )
+    elif args.command == "launch":
+        return launch.main(args)
     return 0
 
 

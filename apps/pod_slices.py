@@ -1,0 +1,197 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(
+    width="medium",
+    app_title="Run course scripts and multi-host TPU Pod slices",
+)
+
+with app.setup:
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    from core import cloud_tpu, lab
+    from tpu_scripts import rehearse
+
+    lab.use_cpu_devices()
+    FLAGS = lab.Flags(
+        lab.Flag("processes", 2, "JAX processes (hosts) to rehearse", lo=1, hi=4),
+        lab.Flag("devices_per_process", 4, "CPU devices per process (chips per host)", lo=1, hi=8),
+        lab.Flag("batch", 32, "global batch (split across processes, then devices)", lo=8, hi=256, step=8),
+        lab.Flag("steps", 3, "training steps (the first one compiles)", lo=2, hi=10),
+        lab.Flag("accelerator_type", "v5litepod-16", "the Pod slice to launch on", choices=tuple(cloud_tpu.ACCELERATOR_TYPES)),
+        description="Run course scripts on multi-host TPU Pod slices, rehearsed with local processes.",
+    )
+    ARGS = FLAGS.parse()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    # Run course scripts and multi-host TPU Pod slices
+    *Phase 3 · TPU Workflows: Launching Jobs & Checkpointed Experiments*
+
+    A slice bigger than one host (v5e/v6e: more than 8 chips; v5p: more than 4) is several
+    VMs, one JAX **process** per host, all running the **same script**. What changes:
+
+    - `gcloud ... ssh --worker=all` starts the script on every host at once;
+    - each process calls `jax.distributed.initialize()`; `jax.process_index()` tells it which
+      host it is, `jax.devices()` lists every chip of the slice, `jax.local_devices()` its own;
+    - each host loads **only its share of the batch** and
+      `jax.make_array_from_process_local_data` assembles the global array;
+    - collectives (the gradient all-reduce) cross hosts; the result must not depend on how
+      many hosts there are.
+
+    You will rehearse this here: `python -m tpu_scripts rehearse` starts N local processes
+    (gloo CPU collectives, a coordinator on a free local port), runs one sharded training
+    script, shows every process's output, and compares the result with one process holding
+    all the devices.
+    """)
+    return
+
+
+@app.cell
+def _():
+    processes = FLAGS.control("processes", ARGS)
+    devices_per_process = FLAGS.control("devices_per_process", ARGS)
+    batch = FLAGS.control("batch", ARGS)
+    steps = FLAGS.control("steps", ARGS)
+    accelerator_type = FLAGS.control("accelerator_type", ARGS)
+    run_button = mo.ui.run_button(label="Run the rehearsal (N processes, then 1)")
+    mo.vstack(
+        [
+            mo.hstack([processes, devices_per_process, batch, steps], justify="start"),
+            mo.hstack([accelerator_type, run_button], justify="start"),
+        ]
+    )
+    return (
+        accelerator_type,
+        batch,
+        devices_per_process,
+        processes,
+        run_button,
+        steps,
+    )
+
+
+@app.cell
+def _(accelerator_type, batch, devices_per_process, processes, steps):
+    _accel = cloud_tpu.ACCELERATOR_TYPES[accelerator_type.value]
+    _vm = cloud_tpu.TpuVm(accelerator_type=accelerator_type.value, zone=cloud_tpu.ZONES[_accel.generation][0])
+    _script_flags = f"--steps {steps.value} --batch {batch.value}"
+    _run_line = cloud_tpu.shell_join(cloud_tpu.ssh_command(_vm, cloud_tpu.bootstrap_remote_command("sharded_step.py", extra_flags=_script_flags)))
+    _per_host = batch.value // processes.value
+    mo.vstack(
+        [
+            mo.md(
+                f"## On a `{_accel.name}`: {_accel.hosts} host(s) x {min(_accel.chips, _accel.chips_per_host)} chips\n"
+                f"The same command reaches every worker (`--worker=all`):\n```bash\n{_run_line}\n```"
+            ),
+            lab.table(
+                [
+                    {
+                        "process_index": i,
+                        "local devices": f"{i * devices_per_process.value}..{(i + 1) * devices_per_process.value - 1}",
+                        "rows of the global batch it loads": f"{i * _per_host}..{(i + 1) * _per_host - 1}",
+                    }
+                    for i in range(processes.value)
+                ],
+                f"## The rehearsal here: {processes.value} processes x {devices_per_process.value} devices",
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(batch, devices_per_process, processes, run_button, steps):
+    _total = processes.value * devices_per_process.value
+    _problem = None
+    if batch.value % _total:
+        _problem = f"a global batch of {batch.value} does not split over {_total} devices ({processes.value} x {devices_per_process.value}); choose a multiple of {_total}."
+    if _problem and lab.mode() == "script":
+        print(f"STOPPED: {_problem}")
+    mo.stop(_problem is not None, mo.callout(mo.md(f"**Can't shard this way.** {_problem}"), kind="warn"))
+    mo.stop(lab.interactive() and not run_button.value, mo.md("*Press **Run the rehearsal** (about 10-20 s).*"))
+    _args = ["--steps", str(steps.value), "--batch", str(batch.value)]
+    try:
+        multi, single, difference = rehearse.compare_with_single_process(rehearse.EXAMPLE, processes.value, devices_per_process.value, _args)
+        failure = None
+    except rehearse.RehearsalFailed as _exc:
+        multi = single = difference = None
+        failure = str(_exc)
+    if failure and lab.mode() == "script":
+        print(f"STOPPED: {failure}")
+    mo.stop(failure is not None, mo.callout(mo.md(f"**The rehearsal failed.**\n```\n{failure}\n```"), kind="danger"))
+    _outputs = [
+        mo.md(
+            f"**process {o.process_id}** (exit {o.returncode})\n```\n"
+            + "\n".join(line for line in o.stdout.splitlines() if not line.startswith(("[Gloo]", rehearse.RESULT_PREFIX)))
+            + "\n```"
+        )
+        for o in multi.outputs
+    ]
+    mo.vstack(
+        [
+            mo.md(f"## Each process's output ({multi.seconds:.1f} s for the {processes.value}-process run)"),
+            *_outputs,
+            mo.md(f"**1 process x {single.devices_per_process} devices**\n```\n" + "\n".join(line for line in single.outputs[0].stdout.splitlines() if not line.startswith(("[Gloo]", rehearse.RESULT_PREFIX))) + "\n```"),
+        ]
+    )
+    return difference, multi, single
+
+
+@app.cell
+def _(difference, multi, processes, single):
+    # Independent reference: a fresh single process holding every device (no cross-process
+    # collectives), same seed and data.
+    check_error = difference
+    check_passed = check_error <= 1e-6 and rehearse.results_agree(multi)
+    lab.check_badge(
+        check_passed,
+        f"{processes.value} processes x {multi.devices_per_process} devices vs 1 process x {single.devices_per_process} devices: losses and weights",
+        check_error,
+        1e-6,
+    )
+    return check_error, check_passed
+
+
+@app.cell
+def _(multi, single):
+    _rows = []
+    for _label, _run in ((f"{multi.processes} processes", multi), ("1 process", single)):
+        for _o in _run.outputs:
+            _rows.append({"run": _label, "process": _o.process_id, "phase": "compile (first step)", "ms": _o.result["compile_s"] * 1e3})
+            _rows.append({"run": _label, "process": _o.process_id, "phase": "steady-state step", "ms": _o.result["step_s"] * 1e3})
+    alt.Chart(pd.DataFrame(_rows), title="Compile vs steady-state step time, per process").mark_bar().encode(
+        x=alt.X("ms:Q", scale=alt.Scale(type="log")),
+        y=alt.Y("process:O"),
+        color="phase:N",
+        yOffset="phase:N",
+        row=alt.Row("run:N", title=None),
+        tooltip=["run", "process", "phase", "ms"],
+    )
+    return
+
+
+@app.cell
+def test_check_passes(check_error, check_passed):
+    assert check_passed, f"multi-process result differs from single-process by {check_error}"
+    return
+
+
+@app.cell
+def test_every_process_saw_the_global_devices(
+    devices_per_process,
+    multi,
+    processes,
+):
+    total = processes.value * devices_per_process.value
+    for o in multi.outputs:
+        assert f"{devices_per_process.value} local of {total} devices" in o.stdout
+    return
+
+
+if __name__ == "__main__":
+    app.run()
