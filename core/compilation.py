@@ -246,7 +246,9 @@ def donation_demo(size: int = 8, seed: int = 0) -> dict:
     use_after = None
     try:
         np.asarray(donated + 1)
-    except RuntimeError as error:
+    # "Array has been deleted" (RuntimeError) on the first use; once `+ 1` is compiled, the
+    # cached dispatch path reports the donated buffer as INVALID_ARGUMENT (ValueError).
+    except (RuntimeError, ValueError) as error:
         use_after = str(error).strip().splitlines()[0]
     return {
         "kept_deleted": kept.is_deleted(),

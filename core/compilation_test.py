@@ -163,3 +163,11 @@ def test_calls_read_prefixes_of_one_sequence():
     data = compilation.sequence_data(5, seed=3)
     assert records[0].reference == pytest.approx(compilation.moment_reference(data[:2], False))
     assert records[1].reference == pytest.approx(compilation.moment_reference(data, True))
+
+
+def test_use_after_donation_is_reported_on_repeated_demos():
+    # The second demo hits JAX's cached `+ 1`, which reports the deleted buffer differently.
+    first = compilation.donation_demo(size=8)
+    second = compilation.donation_demo(size=8)
+    for demo in (first, second):
+        assert demo["donated_deleted"] and demo["use_after_donation"]
