@@ -1,0 +1,288 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(
+    width="medium",
+    app_title="A Transformer block and mixed precision",
+)
+
+with app.setup:
+    import altair as alt
+    import jax
+    import jax.numpy as jnp
+    import marimo as mo
+    import ml_dtypes
+    import numpy as np
+    import pandas as pd
+
+    from core import attention, lab, transformer
+
+    lab.use_cpu_devices()
+    FLAGS = lab.Flags(
+        lab.Flag("width", 64, "model width D", lo=8, hi=256, step=8),
+        lab.Flag("heads", 4, "attention heads H (must divide the width)", lo=1, hi=16),
+        lab.Flag("seq_len", 64, "sequence length T", lo=2, hi=128),
+        lab.Flag("policy", "bf16 compute", "precision policy: params / compute / accumulate", choices=tuple(transformer.POLICIES)),
+        lab.Flag("seed", 0, "PRNG seed for the weights and the input", lo=0, hi=9999),
+        description="A Transformer block and mixed precision: pre-LayerNorm block, precision policies, bf16 error.",
+    )
+    ARGS = FLAGS.parse()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    # A Transformer block and mixed precision
+    *Phase 11 · Transformers & language models*
+
+    A Transformer is a stack of identical **blocks**. Each block lets positions exchange
+    information (attention, from the first lesson of this phase) and then lets each position
+    think on its own (a small MLP), with a residual connection around both. TPUs run such
+    blocks fastest in **bfloat16**, a 16-bit float with float32's range but only 8 bits of
+    precision. In this lesson you will
+
+    - build a **pre-LayerNorm** block in Flax NNX and check it, weight for weight, against an
+      independent NumPy float64 implementation;
+    - pick a **precision policy** (which numbers are stored, multiplied and summed in which
+      dtype) and measure what bf16 compute costs in accuracy, position by position;
+    - see *where* bf16 loses precision: a long sum in bf16 stops growing, which is why every
+      accumulator (matmul sums, softmax and LayerNorm statistics) stays float32.
+    """)
+    return
+
+
+@app.cell
+def _():
+    width = FLAGS.control("width", ARGS, label="width D")
+    heads = FLAGS.control("heads", ARGS, label="heads H")
+    seq_len = FLAGS.control("seq_len", ARGS, label="sequence length T")
+    policy = FLAGS.control("policy", ARGS, label="precision policy")
+    seed = FLAGS.control("seed", ARGS)
+    mo.vstack([mo.hstack([width, heads, seq_len], justify="start"), mo.hstack([policy, seed], justify="start")])
+    return heads, policy, seed, seq_len, width
+
+
+@app.cell
+def _(heads, policy, seq_len, width):
+    # The same shapes under two policies: the float32 reference and the one you picked.
+    config_problem = None
+    try:
+        f32_config = transformer.TransformerConfig(width=width.value, num_heads=heads.value, num_layers=1, max_len=seq_len.value)
+        policy_config = transformer.TransformerConfig(width=width.value, num_heads=heads.value, num_layers=1, max_len=seq_len.value, precision=transformer.POLICIES[policy.value])
+    except ValueError as error:
+        config_problem = str(error)
+    if config_problem and lab.mode() == "script":
+        print(f"STOPPED: {config_problem}")
+    mo.stop(config_problem is not None, mo.callout(mo.md(f"**This block cannot be built.** {config_problem}"), kind="warn"))
+    return f32_config, policy_config
+
+
+@app.cell
+def _(f32_config, policy_config, seed):
+    key = jax.random.key(seed.value)
+    # Same key, same draws: the policy block holds the same weights (rounded if params are bf16).
+    block = transformer.Block(f32_config, jax.random.fold_in(key, 0))
+    policy_block = transformer.Block(policy_config, jax.random.fold_in(key, 0))
+    x_BTD = jnp.asarray(attention.normal_draws(jax.random.fold_in(key, 1), f32_config.max_len * f32_config.width).reshape(1, f32_config.max_len, f32_config.width))
+    weights = transformer.block_weights(block)
+    _rows = [{"parameter": name, "shape": str(p.shape), "stored as": str(p[...].dtype)} for name, p in transformer.block_parameters(policy_block).items()]
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## 1 · The block
+
+    ```
+    h = x + Attention(LayerNorm₁(x))      # positions exchange information (causal)
+    y = h + MLP(LayerNorm₂(h))            # each position on its own: D → {f32_config.hidden} → D, GELU
+    ```
+
+    **Pre**-LayerNorm means the normalization sits *inside* each branch, so the residual
+    stream `x → h → y` is a plain sum: gradients reach early layers undisturbed, and deep
+    stacks train without the warm-up tricks the original post-LN design needed.
+    LayerNorm rescales each position's vector to mean 0 and variance 1, then applies a
+    learned scale and bias. Attention has H = {f32_config.num_heads} heads of
+    K = {f32_config.head_dim} channels. One block here has
+    {sum(w.size for w in weights.values()):,} parameters:
+    """
+            ),
+            lab.table(_rows),
+        ]
+    )
+    return block, policy_block, weights, x_BTD
+
+
+@app.cell
+def _(block, policy_block, weights, x_BTD):
+    y_f32_BTD = transformer.block_forward(block, x_BTD)
+    y_policy_BTD = transformer.block_forward(policy_block, x_BTD)
+    # Independent reference: the same block written out in NumPy float64, same weights.
+    y_reference_BTD = transformer.block_reference(weights, x_BTD)
+    check_error = transformer.relative_error(y_f32_BTD, y_reference_BTD)
+    check_tolerance = attention.TOLERANCE["float32"]
+    check_passed = check_error <= check_tolerance
+    lab.check_badge(check_passed, "float32 Flax NNX block vs the same block in NumPy float64 (same weights, causal)", check_error, check_tolerance)
+    return check_error, check_passed, y_f32_BTD, y_policy_BTD, y_reference_BTD
+
+
+@app.cell
+def _(policy, policy_config):
+    _p = policy_config.precision
+    mo.md(
+        f"""
+    ## 2 · A precision policy
+
+    Mixed precision is not one switch but a decision for each kind of number. The policy
+    **{policy.value}**:
+
+    | numbers | dtype | why |
+    |---|---|---|
+    | parameters (what the optimizer updates) | `{_p.params}` | small updates must not round away |
+    | activations, matmul inputs | `{_p.compute}` | bf16 halves memory traffic; the TPU MXU multiplies bf16 natively |
+    | matmul accumulators, softmax and LayerNorm statistics, the loss | `{_p.accumulate}` | long sums need the bits (section 3) |
+
+    In code: every product is `jnp.einsum(..., x.astype(compute), w.astype(compute),
+    preferred_element_type=jnp.float32)`; LayerNorm upcasts to float32 before its mean and
+    variance; attention scores and softmax are float32 (see `core/attention.py`). Only the
+    block's inputs and outputs travel in the compute dtype.
+    """
+    )
+    return
+
+
+@app.cell
+def _(policy, y_f32_BTD, y_policy_BTD, y_reference_BTD):
+    def position_errors(result_BTD, reference_BTD):
+        """Relative error of each position's output vector: max |diff| / max |reference|."""
+        result = np.asarray(jnp.asarray(result_BTD).astype(jnp.float32), np.float64)[0]
+        reference = np.asarray(jnp.asarray(reference_BTD).astype(jnp.float32), np.float64)[0]
+        return np.abs(result - reference).max(-1) / np.abs(reference).max()
+
+    policy_errors_T = position_errors(y_policy_BTD, y_f32_BTD)
+    _frame = pd.concat(
+        [
+            pd.DataFrame({"keys attended (t + 1)": np.arange(1, len(policy_errors_T) + 1), "relative error": policy_errors_T, "comparison": f"{policy.value} vs float32 block"}),
+            pd.DataFrame({"keys attended (t + 1)": np.arange(1, len(policy_errors_T) + 1), "relative error": np.maximum(position_errors(y_f32_BTD, y_reference_BTD), 1e-12), "comparison": "float32 block vs NumPy float64"}),
+        ]
+    )
+    _chart = (
+        alt.Chart(_frame, title="output error at each position (a causal block: position t sees t + 1 keys)")
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X("keys attended (t + 1):Q", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("relative error:Q", scale=alt.Scale(type="log")),
+            color=alt.Color("comparison:N", legend=alt.Legend(orient="bottom")),
+            tooltip=["comparison", "keys attended (t + 1)", alt.Tooltip("relative error:Q", format=".3g")],
+        )
+        .properties(width=520, height=240)
+    )
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ### Error against the float32 block, position by position
+
+    Because the block is causal, output position `t` of one long run is exactly what a
+    sequence of length `t + 1` would give, so one forward pass shows the error for every
+    sequence length at once. Worst position: **{policy_errors_T.max():.3g}** (mean
+    {policy_errors_T.mean():.3g}). bf16 keeps 8 significant bits (unit roundoff
+    2⁻⁹ ≈ 2e-3): rounding x, the weights and the intermediate activations adds a few of
+    those, and with float32 accumulators the error does *not* grow with the number of keys
+    summed over.
+    """
+            ),
+            _chart,
+        ]
+    )
+    return (policy_errors_T,)
+
+
+@app.cell
+def _(seed):
+    accumulation_length = 4096
+    dot_errors = transformer.dot_prefix_errors(jax.random.key(seed.value), accumulation_length)
+    stall_sums = transformer.running_sums(np.full(2000, 0.01, np.float32), "bfloat16")
+    stall_sums_f32 = transformer.running_sums(np.full(2000, 0.01, np.float32), "float32")
+    return accumulation_length, dot_errors, stall_sums, stall_sums_f32
+
+
+@app.cell
+def _(accumulation_length, dot_errors, stall_sums, stall_sums_f32):
+    _n = np.arange(1, len(stall_sums) + 1)
+    _every = slice(None, None, 20)
+    _sums = pd.concat(
+        [
+            pd.DataFrame({"additions": _n[_every], "running sum": stall_sums[_every], "accumulator": "bfloat16"}),
+            pd.DataFrame({"additions": _n[_every], "running sum": stall_sums_f32[_every], "accumulator": "float32"}),
+        ]
+    )
+    _sum_chart = alt.Chart(_sums, title="adding 0.01 two thousand times").mark_line().encode(x="additions:Q", y="running sum:Q", color=alt.Color("accumulator:N", legend=alt.Legend(orient="bottom"))).properties(width=300, height=220)
+    _lengths = np.unique(np.geomspace(1, accumulation_length, 60).astype(int))
+    _dots = pd.concat([pd.DataFrame({"length n": _lengths, "relative error": np.maximum(errors[_lengths - 1], 1e-9), "accumulator": name}) for name, errors in dot_errors.items()])
+    _dot_chart = alt.Chart(_dots, title="dot product of n bf16 pairs: error vs float64 (exact drawn at 1e-9)").mark_line().encode(x=alt.X("length n:Q", scale=alt.Scale(type="log", base=2)), y=alt.Y("relative error:Q", scale=alt.Scale(type="log")), color=alt.Color("accumulator:N", legend=alt.Legend(orient="bottom"))).properties(width=300, height=220)
+    _bf16 = ml_dtypes.bfloat16
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## 3 · Where bf16 loses precision: long sums
+
+    bfloat16 spends its 16 bits on float32's 8 exponent bits (same range, up to ~3e38) and
+    only 7 stored mantissa bits. Around 1.0 its numbers are 2⁻⁷ = 0.0078 apart; around 4.0
+    they are 0.03125 apart. So `1 + 1/512` in bf16 is `{float(_bf16(1) + _bf16(1 / 512))}`, and
+    `4 + 0.01` is `{float(_bf16(4) + _bf16(0.01))}`: once a running sum is large, each small
+    addition rounds away. Adding 0.01 two thousand times should give 20; a bf16 accumulator
+    stops at **{stall_sums[-1]:g}** and a float32 one reaches {stall_sums_f32[-1]:.4f}.
+
+    A matrix product is thousands of such sums. With a bf16 accumulator the dot product of
+    {accumulation_length} pairs is off by **{dot_errors["bfloat16"][-1]:.0%}**; with a float32
+    accumulator (bf16 *inputs*, the policy above) by {dot_errors["float32"][-1]:.1e}. That is
+    why the policy multiplies in bf16 but sums in float32 (the MXU does exactly this), and
+    why LayerNorm's mean and variance and the softmax denominator, sums over D and over keys,
+    are computed in float32 too. The same stall hits **bf16 parameters**: an optimizer step
+    smaller than half a bf16 spacing of the weight is lost, which is why parameters (or a
+    float32 master copy of them) stay float32.
+    """
+            ),
+            mo.hstack([_sum_chart, _dot_chart], justify="start"),
+        ]
+    )
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    ## Try this
+
+    - Switch the policy to **f32**: the two lines of the error chart meet at float32 roundoff.
+    - Pick **bf16 params + compute**: rounding the stored weights adds error on top of bf16
+      compute, and (not shown here) training would lose small updates.
+    - Make the width 256 with 3 heads: the block refuses, since 3 does not divide 256.
+    - Raise the sequence length to 128 and look at the right end of the error chart: with
+      float32 accumulation, attending to more keys does not make bf16 worse.
+    """)
+    return
+
+
+@app.cell
+def test_check_passes(check_error, check_passed):
+    assert check_passed, f"float32 block differs from NumPy float64 by {check_error}"
+    return
+
+
+@app.cell
+def test_policy_error_is_bounded(policy_config, policy_errors_T):
+    bound = 1e-5 if policy_config.precision.compute == "float32" and policy_config.precision.params == "float32" else 5e-2
+    assert policy_errors_T.max() <= bound
+    return
+
+
+@app.cell
+def test_bf16_accumulator_stalls(dot_errors, stall_sums):
+    assert stall_sums[-1] < 5 and dot_errors["float32"][-1] < 1e-5 < dot_errors["bfloat16"][-1]
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,200 @@
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from core import mlp, stability
+
+
+def _problem(depth=3, hidden=16, seed=0):
+    data_key, init_key = jax.random.split(jax.random.key(seed))
+    x, y = mlp.make_dataset(data_key, "spirals", 64, 0.1, 3)
+    return x, y, mlp.init_params(init_key, mlp.layer_sizes(2, hidden, depth, 3), "he")
+
+
+def _layer_norm_reference(z):
+    z = np.asarray(z, np.float64)
+    return (z - z.mean(-1, keepdims=True)) / np.sqrt(
+        z.var(-1, keepdims=True) + stability.LAYERNORM_EPSILON
+    )
+
+
+def _loss_reference(params, x, y, layernorm):
+    """Cross-entropy in NumPy float64, with optional layer norm of hidden pre-activations."""
+    h = np.asarray(x, np.float64)
+    for layer in params[:-1]:
+        z = h @ np.asarray(layer["w"], np.float64) + np.asarray(layer["b"], np.float64)
+        h = np.maximum(_layer_norm_reference(z) if layernorm else z, 0)
+    logits = h @ np.asarray(params[-1]["w"], np.float64) + np.asarray(params[-1]["b"], np.float64)
+    logits -= logits.max(1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    return -np.mean(log_probs[np.arange(len(y)), np.asarray(y)])
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (7, 32)])
+def test_layer_norm_matches_numpy(shape):
+    z = jax.random.normal(jax.random.key(1), shape) * 5 + 2
+    np.testing.assert_allclose(
+        stability.layer_norm(z), _layer_norm_reference(z), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_traced_layer_norm_switch_keeps_the_unused_branch_out_of_the_gradient():
+    z = jnp.array([[1.0, jnp.inf, 2.0]])
+    grad_off = jax.grad(
+        lambda z, on: jnp.sum(jnp.where(jnp.isfinite(z), stability.maybe_layer_norm(z, on), 0.0))
+    )
+    # the traced False branch must not leak NaN gradients from normalising an inf
+    assert np.isfinite(np.asarray(jax.jit(grad_off)(z, jnp.array(False)))).all()
+    x = jax.random.normal(jax.random.key(2), (4, 6))
+    np.testing.assert_allclose(
+        jax.jit(stability.maybe_layer_norm)(x, jnp.array(True)), stability.layer_norm(x), rtol=1e-6
+    )
+    np.testing.assert_array_equal(stability.maybe_layer_norm(x, False), x)
+
+
+@pytest.mark.parametrize("layernorm", [False, True])
+@pytest.mark.parametrize("depth", [2, 4])
+def test_forward_loss_and_stats_match_numpy(layernorm, depth):
+    x, y, params = _problem(depth)
+    assert float(stability.loss(params, x, y, "relu", layernorm)) == pytest.approx(
+        _loss_reference(params, x, y, layernorm), rel=1e-5
+    )
+    value, (rms, dead) = stability.loss_and_stats(params, x, y, "relu", layernorm)
+    assert float(value) == pytest.approx(_loss_reference(params, x, y, layernorm), rel=1e-5)
+    h = np.asarray(x, np.float64)
+    for i, layer in enumerate(params[:-1]):
+        z = h @ np.asarray(layer["w"], np.float64) + np.asarray(layer["b"], np.float64)
+        h = np.maximum(_layer_norm_reference(z) if layernorm else z, 0)
+        assert float(rms[i]) == pytest.approx(np.sqrt(np.mean(h**2)), rel=1e-4)
+        assert float(dead[i]) == pytest.approx(np.mean(h == 0), abs=1e-6)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_gradient_norms_match_numpy_and_optax(depth):
+    x, y, params = _problem(depth)
+    grads = jax.grad(stability.loss)(params, x, y)
+    leaves = jax.tree.leaves(grads)
+    assert float(stability.global_norm(grads)) == pytest.approx(
+        stability.global_norm_reference(leaves), rel=1e-5
+    )
+    assert float(stability.global_norm(grads)) == pytest.approx(
+        float(optax.tree.norm(grads)), rel=1e-6
+    )
+    per_layer = [
+        np.sqrt(
+            np.sum(np.square(np.asarray(g["w"], np.float64)))
+            + np.sum(np.square(np.asarray(g["b"], np.float64)))
+        )
+        for g in grads
+    ]
+    np.testing.assert_allclose(stability.layer_grad_norms(grads), per_layer, rtol=1e-5)
+    np.testing.assert_allclose(stability.layer_grad_norms_reference(grads), per_layer, rtol=1e-12)
+
+
+def test_norms_survive_gradients_whose_squares_overflow_float32():
+    grads = [
+        {"w": jnp.full((2, 2), 1e20), "b": jnp.zeros(2)},
+        {"w": jnp.zeros((1, 1)), "b": jnp.zeros(1)},
+    ]
+    leaves = jax.tree.leaves(grads)
+    assert float(stability.global_norm(grads)) == pytest.approx(
+        stability.global_norm_reference(leaves), rel=1e-6
+    )
+    np.testing.assert_allclose(stability.layer_grad_norms(grads), [2e20, 0.0], rtol=1e-6)
+
+
+def _reference_run(config, params, x, y, steps):
+    """The same training written as a plain loop: jax.grad + optax, one step at a time."""
+    tx = stability.make_optimizer(config.learning_rate, config.clip_norm)
+    params = jax.tree.map(lambda p: p * config.init_scale, params)
+    state = tx.init(params)
+    losses = []
+    grad_fn = jax.value_and_grad(
+        functools.partial(stability.loss, activation="relu", layernorm=config.layernorm)
+    )
+
+    @jax.jit
+    def step(params, state):
+        value, grads = grad_fn(params, x, y)
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    for _ in range(steps):
+        params, state, value = step(params, state)
+        losses.append(float(value))
+    return np.array(losses), params
+
+
+def test_vmapped_training_equals_a_plain_loop_per_configuration():
+    x, y, params = _problem(3)
+    configs = [
+        stability.Config("plain", 0.1),
+        stability.Config("clipped", 0.3, 1.2, clip_norm=0.5),
+        stability.Config("layer norm", 0.2, 0.8, layernorm=True),
+        stability.Config("everything", 0.05, 1.5, 1.0, True),
+    ]
+    runs = stability.train(configs, params, x, y, steps=6)
+    for run in runs:
+        losses, final = _reference_run(run.config, params, x, y, 6)
+        np.testing.assert_allclose(run.loss_S, losses, rtol=1e-4)
+        assert mlp.relative_error(run.final_params, final) < 1e-4
+        scaled = [{k: v * run.config.init_scale for k, v in layer.items()} for layer in params]
+        assert mlp.relative_error(run.params_at(0), scaled) < 1e-7
+        assert run.grad_norm_SL.shape == (6, 4) and run.activation_std_SH.shape == (6, 3)
+
+
+def test_divergence_step():
+    assert stability.divergence_step([1.0, 0.9, 0.5]) is None
+    assert stability.divergence_step([1.0, 2.0, np.nan, 1.0]) == 2
+    assert stability.divergence_step([1.0, 11.0, np.inf]) == 1
+    assert stability.divergence_step([1.0, 5.0], factor=4.0) == 1
+
+
+@pytest.fixture(scope="module")
+def diverging_run():
+    """The debug_unstable lesson's default: depth 6, width 32, lr 0.5, init x1.1, seed 0."""
+    data_key, init_key = jax.random.split(jax.random.key(0))
+    x, y = mlp.make_dataset(data_key, "spirals", 256, 0.1, 3)
+    params = mlp.init_params(init_key, mlp.layer_sizes(2, 32, 6, 3), "he")
+    configs = [
+        stability.Config("unstable", 0.5, 1.1),
+        stability.Config("all three", 0.05, 1.1, 1.0, True),
+    ]
+    return stability.train(configs, params, x, y, steps=60), x, y
+
+
+def test_first_nan_names_the_op_and_its_step(diverging_run):
+    runs, x, y = diverging_run
+    report = stability.first_nan(runs[0], x, y)
+    assert report is not None and report.primitive in report.message and "nan" in report.message
+    assert ".py:" in report.where
+    # the NaN first shows in that step's recorded loss or gradient norm, never earlier
+    finite = np.isfinite(runs[0].loss_S) & np.isfinite(runs[0].global_grad_norm_S)
+    assert finite[: report.step].all() and report.step >= stability.divergence_step(runs[0].loss_S)
+    assert stability.first_nan(runs[1], x, y) is None
+    error, _, _ = stability.checked_gradients(runs[0].params_at(0), x, y)
+    assert error.get() is None
+
+
+@pytest.mark.slow
+def test_debug_nans_agrees_on_the_primitive(diverging_run):
+    runs, x, y = diverging_run
+    report = stability.first_nan(runs[0], x, y)
+    message = stability.debug_nans_message(runs[0], report.step, x, y)
+    assert message is not None and report.primitive in message
+    assert stability.debug_nans_message(runs[0], 0, x, y) is None
+
+
+def test_bad_configurations_name_the_problem():
+    with pytest.raises(ValueError, match="learning rate"):
+        stability.Config("x", 0.0)
+    with pytest.raises(ValueError, match="init scale"):
+        stability.Config("x", 0.1, init_scale=-1.0)
+    with pytest.raises(ValueError, match="clip norm"):
+        stability.Config("x", 0.1, clip_norm=0.0)
+    with pytest.raises(ValueError, match="steps"):
+        stability.train([stability.Config("x", 0.1)], _problem()[2], *_problem()[:2], steps=0)

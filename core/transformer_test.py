@@ -1,0 +1,268 @@
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from flax import nnx
+
+from core import tokenizer, transformer
+
+
+def tiny_config(**overrides):
+    settings = {"width": 16, "num_heads": 2, "num_layers": 2, "max_len": 24} | overrides
+    return transformer.TransformerConfig(**settings)
+
+
+extend = nnx.jit(lambda m, tokens_BT, cache: m.extend(tokens_BT, cache))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return transformer.TinyLM(tiny_config(), jax.random.key(0))
+
+
+def test_config_names_the_shapes():
+    with pytest.raises(ValueError, match="H=3 must divide width D=16"):
+        tiny_config(num_heads=3)
+    with pytest.raises(ValueError, match="accumulate must be float32"):
+        transformer.Precision(accumulate="bfloat16")
+    with pytest.raises(ValueError, match="compute"):
+        transformer.Precision(compute="float16")
+    with pytest.raises(ValueError, match="num_layers"):
+        tiny_config(num_layers=0)
+    assert tiny_config().head_dim == 8 and tiny_config().hidden == 64
+    assert transformer.Precision(compute="bfloat16").cache_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("width, heads, seq_len", [(8, 1, 1), (16, 2, 7), (24, 4, 12), (32, 8, 5)])
+def test_block_f32_matches_numpy_float64(width, heads, seq_len):
+    config = tiny_config(width=width, num_heads=heads)
+    block = transformer.Block(config, jax.random.key(width))
+    x = jax.random.normal(jax.random.key(1), (2, seq_len, width))
+    causal = tokenizer.segment_mask_BTS(jnp.ones((2, seq_len), jnp.int32))[:, None]
+    y = transformer.block_forward(block, x)
+    assert block(x, causal)[1] is None and y.dtype == jnp.float32
+    reference = transformer.block_reference(transformer.block_weights(block), x)
+    assert transformer.relative_error(y, reference) <= 1e-5
+
+
+def test_block_with_a_segment_mask_matches_numpy():
+    config = tiny_config()
+    block = transformer.Block(config, jax.random.key(2))
+    segments = jnp.asarray([[1, 1, 1, 2, 2, 3, 0, 0], [1, 2, 2, 2, 2, 2, 2, 0]])
+    mask = tokenizer.segment_mask_BTS(segments)
+    x = jax.random.normal(jax.random.key(3), (2, 8, 16))
+    y, _ = block(x, mask[:, None])
+    reference = transformer.block_reference(transformer.block_weights(block), x, np.asarray(mask))
+    assert transformer.relative_error(y, reference) <= 1e-5
+
+
+@pytest.mark.parametrize("width", [16, 64])
+def test_bf16_compute_stays_close_and_f32_params_stay_f32(width):
+    f32 = tiny_config(width=width)
+    bf16 = tiny_config(width=width, precision=transformer.POLICIES["bf16 compute"])
+    block32, block16 = (
+        transformer.Block(f32, jax.random.key(4)),
+        transformer.Block(bf16, jax.random.key(4)),
+    )
+    assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nnx.state(block16, nnx.Param)))
+    x = jax.random.normal(jax.random.key(5), (1, 8, width))
+    y32, y16 = transformer.block_forward(block32, x), transformer.block_forward(block16, x)
+    assert y16.dtype == jnp.bfloat16
+    error = transformer.relative_error(y16, y32)
+    assert 0 < error <= 3e-2
+
+
+def test_lm_matches_numpy_with_packing(model):
+    packed = tokenizer.pack_documents(
+        [tokenizer.encode(s) for s in ("def f():", "x = 1", "héllo wörld")], 12
+    )
+    logits = model(packed.tokens_BT, packed.segment_ids_BT, packed.positions_BT)
+    assert (
+        logits.shape == (*packed.tokens_BT.shape, tokenizer.VOCAB_SIZE)
+        and logits.dtype == jnp.float32
+    )
+    reference = transformer.lm_reference(
+        model, packed.tokens_BT, packed.segment_ids_BT, packed.positions_BT
+    )
+    assert transformer.relative_error(logits, reference) <= 1e-5
+
+
+@pytest.mark.parametrize("length, prefill", [(1, 1), (6, 1), (9, 4), (16, 16)])
+def test_cached_decode_equals_full_forward(model, length, prefill):
+    tokens = jax.random.randint(jax.random.key(length), (2, length), 0, 256)
+    full = transformer.forward(model, tokens)
+    cache = transformer.init_cache(model.config, 2, length)
+    logits, cache = extend(model, tokens[:, :prefill], cache)
+    pieces = [logits]
+    for i in range(prefill, length):
+        logits, cache = extend(model, tokens[:, i : i + 1], cache)
+        pieces.append(logits)
+    assert int(cache.length) == length
+    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_is_a_pytree_and_checks_its_size():
+    cache = transformer.init_cache(tiny_config(), 3, 10)
+    assert len(jax.tree.leaves(cache)) == 3 and cache.capacity == 10
+    assert cache.k_LBSHK.shape == (2, 3, 10, 2, 8)
+    moved = jax.tree.map(lambda a: a + 0, cache)
+    assert isinstance(moved, transformer.KVCache)
+    with pytest.raises(ValueError, match="capacity"):
+        transformer.init_cache(tiny_config(), 1, 100)
+
+
+def test_jit_equals_no_jit(model):
+    tokens = jax.random.randint(jax.random.key(7), (2, 10), 0, 256)
+    jitted = transformer.forward(model, tokens)
+    with jax.disable_jit():
+        eager = model(tokens)
+    np.testing.assert_allclose(jitted, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_no_gradient_crosses_documents(model):
+    packed = tokenizer.pack_documents([tokenizer.encode(s) for s in ("abc", "defgh", "ij")], 12)
+    tokens, segments, positions = (
+        packed.tokens_BT[0],
+        packed.segment_ids_BT[0],
+        packed.positions_BT[0],
+    )
+    norms = transformer.backbone_jacobian_norms_TS(model, tokens, segments, positions)
+    allowed = np.asarray(tokenizer.segment_mask_BTS(segments[None]))[0]
+    assert np.all(norms[~allowed] == 0.0), "a token depends on another document or a later token"
+    assert np.all(norms[allowed & np.eye(len(tokens), dtype=bool)] > 0)
+    assert np.sum(norms[allowed] > 0) > len(tokens), "within a document, earlier tokens matter"
+
+
+@pytest.mark.parametrize("seed, seq_len", [(0, 8), (1, 13)])
+def test_valid_token_loss_matches_numpy(model, seed, seq_len):
+    rng = np.random.default_rng(seed)
+    documents = [rng.integers(1, 256, size=rng.integers(1, 12)).astype(np.int32) for _ in range(6)]
+    packed = tokenizer.pack_documents(documents, seq_len)
+    batch = transformer.batch_from_packed(packed)
+    logits = transformer.forward(
+        model, batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"]
+    )
+    loss, count = transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
+    reference_loss, reference_count = transformer.token_loss_reference(logits, packed)
+    assert (
+        int(count)
+        == reference_count
+        == sum(len(d) - 1 for d in documents if len(d) <= seq_len)
+        + sum(len(d) - (len(d) + seq_len - 1) // seq_len for d in documents if len(d) > seq_len)
+    )
+    assert float(loss) == pytest.approx(reference_loss, rel=1e-5)
+    with pytest.raises(ValueError, match="share"):
+        transformer.token_loss(logits, batch["targets_BT"][:, :-1], batch["weights_BT"])
+
+
+def test_training_lowers_the_loss_and_eval_sums():
+    config = tiny_config(num_layers=1)
+    model = transformer.TinyLM(config, jax.random.key(1))
+    packed = tokenizer.pack_documents(
+        [tokenizer.encode("abcabcabcabc"), tokenizer.encode("xyzxyz")], 12
+    )
+    batch = transformer.batch_from_packed(packed)
+    optimizer = transformer.make_optimizer(model, learning_rate=1e-2)
+    first = transformer.train_step(model, optimizer, batch)
+    for _ in range(15):
+        last = transformer.train_step(model, optimizer, batch)
+    assert float(last["loss"]) < 0.5 * float(first["loss"])
+    assert float(first["tokens"]) == 11 + 5
+    total, count = transformer.eval_step(model, batch)
+    loss, _ = transformer.loss_on_batch(model, batch)
+    assert float(total) == pytest.approx(float(loss) * float(count), rel=1e-5)
+    assert transformer.count_params(model) == sum(
+        v.size for v in jax.tree.leaves(nnx.state(model, nnx.Param))
+    )
+    with pytest.raises(ValueError, match="learning_rate"):
+        transformer.make_optimizer(model, learning_rate=0)
+
+
+def bf16_running_sum_reference(values):
+    total = ml_dtypes.bfloat16(0)
+    out = []
+    for v in values:
+        total = ml_dtypes.bfloat16(np.float32(total) + np.float32(ml_dtypes.bfloat16(v)))
+        out.append(float(total))
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("value, count", [(0.01, 1000), (1.0, 600), (0.3, 50)])
+def test_running_sums_match_emulated_rounding(value, count):
+    values = np.full(count, value, np.float32)
+    np.testing.assert_array_equal(
+        transformer.running_sums(values, "bfloat16"), bf16_running_sum_reference(values)
+    )
+    np.testing.assert_allclose(
+        transformer.running_sums(values, "float32"), np.cumsum(values, dtype=np.float64), rtol=1e-4
+    )
+
+
+def test_bf16_accumulator_stalls_and_f32_does_not():
+    sums = transformer.running_sums(np.full(2000, 0.01, np.float32), "bfloat16")
+    assert sums[-1] < 5.0  # the exact sum is 20: increments below half a bf16 step vanish
+    errors = transformer.dot_prefix_errors(jax.random.key(0), 4096)
+    assert errors["float32"].shape == errors["bfloat16"].shape == (4096,)
+    assert errors["float32"][-1] < 1e-5
+    assert errors["bfloat16"][-1] > 100 * errors["float32"][-1]
+    assert errors["bfloat16"][-1] > 0.1, (
+        "1024 products of mean 1/4 reach ~1000: bf16 steps of 4 or 8"
+    )
+
+
+def fixed_batches(count, rows=4, seq_len=12):
+    rng = np.random.default_rng(7)
+    batches = []
+    for _ in range(count):
+        documents = [
+            rng.integers(1, 256, size=rng.integers(2, 10)).astype(np.int32) for _ in range(5)
+        ]
+        batches.append(
+            transformer.batch_from_packed(
+                tokenizer.pack_documents(documents, seq_len, num_rows=rows)
+            )
+        )
+    return batches
+
+
+def test_resumed_training_equals_uninterrupted():
+    config = tiny_config(num_layers=1)
+    batches = fixed_batches(6)
+    batch_at = lambda step: batches[step - 1]  # noqa: E731
+    straight = transformer.TinyLM(config, jax.random.key(0))
+    straight_optimizer = transformer.make_optimizer(straight)
+    history = transformer.train_loop(
+        straight, straight_optimizer, batch_at, 6, heldout_batch=batches[0], eval_every=2
+    )
+    assert [r["step"] for r in history] == list(range(1, 7))
+    assert [r["step"] for r in history if "held-out loss" in r] == [2, 4, 6]
+
+    first = transformer.TinyLM(config, jax.random.key(0))
+    first_optimizer = transformer.make_optimizer(first)
+    transformer.train_loop(first, first_optimizer, batch_at, 3)
+    saved = jax.tree.map(np.asarray, transformer.train_state(first, first_optimizer))
+    resumed = transformer.TinyLM(config, jax.random.key(99))  # other weights, then overwritten
+    resumed_optimizer = transformer.make_optimizer(resumed)
+    transformer.load_train_state(resumed, resumed_optimizer, saved)
+    transformer.train_loop(resumed, resumed_optimizer, batch_at, 3, start_step=3)
+    expected = transformer.train_state(straight, straight_optimizer)
+    got = transformer.train_state(resumed, resumed_optimizer)
+    assert jax.tree.structure(expected) == jax.tree.structure(got)
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(got["optimizer"]["step"]) == 6
+    with pytest.raises(ValueError, match="eval_every"):
+        transformer.train_loop(straight, straight_optimizer, batch_at, 1, eval_every=0)
+
+
+def test_heldout_loss_is_the_mean_over_valid_tokens(model):
+    batch = fixed_batches(1)[0]
+    loss, count = transformer.heldout_loss(model, batch)
+    logits = transformer.forward(
+        model, batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"]
+    )
+    reference = transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
+    assert count == int(batch["weights_BT"].sum()) and loss == pytest.approx(
+        float(reference[0]), rel=1e-6
+    )
