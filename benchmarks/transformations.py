@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     batches = (8, 64) if args.quick else (8, 64, 256, 1024)
-    sizes = (64, 1024) if args.quick else (64, 1024, 16_384, 262_144)
+    sizes = (16, 128) if args.quick else (16, 128, 512, 1024)  # (size, size) matrices
     lengths = (8, 16) if args.quick else (8, 16, 32, 64)
 
     print("1/3 vmap vs Python loop ...", flush=True)
