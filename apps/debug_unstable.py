@@ -20,7 +20,7 @@ with app.setup:
         lab.Flag("hidden", 32, "units per hidden layer", lo=8, hi=64, step=8),
         lab.Flag("clip_norm", 1.0, "fix 1: clip the global gradient norm to this", lo=0.1, hi=10.0, step=0.1),
         lab.Flag("safe_learning_rate", 0.05, "fix 3: a lower learning rate", lo=0.001, hi=0.5, step=0.001),
-        lab.Flag("steps", 200, "training steps (full batch)", lo=20, hi=500, step=10),
+        lab.Flag("steps", 150, "training steps (full batch)", lo=20, hi=500, step=10),
         lab.Flag("seed", 0, "PRNG seed (data and init)", lo=0, hi=9999),
         description="Debug unstable learning: divergence, per-layer diagnostics, first NaN, fixes.",
     )
