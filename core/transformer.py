@@ -85,6 +85,7 @@ class TransformerConfig:
     max_len: int = 128
     layer_norm_eps: float = 1e-5
     precision: Precision = Precision()
+    dropout_rate: float = 0.0  # on the embeddings and each residual branch, training only
 
     def __post_init__(self):
         if self.width < 1 or self.num_heads < 1:
@@ -101,6 +102,8 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.mlp_width is not None and self.mlp_width < 1:
             raise ValueError(f"mlp_width F must be >= 1, got {self.mlp_width}")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
         if not isinstance(self.precision, Precision):
             raise TypeError(f"precision must be a Precision, got {type(self.precision).__name__}")
 
@@ -145,6 +148,15 @@ def _dense(x, kernel, spec: str, compute: str):
     return jnp.einsum(
         spec, x.astype(compute), kernel[...].astype(compute), preferred_element_type=F32
     )
+
+
+def dropout(x, rate: float, key):
+    """Inverted dropout: zero each entry with probability ``rate``, scale the rest by
+    1 / (1 - rate) (so the expected value is unchanged). ``key`` None or rate 0: identity."""
+    if key is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
 def gelu(x):
@@ -223,11 +235,14 @@ class Block(nnx.Module):
             c
         )
 
-    def __call__(self, x_BTD, mask, kv=None, index=None):
+    def __call__(self, x_BTD, mask, kv=None, index=None, dropout_rate=0.0, dropout_key=None):
+        """(y_BTD, kv). With ``dropout_key`` each residual branch (attention, MLP) is
+        dropped out at ``dropout_rate`` before it is added."""
         x = x_BTD.astype(self.precision.compute)
+        keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
         attended, kv = self.attn(self.norm_attn(x), mask, kv, index)
-        h = x + attended
-        return h + self.mlp(self.norm_mlp(h)), kv
+        h = x + dropout(attended, dropout_rate, keys[0])
+        return h + dropout(self.mlp(self.norm_mlp(h)), dropout_rate, keys[1]), kv
 
 
 @nnx.jit
@@ -284,10 +299,12 @@ class TinyLM(nnx.Module):
         x = self.token_embed[...][tokens_BT] + self.pos_embed[...][positions_BT]
         return x.astype(self.config.precision.compute)
 
-    def backbone(self, x_BTD, mask):
+    def backbone(self, x_BTD, mask, dropout_key=None):
         """The blocks on embeddings x_BTD (for gradients with respect to the input)."""
-        for block in self.blocks:
-            x_BTD, _ = block(x_BTD, mask)
+        rate = self.config.dropout_rate
+        for layer, block in enumerate(self.blocks):
+            key = None if dropout_key is None else jax.random.fold_in(dropout_key, layer + 1)
+            x_BTD, _ = block(x_BTD, mask, dropout_rate=rate, dropout_key=key)
         return x_BTD
 
     def unembed(self, x_BTD):
@@ -296,9 +313,10 @@ class TinyLM(nnx.Module):
             self.final_norm(x_BTD), self.head, "btd,dv->btv", self.config.precision.compute
         )
 
-    def __call__(self, tokens_BT, segment_ids_BT=None, positions_BT=None):
+    def __call__(self, tokens_BT, segment_ids_BT=None, positions_BT=None, dropout_key=None):
         """Full forward pass: logits_BTV (float32). Without segment ids the whole row is one
-        document; without positions they count 0..T-1."""
+        document; without positions they count 0..T-1. ``dropout_key`` (training) applies
+        dropout at config.dropout_rate to the embeddings and every residual branch."""
         tokens_BT = jnp.asarray(tokens_BT)
         b, t = tokens_BT.shape
         if segment_ids_BT is None:
@@ -306,7 +324,10 @@ class TinyLM(nnx.Module):
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(t), (b, t))
         mask = tokenizer.segment_mask_BTS(segment_ids_BT, causal=True)[:, None]
-        return self.unembed(self.backbone(self.embed(tokens_BT, positions_BT), mask))
+        x = self.embed(tokens_BT, positions_BT)
+        if dropout_key is not None:
+            x = dropout(x, self.config.dropout_rate, jax.random.fold_in(dropout_key, 0))
+        return self.unembed(self.backbone(x, mask, dropout_key))
 
     def extend(self, tokens_BT, cache: KVCache):
         """Feed T new tokens after the cache's ``length`` slots: (logits_BTV, new cache).

@@ -1,0 +1,524 @@
+"""Train, resume and evaluate the byte Transformer (the ``train`` and ``eval`` commands).
+
+A run directory holds everything about one run:
+
+    DIR/config.json      the Config (identity fields may not change on resume)
+    DIR/corpus.json      which files were trained on / held out, with their sha256
+    DIR/metrics.jsonl    one JSON object per step: step, loss, tokens, step_time_s,
+                         grad_norm, tokens_per_s, elapsed_s (+ heldout_loss, heldout_bpb
+                         every eval_every steps)
+    DIR/checkpoints/     core.checkpoint (Orbax + sha256 manifests): params, both Adam
+                         moments and count, step, dropout key; the data-stream position
+                         and the config beside them
+    DIR/mlflow.db        MLflow store: one run per training process (segment)
+    DIR/eval.json        written by ``eval``
+
+The training state is a plain pytree: {"params", "opt_state", "step", "rng": {"dropout"}}
+(the dropout key as raw uint32 key data, so it checkpoints like any array). One step:
+split the dropout key, loss and gradients of the valid-token loss, AdamW with global-norm
+clipping. Everything the next step depends on is in the checkpoint, so a run killed at any
+moment and resumed in a fresh process repeats the uninterrupted run's losses bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import pathlib
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from capstones.byte_transformer import args, data
+from capstones.byte_transformer import config as config_lib
+from core import checkpoint, transformer
+
+CONFIG_FILE = "config.json"
+CORPUS_FILE = "corpus.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+EVAL_FILE = "eval.json"
+DIGEST_GROUPS = ("params", "adam_mu", "adam_nu", "adam_count", "step", "dropout_key", "data")
+
+
+# --- model and state ---------------------------------------------------------------------
+
+
+def build_model(config: config_lib.Config) -> transformer.TinyLM:
+    """A freshly initialised TinyLM (every weight drawn from key(config.seed))."""
+    return transformer.TinyLM(config.model_config(), jax.random.key(config.seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _graphdef(config: config_lib.Config):
+    """The model's structure (no weights): nnx.merge(graphdef, params) rebuilds a model."""
+    graphdef, _ = nnx.split(build_model(config))
+    return graphdef
+
+
+def model_from_params(config: config_lib.Config, params: dict) -> transformer.TinyLM:
+    """A TinyLM holding ``params`` (a pure dict, as in the training state)."""
+    return nnx.merge(_graphdef(config), params)
+
+
+def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(config.clip_norm),
+        optax.adamw(config.learning_rate, weight_decay=config.weight_decay),
+    )
+
+
+def init_state(config: config_lib.Config) -> dict:
+    """Step-0 training state: params, AdamW state, step, dropout key data."""
+    params = nnx.to_pure_dict(nnx.state(build_model(config), nnx.Param))
+    dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1_000_003)
+    return {
+        "params": params,
+        "opt_state": make_optimizer(config).init(params),
+        "step": jnp.asarray(0, jnp.int32),
+        "rng": {"dropout": jax.random.key_data(dropout_key)},
+    }
+
+
+def abstract_state(config: config_lib.Config):
+    """ShapeDtypeStructs (with the device sharding) of the state: what a restore fills in."""
+    return checkpoint.abstract_like(init_state(config))
+
+
+def loss_fn(config: config_lib.Config, params: dict, batch: dict, dropout_key):
+    """(mean valid-token loss, valid-token count) with dropout from ``dropout_key``."""
+    model = model_from_params(config, params)
+    logits = model(
+        batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"], dropout_key=dropout_key
+    )
+    return transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
+
+
+def train_step(config: config_lib.Config, state: dict, batch: dict) -> tuple[dict, dict]:
+    """One AdamW step (pure: state in, state out) and its metrics."""
+    key = jax.random.wrap_key_data(state["rng"]["dropout"])
+    key, dropout_key = jax.random.split(key)
+    (loss, count), grads = jax.value_and_grad(
+        lambda p: loss_fn(config, p, batch, dropout_key), has_aux=True
+    )(state["params"])
+    updates, opt_state = make_optimizer(config).update(grads, state["opt_state"], state["params"])
+    new_state = {
+        "params": optax.apply_updates(state["params"], updates),
+        "opt_state": opt_state,
+        "step": state["step"] + 1,
+        "rng": {"dropout": jax.random.key_data(key)},
+    }
+    return new_state, {"loss": loss, "tokens": count, "grad_norm": optax.tree.norm(grads)}
+
+
+@functools.lru_cache(maxsize=8)
+def make_train_step(config: config_lib.Config) -> Callable:
+    """jit(train_step) for this config: (state, batch) -> (state, metrics)."""
+    _graphdef(config)  # build the structure eagerly, never under a trace
+    return jax.jit(functools.partial(train_step, config))
+
+
+# --- evaluation --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _eval_program(config: config_lib.Config):
+    _graphdef(config)
+
+    def summed(params, batch):
+        loss, count = loss_fn(config, params, batch, None)
+        return loss * count, count
+
+    return jax.jit(summed)
+
+
+def evaluate(config: config_lib.Config, params: dict, batches: list[dict]) -> dict:
+    """Held-out loss (nats per byte, valid tokens only) and bits per byte over ``batches``."""
+    if not batches:
+        raise ValueError("no held-out batches: raise max_files or lower heldout_fraction")
+    total, count = 0.0, 0.0
+    program = _eval_program(config)
+    for batch in batches:
+        batch_total, batch_count = program(params, batch)
+        total += float(batch_total)
+        count += float(batch_count)
+    loss = total / max(count, 1.0)
+    return {"loss": loss, "bits_per_byte": loss / math.log(2), "tokens": int(count)}
+
+
+# --- digests: compare two states piece by piece ------------------------------------------
+
+
+def _sha256_leaves(tree) -> str:
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(tree):
+        array = np.asarray(leaf)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def adam_state(opt_state):
+    """The ScaleByAdamState (count, mu, nu) inside the optimizer state."""
+    for part in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "mu")):
+        if hasattr(part, "mu"):
+            return part
+    raise ValueError("no Adam state (mu, nu) in the optimizer state")
+
+
+def state_digest(state: dict, data_state: dict) -> dict[str, str]:
+    """A short sha256 per restored piece: equal digests, equal bytes."""
+    adam = adam_state(state["opt_state"])
+    return {
+        "params": _sha256_leaves(state["params"]),
+        "adam_mu": _sha256_leaves(adam.mu),
+        "adam_nu": _sha256_leaves(adam.nu),
+        "adam_count": _sha256_leaves(adam.count),
+        "step": _sha256_leaves(state["step"]),
+        "dropout_key": _sha256_leaves(state["rng"]),
+        "data": hashlib.sha256(json.dumps(data_state, sort_keys=True).encode()).hexdigest()[:16],
+    }
+
+
+# --- run directory -----------------------------------------------------------------------
+
+
+def run_config(run_dir: pathlib.Path, overrides: dict) -> config_lib.Config:
+    """The run's config: the saved one (if any) with ``overrides`` applied. Changing an
+    identity field of an existing run is refused (its checkpoints belong to the old one)."""
+    saved_path = run_dir / CONFIG_FILE
+    if not saved_path.exists():
+        return dataclasses.replace(config_lib.Config(), **overrides)
+    saved = config_lib.Config.load(saved_path)
+    wanted = dataclasses.replace(saved, **overrides)
+    differences = saved.identity_differences(wanted)
+    if differences:
+        raise args.UsageError(
+            f"{run_dir} was trained with a different config ({'; '.join(differences)}); "
+            "use a new run_dir, or change only " + ", ".join(sorted(config_lib.RUNTIME_FIELDS))
+        )
+    return wanted
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    """metrics.jsonl as a list (a torn last line from a killed process is skipped)."""
+    path = pathlib.Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _truncate_metrics(path: pathlib.Path, last_step: int) -> None:
+    """Keep the records of steps <= last_step (the steps after it will be trained again)."""
+    kept = [r for r in read_metrics(path.parent) if r.get("step", 0) <= last_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+
+
+def _check_corpus(run_dir: pathlib.Path, identity: dict) -> None:
+    path = run_dir / CORPUS_FILE
+    if path.exists():
+        saved = json.loads(path.read_text())
+        for key in ("train_sha256", "heldout_sha256"):
+            if saved[key] != identity[key]:
+                raise args.UsageError(
+                    f"the corpus differs from the one {run_dir} was trained on ({key} "
+                    f"{saved[key][:12]} vs {identity[key][:12]}: another Python version?); "
+                    "use a new run_dir"
+                )
+    else:
+        checkpoint.write_json_atomic(path, identity)
+
+
+# --- the training loop -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrainResult:
+    start_step: int  # 0 for a fresh run, else the restored step
+    last_step: int
+    preempted: bool  # stopped by SIGTERM (saved, exited cleanly)
+    records: list[dict]  # this process's metrics records
+    state: dict
+    data_state: dict
+
+
+class _Preemption:
+    """SIGTERM sets a flag; the loop saves at the end of the current step and returns."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self, signum, frame):
+        self.requested = True
+
+    @contextlib.contextmanager
+    def installed(self):
+        try:
+            previous = signal.signal(signal.SIGTERM, self)
+        except ValueError:  # not the main thread (e.g. inside a server): no handler
+            yield self
+            return
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _format_eta(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def train(
+    config: config_lib.Config,
+    run_dir: str | os.PathLike,
+    log_mlflow: bool = True,
+    emit: Callable[[dict], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> TrainResult:
+    """Train ``run_dir`` up to config.steps (resuming from its newest verified checkpoint).
+
+    ``emit(event)`` receives machine-readable events ("fresh", "resumed" with a digest
+    per restored piece, "step", "committed", "preempted", "done"); ``progress(line)``
+    human-readable progress lines.
+    """
+    emit = emit or (lambda event: None)
+    progress = progress or (lambda line: None)
+    run_dir = pathlib.Path(run_dir).absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_json_atomic(run_dir / CONFIG_FILE, config.to_dict())
+    corpus = data.load_corpus(config)
+    _check_corpus(run_dir, corpus.identity())
+    stream = data.training_stream(config, corpus)
+    heldout = data.heldout_batches(config, corpus)
+    state = init_state(config)
+    step_fn = make_train_step(config)
+
+    ckpt = checkpoint.Checkpointer(
+        run_dir / CHECKPOINTS,
+        save_every=config.ckpt_every,
+        max_to_keep=config.max_to_keep,
+        async_save=config.async_ckpt,
+        on_commit=lambda step: emit({"event": "committed", "step": step}),
+    )
+    with ckpt:
+        restored = ckpt.restore_latest(checkpoint.abstract_like(state))
+        start = 0
+        if restored is not None:
+            start, state = restored.step, restored.state
+            stream.set_state(restored.data_state["stream"])
+            emit(
+                {
+                    "event": "resumed",
+                    "step": start,
+                    "digest": state_digest(state, stream.get_state()),
+                    "rejected": [step for step, _ in ckpt.rejected],
+                }
+            )
+            progress(f"resumed from step {start} ({run_dir / CHECKPOINTS})")
+        else:
+            emit({"event": "fresh", "digest": state_digest(state, stream.get_state())})
+        metrics_path = run_dir / METRICS_FILE
+        _truncate_metrics(metrics_path, start)
+
+        records: list[dict] = []
+        preemption = _Preemption()
+        began = time.perf_counter()
+        step = start
+        with preemption.installed(), open(metrics_path, "a") as metrics_file:
+            for step in range(start + 1, config.steps + 1):
+                batch = stream.next_batch()
+                tick = time.perf_counter()
+                state, metrics = step_fn(state, batch)
+                loss = float(metrics["loss"])  # waits for the step: the time below is real
+                step_time = time.perf_counter() - tick
+                tokens = int(metrics["tokens"])
+                record = {
+                    "step": step,
+                    "loss": loss,
+                    "tokens": tokens,
+                    "step_time_s": step_time,
+                    "grad_norm": float(metrics["grad_norm"]),
+                    "tokens_per_s": tokens / step_time,
+                    "elapsed_s": time.perf_counter() - began,
+                }
+                if step % config.eval_every == 0 or step == config.steps:
+                    evaluation = evaluate(config, state["params"], heldout)
+                    record["heldout_loss"] = evaluation["loss"]
+                    record["heldout_bpb"] = evaluation["bits_per_byte"]
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                records.append(record)
+                emit({"event": "step", "step": step, "loss": loss})
+                final = step == config.steps or preemption.requested
+                ckpt.save(
+                    step,
+                    state,
+                    {"stream": stream.get_state()},
+                    config.to_dict(),
+                    {"loss": loss},
+                    force=final,
+                )
+                if step % config.log_every == 0 or final or step == start + 1:
+                    done = step - start
+                    rate = sum(r["tokens"] for r in records) / (time.perf_counter() - began)
+                    eta = (config.steps - step) * (time.perf_counter() - began) / done
+                    held = (
+                        f" held-out {record['heldout_loss']:.3f}"
+                        if "heldout_loss" in record
+                        else ""
+                    )
+                    progress(
+                        f"step {step}/{config.steps} loss {loss:.3f}{held} "
+                        f"{rate:,.0f} tok/s eta {_format_eta(eta)}"
+                        + (" (includes compile)" if step == start + 1 else "")
+                    )
+                if preemption.requested:
+                    break
+        ckpt.wait_until_finished()
+    preempted = preemption.requested
+    emit({"event": "preempted" if preempted else "done", "step": step})
+    if preempted:
+        progress(f"SIGTERM: saved step {step} and stopped; run the same command to resume")
+    if log_mlflow and records:
+        _log_mlflow(run_dir, config, corpus.identity(), start, records, preempted)
+    return TrainResult(start, step, preempted, records, state, stream.get_state())
+
+
+def _log_mlflow(run_dir, config, corpus_identity, start, records, preempted) -> None:
+    from core import tracking
+
+    metrics: dict[str, dict[int, float]] = {}
+    for record in records:
+        for key in ("loss", "step_time_s", "tokens_per_s", "grad_norm", "heldout_loss"):
+            if key in record:
+                metrics.setdefault(key, {})[record["step"]] = record[key]
+    tracking.Tracker(run_dir).log_run(
+        f"steps {start + 1}-{records[-1]['step']}",
+        params=config.to_dict(),
+        metrics=metrics,
+        tags={
+            "data.train_sha256": corpus_identity["train_sha256"],
+            "data.heldout_sha256": corpus_identity["heldout_sha256"],
+            "resumed_from_step": str(start),
+            "preempted": str(preempted),
+            "git.revision": tracking.git_revision(),
+        },
+    )
+
+
+# --- loading a trained model ---------------------------------------------------------------
+
+
+def load_state(run_dir: str | os.PathLike) -> tuple[config_lib.Config, checkpoint.Restored]:
+    """The config and the newest verified checkpoint of a run (FileNotFoundError if none)."""
+    run_dir = pathlib.Path(run_dir)
+    if not (run_dir / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); train first")
+    config = config_lib.Config.load(run_dir / CONFIG_FILE)
+    with checkpoint.Checkpointer(run_dir / CHECKPOINTS, async_save=False) as ckpt:
+        restored = ckpt.restore_latest(abstract_state(config), quarantine=False)
+    if restored is None:
+        raise FileNotFoundError(f"{run_dir} has no committed checkpoint; train first")
+    return config, restored
+
+
+def load_model(run_dir: str | os.PathLike) -> tuple[config_lib.Config, transformer.TinyLM]:
+    """(config, model with the newest verified checkpoint's parameters)."""
+    config, restored = load_state(run_dir)
+    return config, model_from_params(config, restored.state["params"])
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def _print_event(event: dict) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def train_command(parsed: args.Parsed) -> int:
+    run_dir = pathlib.Path(parsed["run_dir"])
+    config = run_config(run_dir, parsed.overrides)
+    result = train(
+        config,
+        run_dir,
+        log_mlflow=parsed["mlflow"],
+        emit=_print_event if parsed["events"] else None,
+        progress=_stderr,
+    )
+    if not parsed["events"] and result.records:
+        last = result.records[-1]
+        print(
+            f"trained steps {result.start_step + 1}-{result.last_step}: loss {last['loss']:.4f}; "
+            f"metrics in {run_dir / METRICS_FILE}"
+        )
+    return 0
+
+
+def eval_command(parsed: args.Parsed) -> int:
+    run_dir = pathlib.Path(parsed["run_dir"])
+    config, restored = load_state(run_dir)
+    corpus = data.load_corpus(config)
+    _check_corpus(run_dir, corpus.identity())
+    batches = data.heldout_batches(config, corpus)
+    result = evaluate(config, restored.state["params"], batches)
+    result.update(
+        step=restored.step,
+        heldout_files=len(corpus.heldout),
+        heldout_sha256=corpus.heldout_sha256,
+        train_files=len(corpus.train),
+        overlap_files=sorted({d.name for d in corpus.train} & {d.name for d in corpus.heldout}),
+        uniform_bits_per_byte=8.0,
+    )
+    checkpoint.write_json_atomic(run_dir / EVAL_FILE, result)
+    print(
+        f"step {result['step']}: held-out loss {result['loss']:.4f} nats/byte = "
+        f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']} bytes of "
+        f"{result['heldout_files']} files never trained on (uniform guess: 8 bits/byte)"
+    )
+    return 0
+
+
+RUN_DIR = args.Option(str, args.REQUIRED, "the run directory")
+COMMANDS = {
+    "train": args.Command(
+        "Train (or resume) the byte Transformer on Python's standard library. Writes "
+        "DIR/metrics.jsonl, checkpoints every ckpt_every steps, logs to MLflow (DIR/mlflow.db). "
+        "Run it again on the same DIR to resume; SIGTERM saves and exits cleanly.",
+        {
+            "run_dir": RUN_DIR,
+            "mlflow": args.Option(bool, True, "log this segment to MLflow in DIR"),
+            "events": args.Option(bool, False, "print one JSON event per line on stdout"),
+        },
+        train_command,
+    ),
+    "eval": args.Command(
+        "Held-out loss and bits per byte of the newest checkpoint, on files never trained on.",
+        {"run_dir": RUN_DIR},
+        eval_command,
+        config_overrides=False,
+    ),
+}
