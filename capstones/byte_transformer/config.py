@@ -137,6 +137,12 @@ class Config:
             dropout_rate=self.dropout,
         )
 
+    def program_key(self) -> Config:
+        """This config with the run-time fields at their defaults: two configs with the
+        same key compile to the same programs (a resumed or longer run reuses them)."""
+        defaults = Config()
+        return dataclasses.replace(self, **{f: getattr(defaults, f) for f in RUNTIME_FIELDS})
+
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 

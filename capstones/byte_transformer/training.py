@@ -64,13 +64,13 @@ def build_model(config: config_lib.Config) -> transformer.TinyLM:
 @functools.lru_cache(maxsize=8)
 def _graphdef(config: config_lib.Config):
     """The model's structure (no weights): nnx.merge(graphdef, params) rebuilds a model."""
-    graphdef, _ = nnx.split(build_model(config))
+    graphdef, _ = nnx.split(build_model(config.program_key()))
     return graphdef
 
 
 def model_from_params(config: config_lib.Config, params: dict) -> transformer.TinyLM:
     """A TinyLM holding ``params`` (a pure dict, as in the training state)."""
-    return nnx.merge(_graphdef(config), params)
+    return nnx.merge(_graphdef(config.program_key()), params)
 
 
 def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
@@ -123,9 +123,13 @@ def train_step(config: config_lib.Config, state: dict, batch: dict) -> tuple[dic
     return new_state, {"loss": loss, "tokens": count, "grad_norm": optax.tree.norm(grads)}
 
 
-@functools.lru_cache(maxsize=8)
 def make_train_step(config: config_lib.Config) -> Callable:
     """jit(train_step) for this config: (state, batch) -> (state, metrics)."""
+    return _train_step_program(config.program_key())
+
+
+@functools.lru_cache(maxsize=8)
+def _train_step_program(config: config_lib.Config) -> Callable:
     _graphdef(config)  # build the structure eagerly, never under a trace
     return jax.jit(functools.partial(train_step, config))
 
@@ -149,7 +153,7 @@ def evaluate(config: config_lib.Config, params: dict, batches: list[dict]) -> di
     if not batches:
         raise ValueError("no held-out batches: raise max_files or lower heldout_fraction")
     total, count = 0.0, 0.0
-    program = _eval_program(config)
+    program = _eval_program(config.program_key())
     for batch in batches:
         batch_total, batch_count = program(params, batch)
         total += float(batch_total)
