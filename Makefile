@@ -10,7 +10,7 @@ PORT ?= 2718
 # The lab shows every lesson 8 virtual CPU devices (read by each app's process).
 export JAX_NUM_CPU_DEVICES ?= 8
 
-.PHONY: lab test install lint check-apps pytest curriculum clean
+.PHONY: lab test install lint check-apps pytest curriculum capstone clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,21 @@ test: $(STAMP)
 
 curriculum: $(STAMP)
 	$(BIN)/python -m core.curriculum --summary
+
+# The whole byte-Transformer capstone at its default config, one command after another
+# (each resumable / rerunnable on its own); the report lands in $(CAPSTONE_DIR)/report/.
+CAPSTONE_DIR ?= runs/capstone
+CAPSTONE := JAX_PLATFORMS=cpu $(BIN)/python -m capstones.byte_transformer
+capstone: $(STAMP)
+	$(CAPSTONE) train run_dir=$(CAPSTONE_DIR) $(CAPSTONE_FLAGS)
+	$(CAPSTONE) eval run_dir=$(CAPSTONE_DIR)
+	$(CAPSTONE) cache-report run_dir=$(CAPSTONE_DIR)
+	$(CAPSTONE) export run_dir=$(CAPSTONE_DIR) out=$(CAPSTONE_DIR)/artifacts
+	$(CAPSTONE) profile run_dir=$(CAPSTONE_DIR) out=$(CAPSTONE_DIR)/profile
+	$(CAPSTONE) bench out=$(CAPSTONE_DIR)/bench.json
+	$(CAPSTONE) plan out=$(CAPSTONE_DIR)/plan.json
+	$(CAPSTONE) run-manifest run_dir=$(CAPSTONE_DIR)
+	$(CAPSTONE) report run_dir=$(CAPSTONE_DIR)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

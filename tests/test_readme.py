@@ -31,3 +31,12 @@ def test_readme_tpu_commands_come_from_core():
     for step, command in steps:
         if command.startswith("gcloud"):
             assert command in README, f"README is out of date for step {step!r}"
+
+
+def test_readme_shows_every_capstone_command():
+    from capstones.byte_transformer import cli
+
+    makefile = (curriculum.REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "\ncapstone:" in makefile
+    for command in cli.REGISTRY:
+        assert f"$B {command} " in README, f"README's capstone section lacks {command!r}"

@@ -1,0 +1,749 @@
+"""KV caches in three precisions (fp32, bf16, int8) for core.transformer.TinyLM.
+
+Glossary: see core/attention.py (B batch, P padded prompt length, S cache slots, H heads,
+K head dim, D width, V vocabulary, L layers).
+
+A cache stores, for every layer, the keys and values of slots 0 .. length-1:
+
+    fp32   k, v float32                                  8 D bytes / token / layer
+    bf16   k, v bfloat16                                 4 D bytes / token / layer
+    int8   k, v int8 + a float32 scale per (layer, row,  2 D + 8 H bytes / token / layer
+           slot, head): scale = max|x| over K / 127,
+           q = round(x / scale), read back as q * scale  (|error| <= scale / 2 per element)
+
+so int8 / fp32 = 1/4 + 1/K (0.266 at the default K = 64; the issue's target 0.27 needs K >= 50)
+and bf16 / fp32 = 1/2.
+
+``prefill`` and ``decode`` are functional: they run the model's own layers (block.norm_attn,
+block.attn.wq/wk/wv/wo, block.norm_mlp, block.mlp, model.embed, model.unembed,
+core.attention.dot_product_attention) but write the new keys/values into the cache in its
+precision and attend over what the cache gives back (dequantized), so the logits carry
+exactly the cache's rounding. Prefill takes a fixed-shape padded prompt tokens_BP and each
+row's true length: causal masking makes the padding after a prompt invisible to it, one
+compiled program serves every prompt up to P, the cache length becomes the true length and
+the next decode overwrites the first pad slot.
+
+Commands: ``generate`` (text from a trained run) and ``cache-report``.
+
+cache_report.json schema (keys):
+    {"format": "byte_transformer cache report", "version": 1,
+     "model": {d_model, num_layers, num_heads, head_dim, compute_dtype, params},
+     "data": {"source": "held-out documents", "files": [...], "windows": int,
+              "window_tokens": int, "prefill_len": int, "scored_tokens": int},
+     "prompts": [str], "gen_tokens": int, "backend": str,
+     "full_forward_loss": float,              # no cache, the model's own forward pass
+     "fp32_cache_vs_full_forward_max_abs": float,
+     "targets": {"int8": 0.27, "bf16": 0.5},  # max bytes ratio vs fp32 the issue asks for
+     "rows": [{"cache": "fp32"|"bf16"|"int8",
+               "bytes_per_token_per_layer": int, "ratio_vs_fp32": float,
+               "target_ratio": float|null, "meets_target": bool|null,
+               "max_abs_logit_error": float, "mean_abs_logit_error": float,   # vs fp32 cache
+               "teacher_forced_top1_agreement": float,   # argmax vs fp32's, same inputs
+               "greedy_agreement": float,                # generated tokens equal to fp32's
+               "greedy_first_divergence": [int|null],    # per prompt (null: never)
+               "heldout_loss": float, "heldout_loss_delta": float}]}   # nats/byte
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import sys
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from capstones.byte_transformer import args
+from capstones.byte_transformer import config as config_lib
+from core import attention, checkpoint, tokenizer, transformer
+from core import generate as generate_lib
+
+PRECISIONS = config_lib.CACHE_PRECISIONS  # ("fp32", "bf16", "int8")
+STORAGE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "int8": jnp.int8}
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "int8": 1}
+SCALE_BYTES = 4  # one float32 scale per (token, head) for each of k and v (int8 only)
+TARGET_RATIOS = {"int8": 0.27, "bf16": 0.5}  # max bytes/token vs fp32 (the issue's targets)
+INT8_MAX = 127
+F32 = jnp.float32
+REPORT_FORMAT = "byte_transformer cache report"
+DEFAULT_PROMPTS = ("def ", "import ", "class ", "    return ")
+GREEDY = generate_lib.SamplingConfig()
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"cache precision must be one of {PRECISIONS}, got {precision!r}")
+    return precision
+
+
+# --- the cache --------------------------------------------------------------------------
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Cache:
+    """Keys and values of every layer, slots 0 .. length_B[b]-1 of row b (a pytree).
+
+    k/v are stored in the precision's dtype (float32, bfloat16 or int8); int8 caches also
+    hold one float32 scale per (layer, row, slot, head), None otherwise.
+    """
+
+    k_LBSHK: jax.Array
+    v_LBSHK: jax.Array
+    k_scale_LBSH: jax.Array | None
+    v_scale_LBSH: jax.Array | None
+    length_B: jax.Array  # int32: filled slots of each row
+
+    @property
+    def precision(self) -> str:
+        dtype = jnp.dtype(self.k_LBSHK.dtype)
+        return {jnp.dtype(d): p for p, d in STORAGE_DTYPES.items()}[dtype]
+
+    @property
+    def capacity(self) -> int:
+        return self.k_LBSHK.shape[2]
+
+    @property
+    def batch(self) -> int:
+        return self.k_LBSHK.shape[1]
+
+    def as_dict(self) -> dict[str, jax.Array]:
+        """Plain {name: array} (what exported endpoints take and return)."""
+        names = ("k_LBSHK", "v_LBSHK", "k_scale_LBSH", "v_scale_LBSH", "length_B")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    @classmethod
+    def from_dict(cls, arrays: dict) -> Cache:
+        return cls(
+            arrays["k_LBSHK"],
+            arrays["v_LBSHK"],
+            arrays.get("k_scale_LBSH"),
+            arrays.get("v_scale_LBSH"),
+            arrays["length_B"],
+        )
+
+    def nbytes(self) -> int:
+        return sum(
+            int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize for a in self.as_dict().values()
+        )
+
+
+def init_cache(
+    config: transformer.TransformerConfig, batch: int, capacity: int, precision: str
+) -> Cache:
+    """An empty cache of ``batch`` rows and ``capacity`` slots in ``precision``."""
+    check_precision(precision)
+    if batch < 1 or not 1 <= capacity <= config.max_len:
+        raise ValueError(
+            f"need batch >= 1 and 1 <= capacity <= max_len={config.max_len}, "
+            f"got batch={batch}, capacity={capacity}"
+        )
+    shape = (config.num_layers, batch, capacity, config.num_heads, config.head_dim)
+    zeros = jnp.zeros(shape, STORAGE_DTYPES[precision])
+    scales = jnp.zeros(shape[:-1], F32) if precision == "int8" else None
+    return Cache(zeros, zeros, scales, scales, jnp.zeros((batch,), jnp.int32))
+
+
+def bytes_per_token_per_layer(config, precision: str) -> int:
+    """Cache bytes one token costs in one layer: k + v (+ their int8 scales).
+
+    ``config``: a capstone Config or a core.transformer.TransformerConfig."""
+    check_precision(precision)
+    width = getattr(config, "d_model", None) or config.width
+    values = 2 * width * BYTES_PER_ELEMENT[precision]
+    scales = 2 * config.num_heads * SCALE_BYTES if precision == "int8" else 0
+    return values + scales
+
+
+def bytes_ratio(config, precision: str) -> float:
+    """bytes_per_token_per_layer(precision) / bytes_per_token_per_layer("fp32")."""
+    return bytes_per_token_per_layer(config, precision) / bytes_per_token_per_layer(config, "fp32")
+
+
+# --- int8 quantization ------------------------------------------------------------------
+
+
+def quantize_int8(x_NK) -> tuple[jax.Array, jax.Array]:
+    """Symmetric per-vector int8: (q_NK int8, scale_N float32) with scale = max|x| / 127
+    over the last axis and q = round(x / scale) in [-127, 127] (an all-zero vector gets
+    scale 0 and q 0)."""
+    x = jnp.asarray(x_NK).astype(F32)
+    scale = jnp.max(jnp.abs(x), axis=-1) / INT8_MAX
+    safe = jnp.where(scale > 0, scale, 1.0)[..., None]  # 0 / 0 would be NaN
+    q = jnp.clip(jnp.round(x / safe), -INT8_MAX, INT8_MAX).astype(jnp.int8)
+    return q, scale
+
+
+def dequantize_int8(q_NK, scale_N) -> jax.Array:
+    """q * scale in float32 (the inverse of quantize_int8 up to scale / 2 per element)."""
+    return jnp.asarray(q_NK).astype(F32) * jnp.asarray(scale_N, F32)[..., None]
+
+
+def _store(x_BTHK, precision):
+    """(stored values, scales or None) of new keys or values in the cache's precision."""
+    if precision == "int8":
+        return quantize_int8(x_BTHK)
+    return x_BTHK.astype(STORAGE_DTYPES[precision]), None
+
+
+def _load(values, scales, dtype):
+    """What attention reads back from a cache layer, in the compute dtype."""
+    if scales is None:
+        return values.astype(dtype)
+    return dequantize_int8(values, scales).astype(dtype)
+
+
+# --- prefill and decode -----------------------------------------------------------------
+
+
+def _dense(x, kernel, spec, compute):
+    """x . kernel with inputs in the compute dtype and a float32 accumulator (as the model)."""
+    return jnp.einsum(
+        spec, x.astype(compute), kernel[...].astype(compute), preferred_element_type=F32
+    )
+
+
+def _block_step(block, x_BTD, write, read, mask):
+    """One block where attention goes through the cache.
+
+    ``write(k_BTHK, v_BTHK)`` stores the new keys/values and returns the updated layer
+    state; ``read(state)`` gives (k_BSHK, v_BSHK) for attention in the compute dtype."""
+    c = block.precision.compute
+    x = x_BTD.astype(c)
+    a = block.norm_attn(x)
+    q, k, v = (
+        _dense(a, w, "btd,dhk->bthk", c).astype(c)
+        for w in (block.attn.wq, block.attn.wk, block.attn.wv)
+    )
+    layer = write(k, v)
+    k_all, v_all = read(layer)
+    out = attention.dot_product_attention(q, k_all, v_all, mask=mask)
+    h = x + _dense(out, block.attn.wo, "bthk,hkd->btd", c).astype(c)
+    return h + block.mlp(block.norm_mlp(h)), layer
+
+
+def _stack(layers, lengths_B):
+    ks, vs, kss, vss = zip(*layers, strict=True)
+    scales = (jnp.stack(kss), jnp.stack(vss)) if kss[0] is not None else (None, None)
+    return Cache(jnp.stack(ks), jnp.stack(vs), *scales, lengths_B)
+
+
+def prefill_hidden(model, tokens_BP, lengths_B, precision: str, capacity: int):
+    """(x_BPD after the last block, a new cache holding the prompt). Slots >= length of a
+    row hold the padding's keys; they are masked until a decode overwrites them. Lengths
+    are clipped to [1, P] here (inside jit nothing can raise: check_lengths on the host)."""
+    check_precision(precision)
+    tokens_BP = jnp.asarray(tokens_BP, jnp.int32)
+    b, p = tokens_BP.shape
+    if p > capacity:
+        raise ValueError(f"prefill length P={p} exceeds the cache capacity S={capacity}")
+    cache = init_cache(model.config, b, capacity, precision)
+    positions = jnp.broadcast_to(jnp.arange(p), (b, p))
+    causal = attention.causal_mask_TS(p)[None, None]  # (1, 1, P, P): slots 0..P-1 only
+    dtype = model.config.precision.compute
+    x = model.embed(tokens_BP, positions)
+    layers = []
+    for index, block in enumerate(model.blocks):
+
+        def write(k, v, index=index):
+            (k_q, k_s), (v_q, v_s) = _store(k, precision), _store(v, precision)
+            k_layer = cache.k_LBSHK[index].at[:, :p].set(k_q)
+            v_layer = cache.v_LBSHK[index].at[:, :p].set(v_q)
+            if k_s is None:
+                return k_layer, v_layer, None, None
+            k_scale = cache.k_scale_LBSH[index].at[:, :p].set(k_s)
+            v_scale = cache.v_scale_LBSH[index].at[:, :p].set(v_s)
+            return k_layer, v_layer, k_scale, v_scale
+
+        def read(layer):
+            k_layer, v_layer, k_scale, v_scale = layer
+            k_scale = None if k_scale is None else k_scale[:, :p]
+            v_scale = None if v_scale is None else v_scale[:, :p]
+            return _load(k_layer[:, :p], k_scale, dtype), _load(v_layer[:, :p], v_scale, dtype)
+
+        x, layer = _block_step(block, x, write, read, causal)
+        layers.append(layer)
+    lengths = jnp.clip(jnp.broadcast_to(jnp.asarray(lengths_B, jnp.int32), (b,)), 1, p)
+    return x, _stack(layers, lengths)
+
+
+def prefill_apply(model, tokens_BP, lengths_B, precision: str, capacity: int):
+    """(logits_BV at each row's last real prompt position (float32), cache)."""
+    x_BPD, cache = prefill_hidden(model, tokens_BP, lengths_B, precision, capacity)
+    rows = jnp.arange(x_BPD.shape[0])
+    last_BD = x_BPD[rows, cache.length_B - 1]
+    return model.unembed(last_BD[:, None])[:, 0], cache
+
+
+def decode_apply(model, token_B, cache: Cache):
+    """Feed one token per row at slot length_B[b]: (logits_BV float32, cache with
+    length_B + 1). The caller keeps length_B < capacity (a write past the end is dropped)."""
+    token_B = jnp.asarray(token_B, jnp.int32)
+    b, s = cache.batch, cache.capacity
+    rows, at = jnp.arange(b), cache.length_B
+    mask = (jnp.arange(s)[None, :] <= at[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    dtype = model.config.precision.compute
+    x = model.embed(token_B[:, None], at[:, None])
+    layers = []
+    for index, block in enumerate(model.blocks):
+
+        def write(k, v, index=index):
+            (k_q, k_s), (v_q, v_s) = (
+                _store(k[:, 0], cache.precision),
+                _store(v[:, 0], cache.precision),
+            )
+            k_layer = cache.k_LBSHK[index].at[rows, at].set(k_q)
+            v_layer = cache.v_LBSHK[index].at[rows, at].set(v_q)
+            if k_s is None:
+                return k_layer, v_layer, None, None
+            k_scale = cache.k_scale_LBSH[index].at[rows, at].set(k_s)
+            v_scale = cache.v_scale_LBSH[index].at[rows, at].set(v_s)
+            return k_layer, v_layer, k_scale, v_scale
+
+        def read(layer):
+            k_layer, v_layer, k_scale, v_scale = layer
+            return _load(k_layer, k_scale, dtype), _load(v_layer, v_scale, dtype)
+
+        x, layer = _block_step(block, x, write, read, mask)
+        layers.append(layer)
+    return model.unembed(x)[:, 0], _stack(layers, cache.length_B + 1)
+
+
+@functools.partial(nnx.jit, static_argnames=("precision", "capacity"))
+def prefill(model, tokens_BP, lengths_B, precision: str, capacity: int):
+    """prefill_apply under jit: one program per (B, P, precision, capacity)."""
+    return prefill_apply(model, tokens_BP, lengths_B, precision, capacity)
+
+
+@nnx.jit
+def decode(model, token_B, cache: Cache):
+    """decode_apply under jit: one program per (B, precision, capacity)."""
+    return decode_apply(model, token_B, cache)
+
+
+@functools.partial(nnx.jit, static_argnames=("precision", "capacity"))
+def prefill_sequence(model, tokens_BP, precision: str, capacity: int):
+    """(logits_BPV at every prompt position, cache): prefill of full-length rows."""
+    x_BPD, cache = prefill_hidden(model, tokens_BP, tokens_BP.shape[1], precision, capacity)
+    return model.unembed(x_BPD), cache
+
+
+# --- host-side helpers --------------------------------------------------------------------
+
+
+def pad_prompts(prompts: Sequence, prefill_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens_BP int32 padded with PAD_ID, lengths_B int32) from strings or token lists."""
+    rows = [tokenizer.encode(p) if isinstance(p, str) else np.asarray(p, np.int32) for p in prompts]
+    if not rows:
+        raise ValueError("need at least one prompt")
+    lengths = np.array([len(r) for r in rows], np.int32)
+    if lengths.min() < 1:
+        raise ValueError("every prompt needs at least one byte")
+    for r in rows:
+        if r.ndim != 1 or (r.size and (r.min() < 0 or r.max() >= tokenizer.VOCAB_SIZE)):
+            raise ValueError(f"prompt tokens must be 1-D ints in [0, {tokenizer.VOCAB_SIZE})")
+    p = int(lengths.max()) if prefill_len is None else prefill_len
+    if lengths.max() > p:
+        raise ValueError(f"prompt of {lengths.max()} bytes exceeds prefill_len={p}")
+    tokens = np.full((len(rows), p), tokenizer.PAD_ID, np.int32)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = r
+    return tokens, lengths
+
+
+def check_lengths(lengths_B, prefill_len: int, capacity: int, max_new_tokens: int = 0) -> None:
+    """ValueError unless 1 <= length <= prefill_len and length + max_new_tokens <= capacity
+    (the cache holds the prompt and every generated byte)."""
+    lengths = np.asarray(lengths_B)
+    if lengths.ndim != 1 or lengths.size == 0:
+        raise ValueError(f"lengths_B must be a non-empty 1-D array, got shape {lengths.shape}")
+    if lengths.min() < 1 or lengths.max() > prefill_len:
+        raise ValueError(
+            f"prompt lengths must be in [1, prefill_len={prefill_len}], got {lengths.tolist()}"
+        )
+    if prefill_len > capacity or lengths.max() + max_new_tokens > capacity:
+        raise ValueError(
+            f"prompt ({lengths.max()}) + max_new_tokens ({max_new_tokens}) must fit the cache "
+            f"capacity {capacity} (and prefill_len {prefill_len} <= capacity)"
+        )
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+
+
+_sample = jax.jit(generate_lib.sample_next_B, static_argnames="sampling")
+
+
+@dataclasses.dataclass(frozen=True)
+class Generated:
+    new_tokens_BN: np.ndarray  # int32
+    lengths_B: np.ndarray  # prompt lengths
+    step_logits_BNV: np.ndarray  # the logits each new token was picked from
+
+    def texts(self) -> list[str]:
+        return [tokenizer.decode(row, errors="replace") for row in self.new_tokens_BN]
+
+
+def generate_padded(
+    model,
+    tokens_BP,
+    lengths_B,
+    max_new_tokens: int,
+    precision: str = "fp32",
+    sampling: generate_lib.SamplingConfig = GREEDY,
+    key: jax.Array | None = None,
+    capacity: int | None = None,
+) -> Generated:
+    """Prefill padded prompts, then pick and feed one token per row at a time.
+
+    New token i is drawn with ``fold_in(key, i)`` (as core.generate.generate), so fp32 greedy
+    equals core.generate's greedy decoding. ``capacity`` default: P + max_new_tokens.
+    """
+    check_precision(precision)
+    tokens_BP = np.asarray(tokens_BP, np.int32)
+    lengths_B = np.asarray(lengths_B, np.int32)
+    p = tokens_BP.shape[1]
+    capacity = p + max_new_tokens if capacity is None else capacity
+    check_lengths(lengths_B, p, capacity, max_new_tokens)
+    if capacity > model.config.max_len:
+        raise ValueError(f"capacity {capacity} exceeds max_len={model.config.max_len}")
+    key = jax.random.key(0) if key is None else key
+    logits, cache = prefill(model, tokens_BP, lengths_B, precision, capacity)
+    tokens, step_logits = [], []
+    for i in range(max_new_tokens):
+        step_logits.append(np.asarray(logits))
+        token = _sample(logits, jax.random.fold_in(key, i), sampling)
+        tokens.append(np.asarray(token))
+        if i + 1 < max_new_tokens:
+            logits, cache = decode(model, token, cache)
+    b, v = tokens_BP.shape[0], model.config.vocab_size
+    return Generated(
+        np.stack(tokens, 1) if tokens else np.zeros((b, 0), np.int32),
+        lengths_B,
+        np.stack(step_logits, 1) if step_logits else np.zeros((b, 0, v), np.float32),
+    )
+
+
+def prompt_list(prompt) -> list:
+    """[prompt] for one prompt (a str or a 1-D token sequence), else the prompts given."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, np.ndarray):
+        return [prompt] if prompt.ndim == 1 else list(prompt)
+    items = list(prompt)
+    if items and all(isinstance(p, str | list | tuple | np.ndarray) for p in items):
+        return items
+    return [np.asarray(items, np.int32)]
+
+
+def generate(
+    model,
+    prompt,
+    max_new_tokens: int,
+    precision: str = "fp32",
+    sampling: generate_lib.SamplingConfig = GREEDY,
+    key: jax.Array | None = None,
+) -> Generated:
+    """Generate from one prompt (str or tokens) or a list of them (padded to the longest)."""
+    tokens, lengths = pad_prompts(prompt_list(prompt))
+    return generate_padded(model, tokens, lengths, max_new_tokens, precision, sampling, key)
+
+
+def teacher_forced_logits_BTV(
+    model, tokens_BT, precision: str, prefill_len: int, capacity: int | None = None
+) -> np.ndarray:
+    """Logits at every position of tokens_BT through the cache: the first ``prefill_len``
+    in one prefill, the rest fed one by one through decode (teacher forcing)."""
+    tokens = np.asarray(tokens_BT, np.int32)
+    t = tokens.shape[1]
+    if not 1 <= prefill_len <= t:
+        raise ValueError(f"prefill_len must be in [1, T={t}], got {prefill_len}")
+    capacity = t if capacity is None else capacity
+    logits, cache = prefill_sequence(model, tokens[:, :prefill_len], precision, capacity)
+    pieces = [np.asarray(logits)]
+    for i in range(prefill_len, t):
+        logits, cache = decode(model, tokens[:, i], cache)
+        pieces.append(np.asarray(logits)[:, None])
+    return np.concatenate(pieces, axis=1)
+
+
+def mean_next_token_loss(logits_BTV, tokens_BT) -> float:
+    """Mean cross-entropy (nats/byte) of position t predicting token t+1, in float64."""
+    logits = np.asarray(logits_BTV, np.float64)[:, :-1]
+    targets = np.asarray(tokens_BT)[:, 1:]
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_norm = np.log(np.exp(shifted).sum(-1))
+    picked = np.take_along_axis(shifted, targets[..., None], -1)[..., 0]
+    return float(np.mean(log_norm - picked))
+
+
+# --- the cache report ------------------------------------------------------------------------
+
+
+def heldout_windows(documents, window: int, max_windows: int) -> np.ndarray:
+    """(N, window) int32: consecutive non-overlapping windows of the held-out documents."""
+    rows = []
+    for doc in documents:
+        tokens = np.asarray(getattr(doc, "tokens", doc), np.int32)
+        for start in range(0, len(tokens) - window + 1, window):
+            rows.append(tokens[start : start + window])
+            if len(rows) == max_windows:
+                return np.stack(rows)
+    if not rows:
+        longest = max((len(np.asarray(getattr(d, "tokens", d))) for d in documents), default=0)
+        raise ValueError(
+            f"no held-out document has {window} tokens (longest {longest}); lower n_tokens"
+        )
+    return np.stack(rows)
+
+
+def cache_report(
+    model,
+    documents,
+    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    n_tokens: int = 128,
+    gen_tokens: int = 32,
+    prefill_len: int = 16,
+    max_windows: int = 8,
+) -> dict:
+    """Compare the bf16 and int8 caches with fp32 (see the module docstring for the keys).
+
+    Held-out windows of n_tokens + 1 bytes are fed teacher-forced through prefill
+    (``prefill_len`` bytes) and then decode; greedy generation of ``gen_tokens`` bytes from
+    each prompt compares the tokens chosen."""
+    cfg = model.config
+    window = n_tokens + 1
+    if window > cfg.max_len:
+        raise ValueError(f"n_tokens + 1 = {window} exceeds max_len={cfg.max_len}")
+    tokens = heldout_windows(documents, window, max_windows)
+    prefill_len = max(1, min(prefill_len, window - 1))
+    full = np.asarray(transformer.forward(model, tokens))
+    prompt_tokens, lengths = pad_prompts(list(prompts))
+    # one capacity for both: with as many prompts as windows, decode compiles once
+    capacity = max(window, prompt_tokens.shape[1] + gen_tokens)
+    if capacity > cfg.max_len:
+        raise ValueError(f"longest prompt + gen_tokens = {capacity} exceeds max_len={cfg.max_len}")
+    logits, generated = {}, {}
+    for precision in PRECISIONS:
+        logits[precision] = teacher_forced_logits_BTV(
+            model, tokens, precision, prefill_len, capacity
+        )
+        generated[precision] = generate_padded(
+            model, prompt_tokens, lengths, gen_tokens, precision, capacity=capacity
+        ).new_tokens_BN
+    reference, ref_tokens = logits["fp32"], generated["fp32"]
+    ref_loss = mean_next_token_loss(reference, tokens)
+    rows = []
+    for precision in PRECISIONS:
+        error = np.abs(logits[precision].astype(np.float64) - reference)
+        same = generated[precision] == ref_tokens
+        diverged = [int(np.argmin(r)) if not r.all() else None for r in same]
+        loss = mean_next_token_loss(logits[precision], tokens)
+        ratio = bytes_ratio(cfg, precision)
+        target = TARGET_RATIOS.get(precision)
+        rows.append(
+            {
+                "cache": precision,
+                "bytes_per_token_per_layer": bytes_per_token_per_layer(cfg, precision),
+                "ratio_vs_fp32": ratio,
+                "target_ratio": target,
+                "meets_target": None if target is None else bool(ratio <= target),
+                "max_abs_logit_error": float(error.max()),
+                "mean_abs_logit_error": float(error.mean()),
+                "teacher_forced_top1_agreement": float(
+                    np.mean(logits[precision].argmax(-1) == reference.argmax(-1))
+                ),
+                "greedy_agreement": float(same.mean()) if same.size else 1.0,
+                "greedy_first_divergence": diverged,
+                "heldout_loss": loss,
+                "heldout_loss_delta": loss - ref_loss,
+            }
+        )
+    return {
+        "format": REPORT_FORMAT,
+        "version": 1,
+        "model": {
+            "d_model": cfg.width,
+            "num_layers": cfg.num_layers,
+            "num_heads": cfg.num_heads,
+            "head_dim": cfg.head_dim,
+            "compute_dtype": cfg.precision.compute,
+            "params": transformer.count_params(model),
+        },
+        "data": {
+            "source": "held-out documents",
+            "files": [d.name for d in documents if hasattr(d, "name")],
+            "windows": int(tokens.shape[0]),
+            "window_tokens": window,
+            "prefill_len": prefill_len,
+            "scored_tokens": int(tokens.shape[0] * (window - 1)),
+        },
+        "prompts": list(prompts),
+        "gen_tokens": gen_tokens,
+        "backend": jax.default_backend(),
+        "full_forward_loss": mean_next_token_loss(full, tokens),
+        "fp32_cache_vs_full_forward_max_abs": float(np.max(np.abs(reference - full))),
+        "targets": dict(TARGET_RATIOS),
+        "rows": rows,
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report's rows as a fixed-width table."""
+    head = (
+        f"{'cache':<6} {'B/tok/layer':>11} {'ratio':>6} {'target':>7} {'max|dlogit|':>11} "
+        f"{'mean|dlogit|':>12} {'top1 agree':>10} {'greedy agree':>12} {'loss':>8} {'dloss':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in report["rows"]:
+        target = (
+            "-"
+            if r["target_ratio"] is None
+            else f"<={r['target_ratio']:.2f}" + ("" if r["meets_target"] else "!")
+        )
+        lines.append(
+            f"{r['cache']:<6} {r['bytes_per_token_per_layer']:>11} {r['ratio_vs_fp32']:>6.3f} "
+            f"{target:>7} {r['max_abs_logit_error']:>11.2e} {r['mean_abs_logit_error']:>12.2e} "
+            f"{r['teacher_forced_top1_agreement']:>10.3f} {r['greedy_agreement']:>12.3f} "
+            f"{r['heldout_loss']:>8.4f} {r['heldout_loss_delta']:>+9.2e}"
+        )
+    data = report["data"]
+    lines.append(
+        f"({data['windows']} held-out windows x {data['window_tokens'] - 1} scored bytes, prefill "
+        f"{data['prefill_len']} then decode; full-forward loss {report['full_forward_loss']:.4f}, "
+        f"fp32 cache vs full forward max |dlogit| {report['fp32_cache_vs_full_forward_max_abs']:.1e}; "
+        f"greedy over {report['gen_tokens']} tokens from {len(report['prompts'])} prompts)"
+    )
+    return "\n".join(lines)
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def _load_model(run_dir: str):
+    """(Config, TinyLM) of a run directory (training.load_model; imported here because it
+    loads the checkpoint machinery)."""
+    from capstones.byte_transformer import training
+
+    try:
+        return training.load_model(run_dir)
+    except FileNotFoundError as exc:  # no run there: one line, not a traceback
+        raise args.UsageError(str(exc)) from None
+
+
+def _heldout_documents(config: config_lib.Config):
+    """The run's held-out documents (data.load_corpus: the same split training used)."""
+    from capstones.byte_transformer import data
+
+    return data.load_corpus(config).heldout
+
+
+def _sampling(parsed) -> generate_lib.SamplingConfig:
+    try:
+        return generate_lib.SamplingConfig(
+            method=args.choice("method", parsed["method"], generate_lib.METHODS),
+            temperature=parsed["temperature"],
+            top_k=parsed["top_k"],
+        )
+    except ValueError as exc:
+        raise args.UsageError(str(exc)) from None
+
+
+def run_generate(parsed: args.Parsed) -> int:
+    precision = args.choice("cache", parsed["cache"], PRECISIONS)
+    sampling = _sampling(parsed)
+    if not parsed["prompt"]:
+        raise args.UsageError("prompt must be at least one character")
+    if parsed["max_new_tokens"] < 0:
+        raise args.UsageError(f"max_new_tokens must be >= 0, got {parsed['max_new_tokens']}")
+    _, model = _load_model(parsed["run_dir"])
+    prompt_len = len(parsed["prompt"].encode())
+    if prompt_len + parsed["max_new_tokens"] > model.config.max_len:
+        raise args.UsageError(
+            f"prompt ({prompt_len} bytes) + max_new_tokens ({parsed['max_new_tokens']}) exceeds "
+            f"max_len={model.config.max_len}"
+        )
+    result = generate(
+        model,
+        parsed["prompt"],
+        parsed["max_new_tokens"],
+        precision,
+        sampling,
+        jax.random.key(parsed["seed"]),
+    )
+    print(parsed["prompt"] + result.texts()[0])
+    return 0
+
+
+def run_cache_report(parsed: args.Parsed) -> int:
+    if parsed["n_tokens"] < 1 or parsed["gen_tokens"] < 0 or parsed["max_windows"] < 1:
+        raise args.UsageError("need n_tokens >= 1, gen_tokens >= 0, max_windows >= 1")
+    prompts = [p for p in parsed["prompts"].split("|") if p]
+    if not prompts:
+        raise args.UsageError("prompts: give at least one prompt (separate several with |)")
+    config, model = _load_model(parsed["run_dir"])
+    if parsed["n_tokens"] + 1 > model.config.max_len:
+        raise args.UsageError(f"n_tokens + 1 must be <= max_len={model.config.max_len}")
+    try:
+        report = cache_report(
+            model,
+            _heldout_documents(config),
+            prompts,
+            parsed["n_tokens"],
+            parsed["gen_tokens"],
+            parsed["prefill_len"],
+            parsed["max_windows"],
+        )
+    except ValueError as exc:
+        raise args.UsageError(str(exc)) from None
+    out = pathlib.Path(parsed["out"] or pathlib.Path(parsed["run_dir"]) / "cache_report.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_json_atomic(out, report)
+    print(format_report(report))
+    print(f"wrote {out}")
+    failed = [r["cache"] for r in report["rows"] if r["meets_target"] is False]
+    if failed:
+        print(
+            f"note: {', '.join(failed)} above the bytes target (int8 needs head_dim >= 50: "
+            f"ratio = 1/4 + 1/head_dim)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+_RUN_DIR = args.Option(str, args.REQUIRED, "a training run directory (training.load_model)")
+
+COMMANDS = {
+    "generate": args.Command(
+        "generate bytes from a trained run with an fp32, bf16 or int8 KV cache",
+        {
+            "run_dir": _RUN_DIR,
+            "prompt": args.Option(str, "def ", "the text to continue"),
+            "max_new_tokens": args.Option(int, 64, "bytes to generate"),
+            "cache": args.Option(str, "fp32", "KV cache precision: fp32, bf16 or int8"),
+            "method": args.Option(str, "greedy", "greedy, temperature or top-k"),
+            "temperature": args.Option(float, 1.0, "softmax temperature (sampling methods)"),
+            "top_k": args.Option(int, 8, "k of top-k sampling"),
+            "seed": args.Option(int, 0, "sampling seed (new token i uses fold_in(key, i))"),
+        },
+        run_generate,
+        config_overrides=False,
+    ),
+    "cache-report": args.Command(
+        "fp32/bf16/int8 KV cache: bytes, logit error, greedy agreement",
+        {
+            "run_dir": _RUN_DIR,
+            "n_tokens": args.Option(int, 128, "teacher-forced bytes scored per held-out window"),
+            "max_windows": args.Option(int, 8, "held-out windows (rows) to score"),
+            "prefill_len": args.Option(int, 16, "bytes of each window fed by prefill"),
+            "gen_tokens": args.Option(int, 32, "greedy bytes generated per prompt"),
+            "prompts": args.Option(str, "|".join(DEFAULT_PROMPTS), "prompts, separated by |"),
+            "out": args.Option(str, "", "JSON path (default RUN_DIR/cache_report.json)"),
+        },
+        run_cache_report,
+        config_overrides=False,
+    ),
+}
