@@ -33,7 +33,16 @@ class Parsed:
         return self.options[name]
 
     def config(self, base: config_lib.Config | None = None) -> config_lib.Config:
-        return dataclasses.replace(base or config_lib.Config(), **self.overrides)
+        """``base`` (default: the defaults) with the overrides; UsageError if invalid."""
+        return make_config(base or config_lib.Config(), self.overrides)
+
+
+def make_config(base: config_lib.Config, overrides: Mapping[str, Any]) -> config_lib.Config:
+    """``base`` with ``overrides`` applied; an invalid combination is a UsageError."""
+    try:
+        return dataclasses.replace(base, **overrides)
+    except ValueError as exc:
+        raise UsageError(f"invalid config: {exc}") from None
 
 
 class UsageError(ValueError):

@@ -204,9 +204,9 @@ def run_config(run_dir: pathlib.Path, overrides: dict) -> config_lib.Config:
     identity field of an existing run is refused (its checkpoints belong to the old one)."""
     saved_path = run_dir / CONFIG_FILE
     if not saved_path.exists():
-        return dataclasses.replace(config_lib.Config(), **overrides)
+        return args.make_config(config_lib.Config(), overrides)
     saved = config_lib.Config.load(saved_path)
-    wanted = dataclasses.replace(saved, **overrides)
+    wanted = args.make_config(saved, overrides)
     differences = saved.identity_differences(wanted)
     if differences:
         raise args.UsageError(
