@@ -246,18 +246,30 @@ def build_report(run_dir: pathlib.Path, live_checks: bool = True) -> dict:
         loss_chart(metrics, out / "loss.png")
         report["charts"]["loss"] = "loss.png"
     cache = pieces["cache_report"]
-    cache_rows = _table_rows(cache) or []
-    if cache_rows and "precision" in cache_rows[0]:
-        byte_key = next((k for k in cache_rows[0] if "bytes" in k), None)
-        if byte_key:
-            bar_chart(
-                [r["precision"] for r in cache_rows],
-                [float(r[byte_key]) for r in cache_rows],
-                "KV cache: stored bytes per token per layer",
-                "bytes",
-                out / "cache_bytes.png",
-            )
-            report["charts"]["cache_bytes"] = "cache_bytes.png"
+    if cache and cache.get("rows"):
+        bar_chart(
+            [r["cache"] for r in cache["rows"]],
+            [float(r["bytes_per_token_per_layer"]) for r in cache["rows"]],
+            "KV cache: stored bytes per token per layer",
+            "bytes",
+            out / "cache_bytes.png",
+        )
+        report["charts"]["cache_bytes"] = "cache_bytes.png"
+    bench = pieces["bench"]
+    if bench and "jax" in bench:
+        labels, values = ["JAX"], [bench["jax"]["step"]["tokens_per_s"]]
+        for name in ("torch_eager", "torch_compile"):
+            if "step" in bench.get(name, {}):
+                labels.append(name.replace("_", " "))
+                values.append(bench[name]["step"]["tokens_per_s"])
+        bar_chart(
+            labels,
+            values,
+            "Training tokens/s (same model, same batch)",
+            "tokens/s",
+            out / "throughput.png",
+        )
+        report["charts"]["throughput"] = "throughput.png"
     if live_checks:
         corpus = data.load_corpus(config)
         packed = data.heldout_packed(config, corpus)
@@ -363,31 +375,216 @@ def render_markdown(report: dict) -> str:
             f"{ev.get('bits_per_byte', float('nan')):.4f} bits/byte** over {ev.get('tokens')} "
             f"bytes of {ev.get('heldout_files')} files never trained on (uniform: 8 bits/byte).",
         ]
-    titles = {
-        "cache_report": "3 · KV cache: fp32 vs bf16 vs int8",
-        "export": "4 · Exported endpoints (jax.export)",
-        "profile": "5 · Profile (warmed train step)",
-        "bench": "5 · Benchmark",
-        "run_manifest": "6 · Run manifest",
-        "plan": "7 · TPU plan, precision policy, memory budget, hypothesis",
+    renderers = {
+        "cache_report": ("3 · KV cache: fp32 vs bf16 vs int8", _cache_section),
+        "export": ("4 · Exported endpoints (jax.export)", _export_section),
+        "profile": ("5 · Profile (warmed train step, compile excluded)", _profile_section),
+        "bench": ("5 · Benchmark (one run, one machine)", _bench_section),
+        "run_manifest": ("6 · Run manifest", _manifest_section),
+        "plan": ("7 · TPU plan, precision policy, memory budget, hypothesis", _plan_section),
     }
-    for name, title in titles.items():
+    for name, (title, render) in renderers.items():
         piece = pieces[name]
         lines += ["", f"## {title}", ""]
         if piece is None:
             lines.append(f"Not run yet: `python -m capstones.byte_transformer {PIECES[name][1]}`")
             continue
-        rows = _table_rows(piece)
-        if rows:
-            lines += [md_table(rows), ""]
-        summary = {k: v for k, v in piece.items() if not isinstance(v, (dict, list))}
-        if summary:
-            lines.append(md_table([{"key": k, "value": v} for k, v in summary.items()]))
-        if name == "cache_report" and "cache_bytes" in report["charts"]:
-            lines += ["", "![cache bytes](cache_bytes.png)"]
-        if not rows and not summary:
-            lines.append(md_table(_flat_rows(piece)[:60]))
+        try:
+            lines += render(piece, report)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # a piece from another version of its command: show it raw rather than fail
+            lines += [f"(could not summarise: {exc!r}; raw values follow)", ""]
+            lines.append(md_table(_flat_rows(piece)[:80]))
     return "\n".join(lines) + "\n"
+
+
+def _cache_section(cache: dict, report: dict) -> list[str]:
+    keys = (
+        "cache bytes_per_token_per_layer ratio_vs_fp32 target_ratio meets_target "
+        "max_abs_logit_error mean_abs_logit_error teacher_forced_top1_agreement "
+        "greedy_agreement heldout_loss_delta"
+    ).split()
+    lines = [
+        f"{cache['data']['windows']} held-out windows x {cache['data']['window_tokens']} bytes "
+        f"(prefill {cache['data']['prefill_len']}, then decode), greedy generation of "
+        f"{cache['gen_tokens']} bytes from {len(cache['prompts'])} prompts. The fp32 cache vs "
+        f"the full forward pass: max |Δ logit| {cache['fp32_cache_vs_full_forward_max_abs']:.2g}.",
+        "",
+        md_table([{k: row.get(k) for k in keys} for row in cache["rows"]]),
+    ]
+    if "cache_bytes" in report["charts"]:
+        lines += ["", "![cache bytes](cache_bytes.png)"]
+    return lines
+
+
+def _export_section(manifest: dict, report: dict) -> list[str]:
+    rows = [
+        {
+            "endpoint": name,
+            "bytes": item["bytes"],
+            "sha256": item["sha256"][:16] + "…",
+            "platforms": ",".join(item["platforms"]),
+            "inputs": "; ".join(
+                f"{i['name']} {i['dtype']}{i['shape']}" for i in item["inputs"][-3:]
+            ),
+        }
+        for name, item in manifest["artifacts"].items()
+    ]
+    versions = manifest["versions"]
+    return [
+        f"Shapes {manifest['shapes']}; weights `{manifest['weights']['file']}` "
+        f"({manifest['weights']['bytes']:,} bytes, sha256 `{manifest['weights']['sha256'][:16]}…`); "
+        f"jax {versions.get('jax')}, calling convention {versions.get('calling_convention_version')}. "
+        "Inputs column: the last three (the weights come first).",
+        "",
+        md_table(rows),
+    ]
+
+
+def _profile_section(profile: dict, report: dict) -> list[str]:
+    keep = ("op", "count", "ms_per_step", "share", "source")
+    return [
+        f"{profile['steps']} traced steps after warm-up; wall {profile['wall_total_s']:.3g} s; "
+        f"ops busy {profile['op_busy_s']:.3g} s. Top ops by self time:",
+        "",
+        md_table([{k: r.get(k) for k in keep} for r in profile["op_table"][:12]]),
+        "",
+        md_table(profile.get("by_phase", [])),
+    ]
+
+
+def _bench_section(bench: dict, report: dict) -> list[str]:
+    figures = [
+        {
+            "measure": "JAX lower + compile (train step)",
+            "value": f"{bench['jax']['lower_s']:.2f} + {bench['jax']['compile_s']:.2f} s",
+        },
+        {
+            "measure": "JAX step (median)",
+            "value": f"{bench['jax']['step']['median_s'] * 1e3:.1f} ms, {bench['jax']['step']['tokens_per_s']:,.0f} tokens/s",
+        },
+    ]
+    for name in ("torch_eager", "torch_compile"):
+        part = bench.get(name, {})
+        figures.append(
+            {
+                "measure": f"{name.replace('_', ' ')} step (median)",
+                "value": f"{part['step']['median_s'] * 1e3:.1f} ms, {part['step']['tokens_per_s']:,.0f} tokens/s"
+                if "step" in part
+                else f"failed: {part.get('error')}",
+            }
+        )
+    figures += [
+        {
+            "measure": "FLOPs per step",
+            "value": f"{bench['flops']['total']:.3g} ({bench['flops']['formula']})",
+        },
+        {
+            "measure": "measured f32 matmul peak",
+            "value": f"{bench['peak']['flop_per_s'] / 1e9:.1f} GFLOP/s",
+        },
+        {
+            "measure": "decode: KV cache vs recompute",
+            "value": f"{bench['decode']['speedup']:.1f}x at context {bench['decode']['context']}",
+        },
+    ]
+    targets = [{"target": k, **v} for k, v in bench["targets"].items()]
+    lines = [
+        f"Machine: {bench['machine']}; load average {bench['load_average']['start']} -> "
+        f"{bench['load_average']['end']}.",
+        "",
+        md_table(figures),
+        "",
+        md_table(targets),
+    ]
+    if bench.get("defects"):
+        lines += ["", "Defects (targets missed, explained):", ""] + [
+            f"- {d}" for d in bench["defects"]
+        ]
+    if "throughput" in report["charts"]:
+        lines += ["", "![throughput](throughput.png)"]
+    return lines
+
+
+def _manifest_section(manifest: dict, report: dict) -> list[str]:
+    tpu = manifest["tpu"]
+    return [
+        f"**{manifest['verdict']}** (is_tpu_run: {manifest['is_tpu_run']}, backend "
+        f"{manifest['backend']}, {len(manifest['devices'])} devices).",
+        "",
+        md_table(
+            [
+                {
+                    "field": "TPU",
+                    "value": f"{tpu.get('name')} {tpu.get('zone')} {tpu.get('accelerator_type')} {tpu.get('runtime_version')}",
+                },
+                {
+                    "field": "packages",
+                    "value": ", ".join(
+                        f"{k} {v}" for k, v in manifest["environment"]["packages"].items()
+                    ),
+                },
+                {
+                    "field": "backend events",
+                    "value": json.dumps(manifest["backend_events"].get("counts", {})),
+                },
+                {
+                    "field": "checkpoint files",
+                    "value": f"{manifest['checkpoints']['file_count']} ({manifest['checkpoints']['total_bytes']:,} bytes)",
+                },
+                {
+                    "field": "teardown",
+                    "value": f"deleted {manifest['teardown'].get('deleted')}; {str(manifest['teardown'].get('proof'))[:120]}",
+                },
+            ]
+        ),
+    ]
+
+
+def _plan_section(plan: dict, report: dict) -> list[str]:
+    choice = plan["recommendation"]["choice"]
+    lines = [
+        f"**Recommendation: {choice.get('generation')} {choice.get('topology')} "
+        f"({choice.get('accelerator_type')}, {choice.get('chips')} chips).**",
+        "",
+    ]
+    lines += [f"- {reason}" for reason in plan["recommendation"].get("reasons", [])]
+    lines += ["", "Precision policy:", "", md_table(plan["precision"]), ""]
+    compiler = plan["compiler"]
+    if compiler.get("available"):
+        for name, topo in compiler["topologies"].items():
+            lines += [
+                f"Memory per chip, analytic vs the TPU compiler ({name}):",
+                "",
+                md_table(topo["comparison"]),
+                "",
+            ]
+    else:
+        lines += [f"TPU compiler not available: {compiler.get('problem')}", ""]
+    hypothesis = plan["hypothesis"]
+    lines += [
+        f"**Hypothesis**: {hypothesis['statement']}",
+        "",
+        md_table(
+            [
+                {
+                    k: hypothesis.get(k)
+                    for k in (
+                        "peak_bytes_before",
+                        "peak_bytes_after",
+                        "peak_reduction_pct",
+                        "flops_increase_pct",
+                        "cpu_step_change_pct",
+                        "loss_abs_diff",
+                        "max_abs_grad_diff",
+                    )
+                }
+            ]
+        ),
+        "",
+        f"Verdict: {hypothesis.get('verdict')}",
+    ]
+    return lines
 
 
 def write_report(run_dir: pathlib.Path, live_checks: bool = True) -> pathlib.Path:
