@@ -4,6 +4,7 @@ its tokens against the artifacts driven directly and against kv_cache.generate."
 import http.client
 import json
 import threading
+import time
 
 import jax
 import numpy as np
@@ -236,6 +237,10 @@ def test_one_log_line_per_request(server):
     before = len(server.lines)
     request(server, "GET", "/healthz")
     request(server, "GET", "/missing")
+    # the handler logs after it has sent the response: give its thread a moment
+    deadline = time.monotonic() + 10
+    while len(server.lines) < before + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     new = server.lines[before:]
     assert len(new) == 2
     assert "GET /healthz 200" in new[0] and "GET /missing 404" in new[1]
