@@ -1,0 +1,384 @@
+"""The byte Transformer capstone on a Cloud TPU VM: train-step timing, a short checkpointed
+run and the run manifest, written only when JAX really runs on a TPU.
+
+    python tpu_scripts/byte_transformer_tpu.py --out DIR [--steps N] [--repeats R]
+        [--allow-cpu-rehearsal] [key=value ...]        (key=value: capstone Config overrides)
+
+What it measures, with the bench command's own train-step timing
+(capstones.byte_transformer.bench: jax_stepper, interleaved, step_summary, flops_per_step)
+on training.make_train_step: lower and compile seconds, the median of --repeats blocked
+steps after a warmup, tokens/s, XLA's FLOPs per device and, on a TPU, model FLOPs
+utilization against the chips' bf16 peak (core.tpu.specs); the same step data parallel
+over every local device when the batch splits; then a short training run (training.train,
+--steps steps, checkpoints) into DIR/run.
+
+What it writes into DIR:
+    tpu_result.json            only when jax.default_backend() == "tpu" and every device is
+                               a TPU ("kind": "tpu result", "is_tpu_result": true)
+    cpu_rehearsal_result.json  with --allow-cpu-rehearsal on a host without a TPU
+                               ("kind": "cpu rehearsal — not a TPU result",
+                               "is_tpu_result": false)
+    runtime.json               backend, devices (coords), package versions, recorded here
+    run/                       the training run (config, metrics.jsonl, checkpoints/)
+    job.log                    everything the job printed, libtpu's own lines included
+    run_manifest.json          capstones/byte_transformer/run_manifest.py over DIR
+
+Without a TPU and without --allow-cpu-rehearsal it REFUSES: exit status 3, a message on
+stderr, nothing written. A CPU number never stands in for a TPU number. Other exit
+statuses: 2 bad arguments (or DIR already holds a result), 4 preempted (SIGTERM: the
+checkpoint is saved and no result written; the same command resumes).
+
+Exact flow to run it on a TPU VM and bring the results back (single-host slices: v5e 2x2 =
+v5litepod-4; v6e-4 works the same with --zone us-east5-b):
+
+    # 0. the project wheel (carries capstones/, core/, tpu_scripts/)
+    python -m pip wheel --no-deps -w dist .
+    # 1. create the VM
+    python -m tpu_scripts launch create --name bt-lab --accelerator-type v5litepod-4 \\
+        --zone us-west4-a
+    # 2. copy this script and the wheel to every worker
+    python -m tpu_scripts launch stage --name bt-lab --accelerator-type v5litepod-4 \\
+        --zone us-west4-a tpu_scripts/byte_transformer_tpu.py \\
+        dist/jax_tpu_lab-0.1.0-py3-none-any.whl
+    # 3. run it (the bootstrap makes ~/jax-tpu-lab/.venv with the wheel's [tpu] extra)
+    python -m tpu_scripts launch run --name bt-lab --accelerator-type v5litepod-4 \\
+        --zone us-west4-a tpu_scripts/byte_transformer_tpu.py -- --out bt_tpu --steps 50
+    # 4. fetch DIR back (it lands in results/bt_tpu)
+    mkdir -p results
+    python -m tpu_scripts launch fetch --name bt-lab --accelerator-type v5litepod-4 \\
+        --zone us-west4-a bt_tpu results/
+    # 5. the VM's identity, while it still exists
+    gcloud compute tpus tpu-vm describe bt-lab --zone=us-west4-a --format=json \\
+        > results/describe.json
+    # 6. delete it (launch checks that describe fails), then keep the proof: NOT_FOUND
+    python -m tpu_scripts launch delete --name bt-lab --accelerator-type v5litepod-4 \\
+        --zone us-west4-a
+    gcloud compute tpus tpu-vm describe bt-lab --zone=us-west4-a \\
+        > results/teardown.log 2>&1
+    # 7. the manifest: identity, devices, events, sha256 of every file, teardown proof
+    python -m capstones.byte_transformer run-manifest run_dir=results/bt_tpu \\
+        log=results/bt_tpu/job.log describe_json=results/describe.json \\
+        teardown_log=results/teardown.log claim_tpu=true
+
+Rehearse everything but the TPU on this machine:
+
+    python tpu_scripts/byte_transformer_tpu.py --out /tmp/bt_rehearsal --steps 4 \\
+        --allow-cpu-rehearsal d_model=32 num_layers=2 seq_len=32 batch_size=2 max_files=4
+
+The script runs itself as a child process and records the child's stdout and stderr into
+DIR/job.log (libtpu writes its initialization lines from C++ to the process's stderr, which
+Python cannot capture from inside); SIGTERM is passed on to the child, whose training loop
+saves a checkpoint and stops (run the same command again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+
+CHILD_ENV = "BYTE_TRANSFORMER_TPU_CHILD"
+EXIT_REFUSED = 3
+EXIT_PREEMPTED = 4
+LOG_FILE = "job.log"
+# run_manifest.RESULT_FILES (spelled out: the parent decides before importing JAX)
+RESULT_FILES = ("tpu_result.json", "cpu_rehearsal_result.json")
+DEVICE_KIND_GENERATION = {
+    "TPU v5 lite": "v5e",
+    "TPU v5e": "v5e",
+    "TPU v6 lite": "v6e",
+    "TPU v6e": "v6e",
+    "TPU v5": "v5p",
+    "TPU v5p": "v5p",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python tpu_scripts/byte_transformer_tpu.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", required=True, help="result directory (new or empty)")
+    parser.add_argument("--steps", type=int, default=20, help="training steps of the short run")
+    parser.add_argument("--repeats", type=int, default=10, help="timed train steps (median)")
+    parser.add_argument(
+        "--allow-cpu-rehearsal",
+        action="store_true",
+        help="without a TPU, run on CPU and mark every result 'cpu rehearsal — not a TPU result'",
+    )
+    parser.add_argument("overrides", nargs="*", help="capstone Config overrides, key=value")
+    return parser
+
+
+# --- the parent: run the child, keep its log, write the manifest ---------------------------
+
+
+def _pump(stream, sink, log: list[str], lock: threading.Lock) -> None:
+    for line in iter(stream.readline, ""):
+        sink.write(line)
+        sink.flush()
+        with lock:
+            log.append(line)
+    stream.close()
+
+
+def _results_in(out: pathlib.Path) -> list[str]:
+    return [name for name in RESULT_FILES if (out / name).exists()]
+
+
+def run_parent(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)  # --help and bad flags end here
+    out = pathlib.Path(args.out)
+    if held := _results_in(out):
+        print(f"error: {out} already holds {', '.join(held)}: use a new --out", file=sys.stderr)
+        return 2
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    env = {**os.environ, CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(
+        [sys.executable, str(pathlib.Path(__file__).resolve()), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    log: list[str] = []
+    lock = threading.Lock()
+    pumps = [
+        threading.Thread(target=_pump, args=(child.stdout, sys.stdout, log, lock)),
+        threading.Thread(target=_pump, args=(child.stderr, sys.stderr, log, lock)),
+    ]
+    for pump in pumps:
+        pump.start()
+    code = child.wait()
+    for pump in pumps:
+        pump.join()
+    signal.signal(signal.SIGTERM, previous)
+    if not out.is_dir():  # refused (or failed) before writing anything
+        return code
+    # appended: a preempted job run again into the same folder keeps its earlier segments
+    with open(out / LOG_FILE, "a", encoding="utf-8") as handle:
+        handle.write(f"=== job segment started {started}: {' '.join(argv)} ===\n")
+        handle.write("".join(log))
+    log_text = (out / LOG_FILE).read_text(encoding="utf-8")
+    if code != 0:
+        print(f"the job failed (exit {code}); its log is in {out / LOG_FILE}", file=sys.stderr)
+        return code
+    from capstones.byte_transformer import run_manifest
+
+    manifest = run_manifest.build_manifest(out, log_text=log_text, log_name=LOG_FILE)
+    path = run_manifest.write_manifest(manifest, out / run_manifest.MANIFEST_FILE)
+    for line in run_manifest.summary_lines(manifest):
+        print(line)
+    print(f"manifest: {path}")
+    return 0
+
+
+# --- the child: the measurement --------------------------------------------------------------
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _write_json(path: pathlib.Path, value) -> None:
+    from core import checkpoint
+
+    checkpoint.write_json_atomic(path, value)
+
+
+def time_train_step(config, repeats: int, devices: list | None = None) -> dict:
+    """The bench command's train-step timing (capstones.byte_transformer.bench: jax_stepper,
+    interleaved, step_summary) on one device, or data parallel over ``devices`` (batch
+    split, state replicated): lower and compile seconds, then the median of ``repeats``
+    blocked steps that advance the state, tokens/s and model FLOPs utilization."""
+    import jax
+    import numpy as np
+
+    from capstones.byte_transformer import bench, data, training
+
+    corpus = data.load_corpus(config)
+    batch = data.training_stream(config, corpus).next_batch()
+    state = training.init_state(config)
+    count = len(devices) if devices else 1
+    if devices:
+        mesh = jax.sharding.Mesh(np.array(devices), ("data",))
+        split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+        whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        batch = jax.device_put(batch, split)
+        state = jax.device_put(state, whole)
+    step, figures = bench.jax_stepper(config, state, batch)
+    wall, cpu = bench.interleaved({"jax": step}, rounds=repeats, warmup=1, progress=_say)
+    tokens = config.batch_size * config.seq_len
+    valid = float(np.sum(np.asarray(jax.device_get(batch["weights_BT"]))))
+    summary = bench.step_summary(wall["jax"], cpu["jax"], tokens, valid)
+    return {
+        "devices": count,
+        "lower_s": figures["lower_s"],
+        "compile_s": figures["compile_s"],
+        "step": summary,
+        "repeats": repeats,
+        "tokens_per_step": tokens,
+        "valid_tokens_per_step": valid,
+        "tokens_per_s": summary["tokens_per_s"],
+        # bench's model FLOPs (whole batch) and XLA's count (one device's program)
+        "model_flops_per_step": bench.flops_per_step(config)["total"],
+        "xla_flops_per_device_per_step": figures["xla_cost_analysis_flops"],
+    }
+
+
+def peak_fraction(measurement: dict, device_kind: str) -> dict | None:
+    """Model FLOP/s over the bf16 peak of the chips used (core.tpu.specs); TPU kinds only."""
+    from core.tpu import specs
+
+    generation = DEVICE_KIND_GENERATION.get(device_kind)
+    if generation is None:
+        return None
+    peak = specs.chip(generation).bf16_flops.value * measurement["devices"]
+    achieved = measurement["model_flops_per_step"] / measurement["step"]["median_s"]
+    return {
+        "generation": generation,
+        "model_flops_per_s": achieved,
+        "bf16_peak_flops_per_s": peak,
+        "mfu_vs_bf16_peak": achieved / peak,
+    }
+
+
+def run_child(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from core import lab
+
+    lab.use_cpu_devices()  # no TPU here: pin the CPU (no slow TPU probe); a TPU VM keeps its TPU
+    import jax
+
+    from capstones.byte_transformer import config as config_lib
+    from capstones.byte_transformer import run_manifest, training
+
+    backend = jax.default_backend()
+    devices = jax.devices()
+    _say(f"backend: {backend}")
+    _say(f"devices: {len(devices)} x {devices[0].device_kind}")
+    runtime = run_manifest.capture_runtime()
+    on_tpu = backend == "tpu" and run_manifest.is_tpu_run(runtime)
+    if not on_tpu and not args.allow_cpu_rehearsal:
+        print(
+            f"refused: jax.default_backend() is {backend!r} ({devices[0].device_kind}), not "
+            "'tpu'. This script writes TPU results only on a TPU VM; a CPU number never stands "
+            "in for a TPU number. To rehearse here, pass --allow-cpu-rehearsal (results are "
+            "marked 'cpu rehearsal — not a TPU result'). Nothing was written.",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    if args.steps < 1 or args.repeats < 1:
+        print("error: --steps and --repeats must be >= 1", file=sys.stderr)
+        return 2
+    base = config_lib.Config(
+        steps=args.steps,
+        ckpt_every=max(1, args.steps // 2),
+        eval_every=args.steps,
+        log_every=max(1, args.steps // 5),
+    )
+    try:
+        config = config_lib.Config.from_overrides(args.overrides, base=base)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    existing = _results_in(out)
+    if existing:
+        print(f"error: {out} already holds {', '.join(existing)}: use a new --out", file=sys.stderr)
+        return 2
+    kind = run_manifest.TPU_RESULT_KIND if on_tpu else run_manifest.REHEARSAL_KIND
+    _say(f"mode: {kind}")
+
+    _say(f"timing the train step on one device ({args.repeats} repeats)")
+    single = time_train_step(config, args.repeats)
+    _say(
+        f"compile_s {single['compile_s']:.2f} (lower {single['lower_s']:.2f}); step "
+        f"{single['step']['median_s'] * 1e3:.2f} ms; {single['tokens_per_s']:,.0f} tokens/s"
+    )
+    local = jax.local_devices()
+    if len(local) > 1 and config.batch_size % len(local) == 0:
+        _say(f"timing the train step data parallel over {len(local)} devices")
+        parallel = time_train_step(config, args.repeats, list(local))
+        _say(
+            f"compile_s {parallel['compile_s']:.2f}; step {parallel['step']['median_s'] * 1e3:.2f} ms; "
+            f"{parallel['tokens_per_s']:,.0f} tokens/s"
+        )
+    else:
+        parallel = {
+            "skipped": f"{len(local)} local device(s); batch_size {config.batch_size} "
+            + ("does not split over them" if len(local) > 1 else "(nothing to split over)")
+        }
+    _say(f"training {config.steps} steps into {out / 'run'}")
+    result = training.train(
+        config, out / "run", log_mlflow=False, progress=lambda line: _say(f"  {line}")
+    )
+    if result.preempted:
+        _say(
+            f"preempted (SIGTERM) at step {result.last_step}: checkpoint saved, no result "
+            "written; run the same command again to resume"
+        )
+        return EXIT_PREEMPTED
+    records = result.records
+    later = [r["tokens_per_s"] for r in records[1:]] or [records[-1]["tokens_per_s"]]
+    heldout = [r for r in records if "heldout_loss" in r]
+    training_summary = {
+        "run_dir": "run",
+        "start_step": result.start_step,
+        "last_step": result.last_step,
+        "preempted": result.preempted,
+        "first_loss": records[0]["loss"] if records else None,
+        "last_loss": records[-1]["loss"] if records else None,
+        "heldout_loss": heldout[-1]["heldout_loss"] if heldout else None,
+        "heldout_bpb": heldout[-1]["heldout_bpb"] if heldout else None,
+        "median_tokens_per_s_after_step_1": sorted(later)[len(later) // 2],
+    }
+    # the guard again, right before a TPU result is written: the backend may not change
+    # under us, but the file must never say TPU unless JAX says so now
+    on_tpu = on_tpu and jax.default_backend() == "tpu"
+    device_kind = devices[0].device_kind
+    document = {
+        "kind": run_manifest.TPU_RESULT_KIND if on_tpu else run_manifest.REHEARSAL_KIND,
+        "is_tpu_result": on_tpu,
+        "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": ["python", "tpu_scripts/byte_transformer_tpu.py", *argv],
+        "backend": jax.default_backend(),
+        "device_kind": device_kind,
+        "device_count": len(devices),
+        "config": config.to_dict(),
+        "train_step": {
+            "single_device": single,
+            "data_parallel": parallel,
+            "peak_fraction": peak_fraction(single, device_kind) if on_tpu else None,
+            "peak_fraction_data_parallel": peak_fraction(parallel, device_kind)
+            if on_tpu and "skipped" not in parallel
+            else None,
+        },
+        "training": training_summary,
+        "note": "measured on a TPU"
+        if on_tpu
+        else "cpu rehearsal — not a TPU result: these numbers describe this CPU host only",
+    }
+    _write_json(out / run_manifest.RUNTIME_FILE, runtime)
+    name = run_manifest.TPU_RESULT_FILE if on_tpu else run_manifest.REHEARSAL_RESULT_FILE
+    _write_json(out / name, document)
+    _say(f"{document['kind']}: {out / name}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get(CHILD_ENV) == "1":
+        return run_child(argv)
+    return run_parent(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
