@@ -281,36 +281,45 @@ def prefill_apply(model, tokens_BP, lengths_B, precision: str, capacity: int):
 
 def decode_apply(model, token_B, cache: Cache):
     """Feed one token per row at slot length_B[b]: (logits_BV float32, cache with
-    length_B + 1). The caller keeps length_B < capacity (a write past the end is dropped)."""
+    length_B + 1). The caller keeps length_B < capacity (a write past the end is dropped).
+
+    The new keys/values are scattered straight into the stacked (L, B, S, H, K) arrays, so
+    under jit with the cache donated the update happens in place: no per-layer copy of the
+    cache and no re-stacking (both cost more than the arithmetic of a decode step)."""
     token_B = jnp.asarray(token_B, jnp.int32)
     b, s = cache.batch, cache.capacity
     rows, at = jnp.arange(b), cache.length_B
     mask = (jnp.arange(s)[None, :] <= at[:, None])[:, None, None, :]  # (B, 1, 1, S)
     dtype = model.config.precision.compute
     x = model.embed(token_B[:, None], at[:, None])
-    layers = []
+    stored = {
+        "k": cache.k_LBSHK,
+        "v": cache.v_LBSHK,
+        "k_scale": cache.k_scale_LBSH,
+        "v_scale": cache.v_scale_LBSH,
+    }
     for index, block in enumerate(model.blocks):
 
         def write(k, v, index=index):
-            (k_q, k_s), (v_q, v_s) = (
-                _store(k[:, 0], cache.precision),
-                _store(v[:, 0], cache.precision),
+            for name, new in (("k", k), ("v", v)):
+                values, scales = _store(new[:, 0], cache.precision)
+                stored[name] = stored[name].at[index, rows, at].set(values)
+                if scales is not None:
+                    stored[f"{name}_scale"] = (
+                        stored[f"{name}_scale"].at[index, rows, at].set(scales)
+                    )
+            return index
+
+        def read(index):
+            scale = lambda name: None if stored[name] is None else stored[name][index]  # noqa: E731
+            return (
+                _load(stored["k"][index], scale("k_scale"), dtype),
+                _load(stored["v"][index], scale("v_scale"), dtype),
             )
-            k_layer = cache.k_LBSHK[index].at[rows, at].set(k_q)
-            v_layer = cache.v_LBSHK[index].at[rows, at].set(v_q)
-            if k_s is None:
-                return k_layer, v_layer, None, None
-            k_scale = cache.k_scale_LBSH[index].at[rows, at].set(k_s)
-            v_scale = cache.v_scale_LBSH[index].at[rows, at].set(v_s)
-            return k_layer, v_layer, k_scale, v_scale
 
-        def read(layer):
-            k_layer, v_layer, k_scale, v_scale = layer
-            return _load(k_layer, k_scale, dtype), _load(v_layer, v_scale, dtype)
-
-        x, layer = _block_step(block, x, write, read, mask)
-        layers.append(layer)
-    return model.unembed(x)[:, 0], _stack(layers, cache.length_B + 1)
+        x, _ = _block_step(block, x, write, read, mask)
+    updated = Cache(stored["k"], stored["v"], stored["k_scale"], stored["v_scale"], at + 1)
+    return model.unembed(x)[:, 0], updated
 
 
 @functools.partial(nnx.jit, static_argnames=("precision", "capacity"))
