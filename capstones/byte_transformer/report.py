@@ -488,7 +488,10 @@ def _bench_section(bench: dict, report: dict) -> list[str]:
             "value": f"{bench['decode']['speedup']:.1f}x at context {bench['decode']['context']}",
         },
     ]
-    targets = [{"target": k, **v} for k, v in bench["targets"].items()]
+    targets = [
+        {"measure": k, "value": v["value"], "goal": f"{v['op']} {v['target']}", "pass": v["pass"]}
+        for k, v in bench["targets"].items()
+    ]
     lines = [
         f"Machine: {bench['machine']}; load average {bench['load_average']['start']} -> "
         f"{bench['load_average']['end']}.",
@@ -507,7 +510,9 @@ def _bench_section(bench: dict, report: dict) -> list[str]:
 
 
 def _manifest_section(manifest: dict, report: dict) -> list[str]:
-    tpu = manifest["tpu"]
+    tpu = manifest["tpu"] or {}
+    events = manifest["backend_events"] or {"counts": "no job log given"}
+    teardown = manifest["teardown"] or {}
     return [
         f"**{manifest['verdict']}** (is_tpu_run: {manifest['is_tpu_run']}, backend "
         f"{manifest['backend']}, {len(manifest['devices'])} devices).",
@@ -526,7 +531,7 @@ def _manifest_section(manifest: dict, report: dict) -> list[str]:
                 },
                 {
                     "field": "backend events",
-                    "value": json.dumps(manifest["backend_events"].get("counts", {})),
+                    "value": json.dumps(events.get("counts")),
                 },
                 {
                     "field": "checkpoint files",
@@ -534,7 +539,7 @@ def _manifest_section(manifest: dict, report: dict) -> list[str]:
                 },
                 {
                     "field": "teardown",
-                    "value": f"deleted {manifest['teardown'].get('deleted')}; {str(manifest['teardown'].get('proof'))[:120]}",
+                    "value": f"deleted {teardown.get('deleted')}; {str(teardown.get('proof'))[:120]}",
                 },
             ]
         ),
