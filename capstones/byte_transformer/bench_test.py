@@ -110,6 +110,11 @@ def test_decode_cached_equals_recompute_equals_reference():
     assert result["speedup"] == pytest.approx(
         cached["tokens_per_s"] / result["recompute"]["tokens_per_s"]
     )
+    loop = result["cached_device_loop"]["fp32"]
+    assert loop["tokens"] == result["recompute"]["tokens"]
+    assert result["speedup_device_loop"] == pytest.approx(
+        loop["tokens_per_s"] / result["recompute"]["tokens_per_s"]
+    )
 
 
 def test_cache_bytes_closed_form_and_measured():
