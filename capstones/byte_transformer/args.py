@@ -81,16 +81,11 @@ def parse(
 
 
 def _convert(name: str, text: str, kind: type) -> Any:
-    if kind is bool:
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise UsageError(f"{name} takes true or false, got {text!r}")
+    """config.convert (the same parsing as a Config override), as a UsageError."""
     try:
-        return kind(text)
-    except ValueError:
-        raise UsageError(f"{name} takes a {kind.__name__}, got {text!r}") from None
+        return config_lib.convert(name, text, kind)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def choice(name: str, value: str, choices: Sequence[str]) -> str:

@@ -184,7 +184,9 @@ def field_types() -> dict[str, type]:
     return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
 
 
-def _convert(name: str, text: str, kind: type) -> Any:
+def convert(name: str, text: str, kind: type) -> Any:
+    """``text`` as a ``kind`` (bool: true/false, yes/no, on/off, 1/0); ValueError naming
+    ``name`` otherwise."""
     if kind is bool:
         lowered = text.lower()
         if lowered in ("1", "true", "yes", "on"):
@@ -211,7 +213,7 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
             close = difflib.get_close_matches(key, list(types), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValueError(f"unknown config key {key!r}{hint}; keys: {', '.join(types)}")
-        values[key] = _convert(key, text, types[key])
+        values[key] = convert(key, text, types[key])
     return values
 
 
