@@ -125,6 +125,17 @@ def sha256_file(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
+def sha256_leaves(tree) -> str:
+    """A short sha256 (16 hex digits) over a pytree's leaves: dtype, shape and bytes of
+    each, in tree order. Equal digests, equal states (for comparing restored pieces)."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(tree):
+        array = np.asarray(leaf)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _is_manifest_file(name: str) -> bool:
     return name == MANIFEST or name.startswith(MANIFEST + ".tmp")
 

@@ -205,15 +205,6 @@ def _train_step_program(config: TrainConfig) -> Callable:
     return jax.jit(train_step)
 
 
-def _sha256_leaves(tree) -> str:
-    digest = hashlib.sha256()
-    for leaf in jax.tree.leaves(tree):
-        array = np.asarray(leaf)
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
-
-
 def adam_state(state) -> Any:
     """The ScaleByAdamState (count, mu, nu) of the state."""
     opt_state = state["opt_state"]
@@ -224,12 +215,12 @@ def state_digest(state, data_state) -> dict[str, str]:
     """A short sha256 per part of the training state: equal digests, equal bytes."""
     adam = adam_state(state)
     return {
-        "params": _sha256_leaves(state["params"]),
-        "adam_mu": _sha256_leaves(adam.mu),
-        "adam_nu": _sha256_leaves(adam.nu),
-        "adam_count": _sha256_leaves(adam.count),
-        "step": _sha256_leaves(state["step"]),
-        "dropout_key": _sha256_leaves(state["rng"]),
+        "params": checkpoint.sha256_leaves(state["params"]),
+        "adam_mu": checkpoint.sha256_leaves(adam.mu),
+        "adam_nu": checkpoint.sha256_leaves(adam.nu),
+        "adam_count": checkpoint.sha256_leaves(adam.count),
+        "step": checkpoint.sha256_leaves(state["step"]),
+        "dropout_key": checkpoint.sha256_leaves(state["rng"]),
         "data_position": hashlib.sha256(
             json.dumps(data_state, sort_keys=True).encode()
         ).hexdigest()[:16],

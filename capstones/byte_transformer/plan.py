@@ -70,7 +70,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from capstones.byte_transformer import args, data, training
@@ -466,20 +465,11 @@ def remat_train_step(
     config: config_lib.Config, policy: str, state: dict, batch: dict
 ) -> tuple[dict, dict]:
     """training.train_step with remat_loss_fn in place of training.loss_fn (same update)."""
-    key = jax.random.wrap_key_data(state["rng"]["dropout"])
-    key, dropout_key = jax.random.split(key)
-    (loss, count), grads = jax.value_and_grad(
-        lambda p: remat_loss_fn(config, p, batch, dropout_key, policy), has_aux=True
-    )(state["params"])
-    optimizer = training.make_optimizer(config)
-    updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
-    new_state = {
-        "params": optax.apply_updates(state["params"], updates),
-        "opt_state": opt_state,
-        "step": state["step"] + 1,
-        "rng": {"dropout": jax.random.key_data(key)},
-    }
-    return new_state, {"loss": loss, "tokens": count, "grad_norm": optax.tree.norm(grads)}
+
+    def loss(config, params, batch, dropout_key):
+        return remat_loss_fn(config, params, batch, dropout_key, policy)
+
+    return training.train_step(config, state, batch, loss=loss)
 
 
 def step_function(config: config_lib.Config, policy: str | None):

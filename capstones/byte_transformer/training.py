@@ -37,7 +37,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 
@@ -106,12 +105,16 @@ def loss_fn(config: config_lib.Config, params: dict, batch: dict, dropout_key):
     return transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
 
 
-def train_step(config: config_lib.Config, state: dict, batch: dict) -> tuple[dict, dict]:
-    """One AdamW step (pure: state in, state out) and its metrics."""
+def train_step(
+    config: config_lib.Config, state: dict, batch: dict, loss: Callable = loss_fn
+) -> tuple[dict, dict]:
+    """One AdamW step (pure: state in, state out) and its metrics. ``loss(config, params,
+    batch, dropout_key) -> (mean loss, valid-token count)`` (default loss_fn; plan.py passes
+    a rematerialized variant of the same loss)."""
     key = jax.random.wrap_key_data(state["rng"]["dropout"])
     key, dropout_key = jax.random.split(key)
-    (loss, count), grads = jax.value_and_grad(
-        lambda p: loss_fn(config, p, batch, dropout_key), has_aux=True
+    (loss_value, count), grads = jax.value_and_grad(
+        lambda p: loss(config, p, batch, dropout_key), has_aux=True
     )(state["params"])
     updates, opt_state = make_optimizer(config).update(grads, state["opt_state"], state["params"])
     new_state = {
@@ -120,7 +123,7 @@ def train_step(config: config_lib.Config, state: dict, batch: dict) -> tuple[dic
         "step": state["step"] + 1,
         "rng": {"dropout": jax.random.key_data(key)},
     }
-    return new_state, {"loss": loss, "tokens": count, "grad_norm": optax.tree.norm(grads)}
+    return new_state, {"loss": loss_value, "tokens": count, "grad_norm": optax.tree.norm(grads)}
 
 
 def make_train_step(config: config_lib.Config) -> Callable:
@@ -165,15 +168,6 @@ def evaluate(config: config_lib.Config, params: dict, batches: list[dict]) -> di
 # --- digests: compare two states piece by piece ------------------------------------------
 
 
-def _sha256_leaves(tree) -> str:
-    digest = hashlib.sha256()
-    for leaf in jax.tree.leaves(tree):
-        array = np.asarray(leaf)
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
-
-
 def adam_state(opt_state):
     """The ScaleByAdamState (count, mu, nu) inside the optimizer state."""
     for part in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "mu")):
@@ -186,12 +180,12 @@ def state_digest(state: dict, data_state: dict) -> dict[str, str]:
     """A short sha256 per restored piece: equal digests, equal bytes."""
     adam = adam_state(state["opt_state"])
     return {
-        "params": _sha256_leaves(state["params"]),
-        "adam_mu": _sha256_leaves(adam.mu),
-        "adam_nu": _sha256_leaves(adam.nu),
-        "adam_count": _sha256_leaves(adam.count),
-        "step": _sha256_leaves(state["step"]),
-        "dropout_key": _sha256_leaves(state["rng"]),
+        "params": checkpoint.sha256_leaves(state["params"]),
+        "adam_mu": checkpoint.sha256_leaves(adam.mu),
+        "adam_nu": checkpoint.sha256_leaves(adam.nu),
+        "adam_count": checkpoint.sha256_leaves(adam.count),
+        "step": checkpoint.sha256_leaves(state["step"]),
+        "dropout_key": checkpoint.sha256_leaves(state["rng"]),
         "data": hashlib.sha256(json.dumps(data_state, sort_keys=True).encode()).hexdigest()[:16],
     }
 
