@@ -26,7 +26,8 @@ How a step becomes usable:
    problem. ``restore_latest`` walks back from the newest step to the newest good one and
    moves the bad newer steps aside into ``<dir>/rejected/`` (kept as evidence; training
    can then save those step numbers again). A step without a manifest (the process died
-   between Orbax's rename and the manifest write) is unverified and treated as bad.
+   between Orbax's rename and the manifest write) is unverified and treated as bad; when
+   such steps are all there is, the run starts from scratch, as after a kill mid-save.
 
 Nothing is unpickled: arrays are TensorStore/zarr files, the rest is JSON. The manifest
 detects damage, not tampering (whoever can rewrite files can rewrite the manifest).
@@ -54,6 +55,11 @@ MANIFEST_FORMAT = "jax-tpu-lab checkpoint manifest"
 MANIFEST_VERSION = 1
 REJECTED = "rejected"
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's partial-save marker (path/atomicity_types.py)
+# The one problem a crash (not damage) leaves: Orbax renamed the step, the manifest never came.
+UNFINISHED_STEP = (
+    f"no {MANIFEST}: the step was never verified "
+    "(the process may have stopped between the commit and the manifest)"
+)
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +192,7 @@ def manifest_problems(
     step_dir = pathlib.Path(step_dir)
     path = step_dir / MANIFEST
     if not path.exists():
-        return [
-            f"no {MANIFEST}: the step was never verified (the process may have stopped between the commit and the manifest)"
-        ]
+        return [UNFINISHED_STEP]
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -527,7 +531,10 @@ class Checkpointer:
         Bad newer steps are logged, recorded in ``self.rejected`` and (``quarantine``)
         moved into ``<dir>/rejected/`` so training can save those steps again. When every
         committed step is bad, raises CorruptCheckpointError and moves nothing: starting
-        from scratch over a damaged run must be a decision, not a fallback.
+        from scratch over a damaged run must be a decision, not a fallback. The exception
+        is a run whose only steps are unfinished (no manifest, nothing else wrong): a kill
+        between Orbax's rename and the manifest write is a crash like a kill mid-save, not
+        damage, so those steps are moved aside and None is returned (start from step 0).
         """
         self.wait_until_finished()
         self.rejected = []
@@ -542,6 +549,15 @@ class Checkpointer:
             if quarantine and self.rejected and jax.process_index() == 0:
                 self._quarantine(self.rejected)
             return restored
+        if self.rejected and all(problems == [UNFINISHED_STEP] for _, problems in self.rejected):
+            log.warning(
+                "no verified step: steps %s were never finished (killed before their "
+                "manifest); starting from scratch",
+                [step for step, _ in self.rejected],
+            )
+            if quarantine and jax.process_index() == 0:
+                self._quarantine(self.rejected)
+            return None
         if self.rejected:
             raise CorruptCheckpointError(
                 None,

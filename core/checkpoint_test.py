@@ -230,6 +230,31 @@ def test_every_step_bad_raises_and_moves_nothing(tmp_path):
     assert ckpt.committed_steps() == [1, 2] and not (directory / checkpoint.REJECTED).exists()
 
 
+def test_only_unfinished_steps_start_from_scratch_but_damage_still_raises(tmp_path):
+    # Killed between Orbax's rename and the manifest write of the first save: a crash, not
+    # damage, so the run starts again from step 0 (as after a kill mid-save).
+    directory = _save_steps(tmp_path, [1])
+    (directory / "1" / checkpoint.MANIFEST).unlink()
+    ckpt = checkpoint.Checkpointer(directory)
+    abstract = checkpoint.abstract_like(_state())
+    assert ckpt.verify(1, abstract) == [checkpoint.UNFINISHED_STEP]
+    assert ckpt.restore_latest(abstract) is None
+    assert [step for step, _ in ckpt.rejected] == [1]
+    assert ckpt.committed_steps() == [] and (directory / checkpoint.REJECTED / "step_1_0").is_dir()
+    assert ckpt.save(1, _state(step=1), {}, {"lr": 0.01}, {}, force=True)
+    ckpt.close()
+    assert checkpoint.Checkpointer(directory).verify(1, abstract) == []
+
+    # An unfinished step beside a damaged one is still damage: raise and move nothing.
+    directory = _save_steps(tmp_path / "mixed", [1, 2])
+    (directory / "2" / checkpoint.MANIFEST).unlink()
+    _flip_byte(_largest_array_file(directory / "1"))
+    ckpt = checkpoint.Checkpointer(directory)
+    with pytest.raises(checkpoint.CorruptCheckpointError, match="sha256 mismatch"):
+        ckpt.restore_latest(abstract)
+    assert ckpt.committed_steps() == [1, 2] and not (directory / checkpoint.REJECTED).exists()
+
+
 def test_partial_save_is_never_a_step_and_is_cleaned_up(tmp_path):
     directory = _save_steps(tmp_path, [1])
     partial = directory / f"2{checkpoint.TMP_SUFFIX}"
