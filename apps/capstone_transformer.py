@@ -18,7 +18,7 @@ with app.setup:
 
     from capstones.byte_transformer import config as config_lib
     from capstones.byte_transformer import data, kv_cache, report, training
-    from core import curriculum, lab, transformer
+    from core import checkpoint, curriculum, lab, transformer
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -168,9 +168,9 @@ def _(config, crash_at, train_button):
 
 @app.cell
 def _(config, crashed, resumed, uninterrupted):
-    _reference = training.state_digest(uninterrupted.state, uninterrupted.data_state)
-    _restored = training.state_digest(resumed.state, resumed.data_state)
-    digest_rows = [{"piece": k, "uninterrupted": f"`{_reference[k]}`", "crashed + resumed": f"`{_restored[k]}`", "equal": _reference[k] == _restored[k]} for k in training.DIGEST_GROUPS]
+    _reference = checkpoint.state_digest(uninterrupted.state, uninterrupted.data_state)
+    _restored = checkpoint.state_digest(resumed.state, resumed.data_state)
+    digest_rows = [{"piece": k, "uninterrupted": f"`{_reference[k]}`", "crashed + resumed": f"`{_restored[k]}`", "equal": _reference[k] == _restored[k]} for k in checkpoint.DIGEST_GROUPS]
     mo.vstack(
         [
             mo.md(

@@ -14,7 +14,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import curriculum, data, lab, recovery_demo
+    from core import checkpoint, curriculum, data, lab, recovery_demo
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -136,7 +136,7 @@ def _(digests, full, resume_at, resumed_event, resumed_losses, steps):
     check_error = max(differences) if differences else float("inf")
     digest_rows = [
         {"part": part, "uninterrupted at K": digests[resume_at.value][part], "restored in the fresh process": resumed_event.get("digest", {}).get(part, "-"), "equal": digests[resume_at.value][part] == resumed_event.get("digest", {}).get(part)}
-        for part in recovery_demo.DIGEST_GROUPS
+        for part in checkpoint.DIGEST_GROUPS
     ]
     check_passed = bool(
         resumed_event.get("step") == resume_at.value and sorted(resumed_losses) == expected_steps and check_error == 0.0 and all(r["equal"] for r in digest_rows)

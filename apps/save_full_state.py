@@ -81,7 +81,7 @@ def _(async_save, dropout, hidden, seed, steps):
 
 @app.cell
 def _(checkpoint_dir, saved_state, steps):
-    adam = recovery_demo.adam_state(saved_state)
+    adam = checkpoint.adam_state(saved_state)
     parts = [
         ("parameters", saved_state["params"], "what the model computes with"),
         ("Adam first moment (mu)", adam.mu, "running mean of gradients"),
@@ -203,7 +203,7 @@ def test_manifest_covers_every_file_and_leaf(
 
 @app.cell
 def test_both_adam_moments_are_saved_and_nonzero(restored):
-    _adam = recovery_demo.adam_state(restored.state)
+    _adam = checkpoint.adam_state(restored.state)
     assert all(np.asarray(x).any() for x in jax.tree.leaves(_adam.nu))
     assert int(_adam.count) == int(restored.state["step"])
     return

@@ -142,6 +142,45 @@ def sha256_leaves(tree) -> str:
     return digest.hexdigest()[:16]
 
 
+# The pieces of a training state {params, opt_state, step, rng} + data position that a
+# resume must restore exactly, in the order state_digest reports them.
+DIGEST_GROUPS = (
+    "params",
+    "adam_mu",
+    "adam_nu",
+    "adam_count",
+    "step",
+    "dropout_key",
+    "data_position",
+)
+
+
+def adam_state(tree):
+    """The first optax ScaleByAdamState (count, mu, nu) inside ``tree`` (a training state
+    or its optimizer state, at any depth of chaining)."""
+    for part in jax.tree.leaves(tree, is_leaf=lambda x: hasattr(x, "mu")):
+        if hasattr(part, "mu"):
+            return part
+    raise ValueError("no Adam state (mu, nu) in the optimizer state")
+
+
+def state_digest(state: Mapping, data_state) -> dict[str, str]:
+    """A short sha256 per DIGEST_GROUPS piece of a training state ``{params, opt_state,
+    step, rng}`` and its JSON data position: equal digests, equal bytes."""
+    adam = adam_state(state["opt_state"])
+    return {
+        "params": sha256_leaves(state["params"]),
+        "adam_mu": sha256_leaves(adam.mu),
+        "adam_nu": sha256_leaves(adam.nu),
+        "adam_count": sha256_leaves(adam.count),
+        "step": sha256_leaves(state["step"]),
+        "dropout_key": sha256_leaves(state["rng"]),
+        "data_position": hashlib.sha256(
+            json.dumps(data_state, sort_keys=True).encode()
+        ).hexdigest()[:16],
+    }
+
+
 def _is_manifest_file(name: str) -> bool:
     return name == MANIFEST or name.startswith(MANIFEST + ".tmp")
 

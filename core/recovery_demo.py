@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import hashlib
 import json
 import os
 import signal
@@ -39,16 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from core import checkpoint, data
-
-DIGEST_GROUPS = (
-    "params",
-    "adam_mu",
-    "adam_nu",
-    "adam_count",
-    "step",
-    "dropout_key",
-    "data_position",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,28 +194,6 @@ def _train_step_program(config: TrainConfig) -> Callable:
     return jax.jit(train_step)
 
 
-def adam_state(state) -> Any:
-    """The ScaleByAdamState (count, mu, nu) of the state."""
-    opt_state = state["opt_state"]
-    return opt_state if hasattr(opt_state, "mu") else next(s for s in opt_state if hasattr(s, "mu"))
-
-
-def state_digest(state, data_state) -> dict[str, str]:
-    """A short sha256 per part of the training state: equal digests, equal bytes."""
-    adam = adam_state(state)
-    return {
-        "params": checkpoint.sha256_leaves(state["params"]),
-        "adam_mu": checkpoint.sha256_leaves(adam.mu),
-        "adam_nu": checkpoint.sha256_leaves(adam.nu),
-        "adam_count": checkpoint.sha256_leaves(adam.count),
-        "step": checkpoint.sha256_leaves(state["step"]),
-        "dropout_key": checkpoint.sha256_leaves(state["rng"]),
-        "data_position": hashlib.sha256(
-            json.dumps(data_state, sort_keys=True).encode()
-        ).hexdigest()[:16],
-    }
-
-
 @dataclasses.dataclass
 class RunResult:
     start_step: int  # 0 for a fresh run, else the step restored from
@@ -294,7 +261,11 @@ def train(
         state, start = restored.state, restored.step
         iterator.set_state(restored.data_state)
         emit(
-            {"event": "resumed", "step": start, "digest": state_digest(state, restored.data_state)}
+            {
+                "event": "resumed",
+                "step": start,
+                "digest": checkpoint.state_digest(state, restored.data_state),
+            }
         )
     else:
         emit({"event": "fresh"})
@@ -311,7 +282,13 @@ def train(
         emit({"event": "step", "step": step, "loss": losses[step]})
         data_state = iterator.get_state()
         if digests:
-            emit({"event": "state", "step": step, "digest": state_digest(state, data_state)})
+            emit(
+                {
+                    "event": "state",
+                    "step": step,
+                    "digest": checkpoint.state_digest(state, data_state),
+                }
+            )
         saved_last = ckpt.save(
             step, state, data_state, config.to_dict(), {"loss": losses[step]}, force=step == steps
         )

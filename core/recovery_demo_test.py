@@ -75,7 +75,7 @@ def test_dropout_key_changes_every_step_and_training_learns(tmp_path):
     assert len(set(keys)) == len(keys) == 60
     losses = [result.losses[s] for s in sorted(result.losses)]
     assert np.mean(losses[-10:]) < np.mean(losses[:10])
-    adam = recovery_demo.adam_state(result.state)
+    adam = checkpoint.adam_state(result.state)
     assert int(adam.count) == 60 and int(result.state["step"]) == 60
 
 
@@ -95,10 +95,10 @@ def test_abstract_state_matches_the_real_state():
 def test_state_digest_names_the_part_that_differs():
     config = recovery_demo.TrainConfig()
     state = recovery_demo.init_state(config)
-    base = recovery_demo.state_digest(state, {"next_index": 0})
-    assert set(base) == set(recovery_demo.DIGEST_GROUPS)
+    base = checkpoint.state_digest(state, {"next_index": 0})
+    assert set(base) == set(checkpoint.DIGEST_GROUPS)
     changed = dict(state, params=dict(state["params"], b1_H=state["params"]["b1_H"] + 1))
-    after = recovery_demo.state_digest(changed, {"next_index": 1})
+    after = checkpoint.state_digest(changed, {"next_index": 1})
     assert {k for k in base if base[k] != after[k]} == {"params", "data_position"}
 
 

@@ -74,8 +74,8 @@ from flax import nnx
 
 from capstones.byte_transformer import args, data, training
 from capstones.byte_transformer import config as config_lib
-from core import checkpoint, cloud_tpu, tokenizer, transformer
-from core.perf import machine, timing
+from core import checkpoint, cloud_tpu, slice_planner, tokenizer, transformer
+from core.perf import machine, remat, timing
 from core.tpu import budget, specs, topology_compile
 
 SCHEMA = "byte_transformer plan v1"
@@ -492,17 +492,6 @@ def loss_and_grads(config: config_lib.Config, params, batch, key, policy: str | 
     return jax.jit(jax.value_and_grad(loss))(params)
 
 
-def max_abs_difference(tree_a, tree_b) -> float:
-    """max |a - b| over every leaf (numpy float64)."""
-    leaves_a, leaves_b = jax.tree.leaves(tree_a), jax.tree.leaves(tree_b)
-    if len(leaves_a) != len(leaves_b):
-        raise ValueError(f"trees differ: {len(leaves_a)} vs {len(leaves_b)} leaves")
-    return max(
-        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-        for a, b in zip(leaves_a, leaves_b, strict=True)
-    )
-
-
 # --- compiling for TPU topologies ----------------------------------------------------------
 
 
@@ -687,9 +676,11 @@ def hypothesis(
         cpu_before["compiled"], cpu_after["compiled"], state, batch, repeats
     )
     summary_before, summary_after = timing.summarize(times_before), timing.summarize(times_after)
-    grad_diff = max_abs_difference(grads_before, grads_after)
+    grad_diff = remat.max_grad_difference(grads_before, grads_after)
     grad_scale = max(float(np.max(np.abs(np.asarray(g)))) for g in jax.tree.leaves(grads_before))
-    param_diff = max_abs_difference(cpu_before["state"]["params"], cpu_after["state"]["params"])
+    param_diff = remat.max_grad_difference(
+        cpu_before["state"]["params"], cpu_after["state"]["params"]
+    )
     result = {
         "statement": (
             f"rematerializing each block (jax.checkpoint, policy {policy}) cuts the "
@@ -852,16 +843,7 @@ def recommendation(
     best = min(fitting, key=lambda r: r["usd_per_million_tokens"])
     chips = best["slice_chips_for_target"] or SLICE_CHIPS[best["generation"]][-1]
     chips = max(chips, 4)  # a 2x2 slice: one host, data parallel over 4 chips
-    layout = {
-        1: "1x1",
-        4: "2x2",
-        8: "2x4",
-        16: "4x4",
-        32: "4x8",
-        64: "8x8",
-        128: "8x16",
-        256: "16x16",
-    }
+    layout = slice_planner.TOPOLOGY_2D  # v5e and v6e slices are 2D tori
     topology = f"{best['generation']}:{layout.get(chips, str(chips))}"
     by_gen = {r["generation"]: r for r in rows}
     reasons = [

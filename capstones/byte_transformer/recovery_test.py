@@ -84,7 +84,7 @@ def reference(tmp_path_factory):
     with checkpoint.Checkpointer(run_dir / training.CHECKPOINTS, async_save=False) as ckpt:
         for step in ckpt.committed_steps():
             restored = ckpt.restore(step, abstract)
-            digests[step] = training.state_digest(restored.state, restored.data_state["stream"])
+            digests[step] = checkpoint.state_digest(restored.state, restored.data_state["stream"])
     assert sorted(digests) == list(range(3, STEPS + 1, 3))
     return {"losses": losses, "digests": digests}
 
@@ -117,7 +117,7 @@ def test_sigkill_at_random_steps_resumes_bit_for_bit(tmp_path, reference):
             # never older than the newest step the previous victim saw committed
             assert step >= resumptions[-1]["newest committed"]
             expected = reference["digests"][step]
-            mismatched = [k for k in training.DIGEST_GROUPS if start["digest"][k] != expected[k]]
+            mismatched = [k for k in checkpoint.DIGEST_GROUPS if start["digest"][k] != expected[k]]
             assert not mismatched, f"restored step {step}: {mismatched} differ from the reference"
         committed = [e["step"] for e in events if e["event"] == "committed"]
         resumptions.append({"newest committed": max(committed, default=0)})
@@ -127,7 +127,7 @@ def test_sigkill_at_random_steps_resumes_bit_for_bit(tmp_path, reference):
     final = training.load_state(run_dir)[1]
     assert final.step == STEPS
     assert (
-        training.state_digest(final.state, final.data_state["stream"])
+        checkpoint.state_digest(final.state, final.data_state["stream"])
         == reference["digests"][STEPS]
     )
 

@@ -209,7 +209,7 @@ def to_jax_params(config: config_lib.Config, model, values: dict | None = None) 
 
 def adam_moments(config: config_lib.Config, model, optimizer) -> tuple[dict, dict]:
     """(first, second) Adam moments of the twin, shaped like the JAX params (compare with
-    training.adam_state(opt_state).mu / .nu)."""
+    checkpoint.adam_state(opt_state).mu / .nu)."""
     names = dict(model.named_parameters())
     state = optimizer.state
     first = {n: state[p]["exp_avg"] for n, p in names.items()}

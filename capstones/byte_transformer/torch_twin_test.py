@@ -16,7 +16,7 @@ import pytest
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import data, torch_twin, training
-from core import tokenizer, transformer
+from core import checkpoint, tokenizer, transformer
 
 torch = pytest.importorskip("torch")
 
@@ -98,7 +98,7 @@ def test_one_adamw_step_equals_jax(setup, clip_norm):
     # Adam's moments are linear (mu) and quadratic (nu) in the clipped gradient: they test
     # the gradients and the clipping on every element
     mu_twin, nu_twin = torch_twin.adam_moments(config, twin, optimizer)
-    adam = training.adam_state(new_state["opt_state"])
+    adam = checkpoint.adam_state(new_state["opt_state"])
     for ours, theirs in ((mu_twin, adam.mu), (nu_twin, adam.nu)):
         for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
             assert _relative(a, b) < 1e-4

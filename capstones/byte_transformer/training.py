@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -49,7 +48,6 @@ CORPUS_FILE = "corpus.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 EVAL_FILE = "eval.json"
-DIGEST_GROUPS = ("params", "adam_mu", "adam_nu", "adam_count", "step", "dropout_key", "data")
 
 
 # --- model and state ---------------------------------------------------------------------
@@ -163,31 +161,6 @@ def evaluate(config: config_lib.Config, params: dict, batches: list[dict]) -> di
         count += float(batch_count)
     loss = total / max(count, 1.0)
     return {"loss": loss, "bits_per_byte": loss / math.log(2), "tokens": int(count)}
-
-
-# --- digests: compare two states piece by piece ------------------------------------------
-
-
-def adam_state(opt_state):
-    """The ScaleByAdamState (count, mu, nu) inside the optimizer state."""
-    for part in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "mu")):
-        if hasattr(part, "mu"):
-            return part
-    raise ValueError("no Adam state (mu, nu) in the optimizer state")
-
-
-def state_digest(state: dict, data_state: dict) -> dict[str, str]:
-    """A short sha256 per restored piece: equal digests, equal bytes."""
-    adam = adam_state(state["opt_state"])
-    return {
-        "params": checkpoint.sha256_leaves(state["params"]),
-        "adam_mu": checkpoint.sha256_leaves(adam.mu),
-        "adam_nu": checkpoint.sha256_leaves(adam.nu),
-        "adam_count": checkpoint.sha256_leaves(adam.count),
-        "step": checkpoint.sha256_leaves(state["step"]),
-        "dropout_key": checkpoint.sha256_leaves(state["rng"]),
-        "data": hashlib.sha256(json.dumps(data_state, sort_keys=True).encode()).hexdigest()[:16],
-    }
 
 
 # --- run directory -----------------------------------------------------------------------
@@ -328,13 +301,13 @@ def train(
                 {
                     "event": "resumed",
                     "step": start,
-                    "digest": state_digest(state, stream.get_state()),
+                    "digest": checkpoint.state_digest(state, stream.get_state()),
                     "rejected": [step for step, _ in ckpt.rejected],
                 }
             )
             progress(f"resumed from step {start} ({run_dir / CHECKPOINTS})")
         else:
-            emit({"event": "fresh", "digest": state_digest(state, stream.get_state())})
+            emit({"event": "fresh", "digest": checkpoint.state_digest(state, stream.get_state())})
         metrics_path = run_dir / METRICS_FILE
         _truncate_metrics(metrics_path, start)
 

@@ -15,7 +15,7 @@ import pytest
 
 from capstones.byte_transformer import args, cli, data, training
 from capstones.byte_transformer import config as config_lib
-from core import tokenizer, transformer
+from core import checkpoint, tokenizer, transformer
 
 TINY = config_lib.Config(
     d_model=32,
@@ -202,7 +202,7 @@ def test_train_resume_and_eval_in_process(tmp_path, corpus):
     assert second.start_step == 3
     losses = [r["loss"] for r in training.read_metrics(run_dir)]
     assert losses == [r["loss"] for r in uninterrupted.records]  # bit for bit
-    assert training.state_digest(second.state, second.data_state) == training.state_digest(
+    assert checkpoint.state_digest(second.state, second.data_state) == checkpoint.state_digest(
         uninterrupted.state, uninterrupted.data_state
     )
     # every metrics record has the promised fields

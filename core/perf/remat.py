@@ -164,7 +164,8 @@ def mlp_grads_numpy(params, x_BW, y_BW) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def max_grad_difference(grads_a, grads_b) -> float:
-    """Largest absolute difference between two gradient pytrees of the same structure."""
+    """Largest absolute difference (float64) between two pytrees of the same structure
+    (gradients, parameters)."""
     leaves_a, leaves_b = jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)
     if len(leaves_a) != len(leaves_b):
         raise ValueError(f"gradient trees differ: {len(leaves_a)} vs {len(leaves_b)} leaves")
