@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from core import lab
+from core import runtime
 
 # Runtime (software) version for JAX per generation, from the Cloud TPU runtimes page.
 RUNTIME_VERSIONS: dict[str, str] = {
@@ -454,9 +454,9 @@ def run_processes(
     env: dict | None = None,
 ) -> list[ProcessResult]:
     """Run the commands at the same time (they are independent) and wait for all of them."""
-    # lab.child_env drops pytest's markers: a child that saw PYTEST_CURRENT_TEST would run in
+    # runtime.child_env drops pytest's markers: a child that saw PYTEST_CURRENT_TEST would run in
     # marimo's "test" mode and ignore its flags (even --help). JAX_PLATFORMS=cpu: no TPU probe.
-    env = lab.child_env(JAX_PLATFORMS="cpu", **(env or {}))
+    env = runtime.child_env(JAX_PLATFORMS="cpu", **(env or {}))
     started = time.perf_counter()
     procs = [
         subprocess.Popen(

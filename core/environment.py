@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tomllib
 
-from core import lab
+from core import runtime
 
 SCHEMA_VERSION = 1
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -162,7 +162,7 @@ def environment_receipt(repo: str | os.PathLike = REPO_ROOT, include_env: bool =
             "platform": platform.platform(),
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
-            "tpu_vm": lab.host_has_tpu(),
+            "tpu_vm": runtime.host_has_tpu(),
         },
         "git": {"revision": sha, "dirty": dirty},
     }
@@ -408,7 +408,7 @@ def probe_fresh_process(cpu_devices: int, timeout_s: float = 60.0) -> dict:
     """
     if cpu_devices < 1:
         raise ValueError(f"cpu_devices must be >= 1, got {cpu_devices}")
-    env = lab.child_env(JAX_NUM_CPU_DEVICES=str(cpu_devices), JAX_PLATFORMS="cpu")
+    env = runtime.child_env(JAX_NUM_CPU_DEVICES=str(cpu_devices), JAX_PLATFORMS="cpu")
     try:
         done = subprocess.run(
             [sys.executable, "-c", PROBE_CODE],

@@ -252,9 +252,9 @@ def peak_fraction(measurement: dict, device_kind: str) -> dict | None:
 
 def run_child(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from core import lab
+    from core import runtime
 
-    lab.use_cpu_devices()  # no TPU here: pin the CPU (no slow TPU probe); a TPU VM keeps its TPU
+    runtime.use_cpu_devices()  # no TPU here: pin the CPU (no slow TPU probe); a TPU VM keeps its TPU
     import jax
 
     from capstones.byte_transformer import config as config_lib

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from capstones.byte_transformer import run_manifest
-from core import curriculum, lab
+from core import curriculum, runtime
 
 SCRIPT = pathlib.Path(curriculum.REPO_ROOT) / "tpu_scripts" / "byte_transformer_tpu.py"
 TINY = [
@@ -28,7 +28,7 @@ def run(*argv, timeout=240):
         capture_output=True,
         text=True,
         cwd=curriculum.REPO_ROOT,
-        env=lab.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2"),
         timeout=timeout,
     )
 
@@ -145,7 +145,7 @@ def test_documented_launch_steps_are_accepted_by_launch(tmp_path):
             capture_output=True,
             text=True,
             cwd=curriculum.REPO_ROOT,
-            env=lab.child_env(),
+            env=runtime.child_env(),
             timeout=60,
         )
         assert result.returncode == 0, (argv, result.stderr)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from core import lab
+from core import runtime
 
 
 class NotAMarimoApp(ValueError):
@@ -67,7 +67,7 @@ def _flags_help(app_path: pathlib.Path, timeout_s: float = 120) -> str:
     result = subprocess.run(
         [sys.executable, str(app_path), "--help"],
         capture_output=True, text=True, timeout=timeout_s,
-        env=lab.child_env(JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")),
+        env=runtime.child_env(JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")),
     )
     if result.returncode != 0:
         raise RuntimeError(f"`python {app_path} --help` failed:\n{result.stderr[-2000:]}")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, runtime
 from tpu_scripts import export
 
 APP = curriculum.APPS_DIR / "arrays_devices.py"
@@ -15,7 +15,7 @@ APP = curriculum.APPS_DIR / "arrays_devices.py"
 def run(*args, cwd=curriculum.REPO_ROOT, timeout=180):
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-        env=lab.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"),
     )
 
 

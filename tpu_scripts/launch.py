@@ -235,9 +235,9 @@ def _run_result(argv, cwd, timeout_s):
 
 
 def _child_env():
-    from core import lab
+    from core import runtime
 
-    return lab.child_env()
+    return runtime.child_env()
 
 
 def interrupted_and_resumed(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from core import cloud_tpu, curriculum, lab
+from core import cloud_tpu, curriculum, runtime
 
 SCRIPT = "tpu_scripts/examples/sharded_step.py"
 
@@ -38,7 +38,7 @@ def fake_gcloud(tmp_path):
 
 
 def launch(*args, path=None, **env):
-    environment = lab.child_env(**env)
+    environment = runtime.child_env(**env)
     if path is not None:
         environment["PATH"] = path
     return subprocess.run(

@@ -169,7 +169,7 @@ def runtime_receipt(repeats: int = 5) -> dict:
     """The receipt of this process's JAX runtime (validated)."""
     import jax
 
-    from core import lab
+    from core import runtime
 
     devices = jax.devices()
     device_rows = []
@@ -199,7 +199,7 @@ def runtime_receipt(repeats: int = 5) -> dict:
             "hostname": socket.gethostname(),
             "platform": platform.platform(),
             "python": platform.python_version(),
-            "tpu_vm": lab.host_has_tpu(),
+            "tpu_vm": runtime.host_has_tpu(),
         },
         "versions": {
             "jax": jax.__version__,
@@ -257,7 +257,7 @@ def main(json_path: str | None = None, repeats: int = 5, distributed: bool = Fal
     """Print the receipt (and save it). ``distributed``: every host of a multi-host slice runs
     this (``--worker=all``) and joins one JAX job first, so the psum spans the whole slice.
     """
-    from core import lab
+    from core import runtime
 
     if distributed:
         from tpu_scripts import rehearse
@@ -269,7 +269,7 @@ def main(json_path: str | None = None, repeats: int = 5, distributed: bool = Fal
 
             jax.distributed.initialize()
     else:
-        lab.use_cpu_devices()
+        runtime.use_cpu_devices()
     receipt = runtime_receipt(repeats)
     for line in summary_lines(receipt):
         print(line)

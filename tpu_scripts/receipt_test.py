@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, runtime
 from tpu_scripts import receipt
 
 
@@ -17,7 +17,7 @@ def run_receipt(*args, devices="8"):
         text=True,
         cwd=curriculum.REPO_ROOT,
         timeout=120,
-        env=lab.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES=devices),
+        env=runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES=devices),
     )
 
 

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from core import lab
+from core import runtime
 
 RESULT_PREFIX = "REHEARSE_RESULT "
 ENV_COORDINATOR = "REHEARSE_COORDINATOR"
@@ -54,12 +54,12 @@ def initialize_from_env() -> tuple[int, int]:
     """In a rehearsed process: CPU devices + jax.distributed.initialize. Returns (id, count).
 
     Must run before any JAX computation. Without the rehearsal variables it only asks for
-    the lab's CPU devices (lab.use_cpu_devices) and returns (0, 1): a plain one-process run.
+    the lab's CPU devices (runtime.use_cpu_devices) and returns (0, 1): a plain one-process run.
     """
     import jax
 
     if ENV_COORDINATOR not in os.environ:
-        lab.use_cpu_devices()
+        runtime.use_cpu_devices()
         return 0, 1
     process_id = int(os.environ[ENV_PROCESS_ID])
     count = int(os.environ[ENV_PROCESSES])
@@ -150,7 +150,7 @@ def rehearse(
             out = open(pathlib.Path(tmp) / f"{process_id}.out", "w+", encoding="utf-8")
             err = open(pathlib.Path(tmp) / f"{process_id}.err", "w+", encoding="utf-8")
             files.append((out, err))
-            env = lab.child_env(
+            env = runtime.child_env(
                 JAX_PLATFORMS="cpu",
                 JAX_NUM_CPU_DEVICES=str(devices_per_process),
                 **{

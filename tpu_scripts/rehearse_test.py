@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, runtime
 from tpu_scripts import rehearse
 
 
@@ -90,7 +90,7 @@ def test_cli_missing_script_exits_2():
         text=True,
         cwd=curriculum.REPO_ROOT,
         timeout=60,
-        env=lab.child_env(JAX_PLATFORMS="cpu"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
     )
     assert result.returncode == 2
     assert "no such script" in result.stderr
