@@ -142,3 +142,22 @@ def test_cli_bad_arguments_print_usage_and_exit_2(bad):
     result = run_cli(*bad)
     assert result.returncode == 2
     assert "usage:" in result.stderr
+
+
+def test_apps_readme_is_generated_from_the_map_and_current():
+    written = curriculum.APPS_README.read_text(encoding="utf-8")
+    assert written == curriculum.apps_readme(), (
+        "apps/README.md is stale: run `python -m core.curriculum --write-readme`"
+    )
+    for phase in curriculum.PHASES:
+        assert f". {phase.title}\n" in written
+    present = [p.stem for p in curriculum.APPS_DIR.glob("*.py") if p.stem != curriculum.HOME_APP]
+    for slug in present:
+        assert f"[`{slug}.py`]({slug}.py)" in written, slug
+
+
+def test_apps_readme_marks_a_missing_app_planned(tmp_path):
+    (tmp_path / "attention.py").write_text("")
+    text = curriculum.apps_readme(tmp_path)
+    assert "[`attention.py`](attention.py) | built |" in text
+    assert "`jit.py` | planned |" in text
