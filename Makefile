@@ -26,6 +26,7 @@ lab: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 check-apps: $(STAMP)
 	$(BIN)/marimo check --strict apps/*.py
