@@ -72,7 +72,8 @@ def _(batch, length, mesh_size, microbatches):
         print(f"STOPPED: {problem}")
     mo.stop(problem is not None, mo.callout(mo.md(f"**Can't run this combination.** {problem}"), kind="warn"))
     mesh = sharding.make_mesh((devices,), ("x",))
-    return devices, mesh
+    rows_per_microbatch = batch.value // microbatches.value  # cells using K depend on this stop
+    return devices, mesh, rows_per_microbatch
 
 
 @app.cell
@@ -111,7 +112,7 @@ def _(devices, length, mesh, seed):
 
 
 @app.cell
-def _(batch, microbatches, seed):
+def _(batch, microbatches, rows_per_microbatch, seed):
     params = distributed.init_mlp(jax.random.key(seed.value), 8, 16, 4)
     data = distributed.example_batch(jax.random.fold_in(jax.random.key(seed.value), 1), batch.value, 8, 4)
     grads_big = jax.jit(jax.grad(distributed.loss_fn))(params, data)
@@ -121,7 +122,7 @@ def _(batch, microbatches, seed):
         f"""
     ## Gradient accumulation
     The loss is a mean over rows, so the mean of K = {microbatches.value} microbatch gradients
-    (each on {batch.value // microbatches.value} rows, summed in a `lax.scan`) is the gradient of
+    (each on {rows_per_microbatch} rows, summed in a `lax.scan`) is the gradient of
     the whole batch of {batch.value}: max difference
     **{distributed.max_tree_error(grads_accumulated, grads_big):.2g}**. With accumulation,
     devices all-reduce once per step instead of once per microbatch.
