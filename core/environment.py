@@ -24,7 +24,9 @@ import subprocess
 import sys
 import tomllib
 
-from core import runtime
+import pydantic
+
+from core import documents, runtime
 
 SCHEMA_VERSION = 1
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -138,7 +140,7 @@ def _jax_summary() -> dict:
 
 
 def environment_receipt(repo: str | os.PathLike = REPO_ROOT, include_env: bool = True) -> dict:
-    """What this process runs on, as a JSON-serializable dict (see ``RECEIPT_SCHEMA``).
+    """What this process runs on, as a JSON-serializable dict (see ``Receipt``).
 
     Starts JAX's backend (device count is then fixed for the process). With
     ``include_env=False`` the environment variables are left out (an empty dict).
@@ -168,57 +170,47 @@ def environment_receipt(repo: str | os.PathLike = REPO_ROOT, include_env: bool =
     }
 
 
-# key -> allowed types; a nested dict is a sub-schema. None in a tuple means null is allowed.
-_STR, _OPT_STR, _OPT_INT, _OPT_BOOL = (str,), (str, None), (int, None), (bool, None)
-RECEIPT_SCHEMA = {
-    "schema_version": (int,),
-    "created_utc": _STR,
-    "python_version": _STR,
-    "python_executable": _STR,
-    "packages": (dict,),
-    "jax": {
-        "backend": _OPT_STR,
-        "device_kind": _OPT_STR,
-        "device_count": _OPT_INT,
-        "devices": (list,),
-        "error": _OPT_STR,
-    },
-    "env": (dict,),
-    "host": {
-        "hostname": _STR,
-        "os": _STR,
-        "platform": _STR,
-        "machine": _STR,
-        "cpu_count": _OPT_INT,
-        "tpu_vm": (bool,),
-    },
-    "git": {"revision": _OPT_STR, "dirty": _OPT_BOOL},
-}
+class _Package(documents.Document):
+    distribution: str | None
+    version: str | None
 
 
-def _check_type(where: str, value, allowed: tuple) -> None:
-    # bool is an int in Python; a JSON true must not pass for a count.
-    ok = any(
-        value is None
-        if kind is None
-        else isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        for kind in allowed
-    )
-    if not ok:
-        names = " or ".join("null" if kind is None else kind.__name__ for kind in allowed)
-        raise ValueError(f"receipt field {where!r} must be {names}, got {value!r}")
+class _Jax(documents.Document):
+    backend: str | None
+    device_kind: str | None
+    device_count: int | None
+    devices: list[str]
+    error: str | None
 
 
-def _validate(document, schema: dict, prefix: str = "") -> None:
-    for key, allowed in schema.items():
-        where = prefix + key
-        if key not in document:
-            raise ValueError(f"not an environment receipt: required field {where!r} is missing")
-        if isinstance(allowed, dict):
-            _check_type(where, document[key], (dict,))
-            _validate(document[key], allowed, where + ".")
-        else:
-            _check_type(where, document[key], allowed)
+class _Host(documents.Document):
+    hostname: str
+    os: str
+    platform: str
+    machine: str
+    cpu_count: int | None
+    tpu_vm: bool
+
+
+class _Git(documents.Document):
+    revision: str | None
+    dirty: bool | None
+
+
+class Receipt(documents.Document):
+    """environment_receipt.json (schema_version 1): what one process ran on."""
+
+    schema_version: int
+    created_utc: str
+    python_version: str
+    python_executable: str
+    packages: dict[str, _Package]
+    jax: _Jax
+    env: dict[str, str | None]
+    host: _Host
+    git: _Git
+
+    _iso_created = pydantic.field_validator("created_utc")(documents.iso_time)
 
 
 def validate(receipt) -> dict:
@@ -231,21 +223,7 @@ def validate(receipt) -> dict:
             f"environment receipt schema_version {version!r}: this lab reads version "
             f"{SCHEMA_VERSION} (is this file an environment_receipt.json?)"
         )
-    _validate(receipt, RECEIPT_SCHEMA)
-    for name, entry in receipt["packages"].items():
-        _check_type(f"packages.{name}", entry, (dict,))
-        _validate(entry, {"distribution": _OPT_STR, "version": _OPT_STR}, f"packages.{name}.")
-    for name, value in receipt["env"].items():
-        _check_type(f"env.{name}", value, _OPT_STR)
-    for index, device in enumerate(receipt["jax"]["devices"]):
-        _check_type(f"jax.devices[{index}]", device, _STR)
-    try:
-        datetime.datetime.fromisoformat(receipt["created_utc"])
-    except ValueError:
-        raise ValueError(
-            f"receipt field 'created_utc' is not an ISO time: {receipt['created_utc']!r}"
-        ) from None
-    return receipt
+    return documents.validate(Receipt, receipt, "environment receipt")
 
 
 def to_json(receipt: dict) -> str:

@@ -20,63 +20,70 @@ import statistics
 import tempfile
 import time
 
+import pydantic
+
+from core import documents
+
 SCHEMA_VERSION = 1
 
-# key -> allowed types (None: null allowed); a nested dict is a sub-schema.
-SCHEMA = {
-    "schema_version": (int,),
-    "created_utc": (str,),
-    "backend": (str,),
-    "device_kind": (str,),
-    "device_count": (int,),
-    "local_device_count": (int,),
-    "process_index": (int,),
-    "process_count": (int,),
-    "devices": (list,),
-    "host": {"hostname": (str,), "platform": (str,), "python": (str,), "tpu_vm": (bool,)},
-    "versions": {"jax": (str,), "jaxlib": (str,), "libtpu": (str, None)},
-    "collective": {
-        "op": (str,),
-        "devices": (int,),
-        "result": (float,),
-        "expected": (float,),
-        "passed": (bool,),
-        "compile_s": (float,),
-        "median_s": (float,),
-        "repeats": (int,),
-    },
-}
-DEVICE_SCHEMA = {
-    "id": (int,),
-    "kind": (str,),
-    "process_index": (int,),
-    "coords": (list, None),
-    "core_on_chip": (int, None),
-}
+
+class _Host(documents.Document):
+    hostname: str
+    platform: str
+    python: str
+    tpu_vm: bool
 
 
-def _check(where: str, value, allowed: tuple) -> None:
-    ok = any(
-        value is None
-        if kind is None
-        else isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
-        for kind in allowed
-    )
-    if not ok:
-        names = " or ".join("null" if kind is None else kind.__name__ for kind in allowed)
-        raise ValueError(f"runtime receipt field {where!r} must be {names}, got {value!r}")
+class _Versions(documents.Document):
+    jax: str
+    jaxlib: str
+    libtpu: str | None
 
 
-def _validate(document: dict, schema: dict, prefix: str = "") -> None:
-    for key, allowed in schema.items():
-        where = prefix + key
-        if key not in document:
-            raise ValueError(f"not a runtime receipt: required field {where!r} is missing")
-        if isinstance(allowed, dict):
-            _check(where, document[key], (dict,))
-            _validate(document[key], allowed, where + ".")
-        else:
-            _check(where, document[key], allowed)
+class _Collective(documents.Document):
+    op: str
+    devices: int
+    result: float
+    expected: float
+    passed: bool
+    compile_s: float
+    median_s: float
+    repeats: int
+
+
+class _Device(documents.Document):
+    id: int
+    kind: str
+    process_index: int
+    coords: list | None
+    core_on_chip: int | None
+
+
+class Receipt(documents.Document):
+    """runtime_receipt.json (schema_version 1): the devices one launch saw and a psum check."""
+
+    schema_version: int
+    created_utc: str
+    backend: str
+    device_kind: str
+    device_count: int
+    local_device_count: int
+    process_index: int
+    process_count: int
+    devices: list[_Device]
+    host: _Host
+    versions: _Versions
+    collective: _Collective
+
+    _iso_created = pydantic.field_validator("created_utc")(documents.iso_time)
+
+    @pydantic.model_validator(mode="after")
+    def _every_device_listed(self):
+        if len(self.devices) != self.device_count:
+            raise ValueError(
+                f"lists {len(self.devices)} devices but device_count is {self.device_count}"
+            )
+        return self
 
 
 def validate(receipt) -> dict:
@@ -88,17 +95,7 @@ def validate(receipt) -> dict:
             f"runtime receipt schema_version {receipt.get('schema_version')!r}; expected "
             f"{SCHEMA_VERSION}"
         )
-    _validate(receipt, SCHEMA)
-    for index, device in enumerate(receipt["devices"]):
-        _check(f"devices[{index}]", device, (dict,))
-        _validate(device, DEVICE_SCHEMA, f"devices[{index}].")
-    if len(receipt["devices"]) != receipt["device_count"]:
-        raise ValueError(
-            f"runtime receipt lists {len(receipt['devices'])} devices but device_count is "
-            f"{receipt['device_count']}"
-        )
-    datetime.datetime.fromisoformat(receipt["created_utc"])
-    return receipt
+    return documents.validate(Receipt, receipt, "runtime receipt")
 
 
 def _version(distribution: str) -> str | None:

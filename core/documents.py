@@ -1,0 +1,63 @@
+"""The JSON documents the project writes and reads, validated by pydantic models.
+
+A document model is strict (a JSON ``true`` is not a count, ``"8"`` is not an int) and keeps
+fields it does not know (later versions may add some). ``validate`` turns pydantic's error into
+one ValueError that names the field path (``jax.devices[0]``) and what was wrong, so a learner
+who hands the lab the wrong file reads what to fix. ``json_schema`` exports a model as JSON
+Schema for the documented file formats.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pydantic
+
+
+class Document(pydantic.BaseModel):
+    """Base of every document model: strict types, unknown fields kept."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="allow")
+
+
+def iso_time(value: str) -> str:
+    """A field validator body: ``value`` if it parses as an ISO 8601 time, else ValueError."""
+    try:
+        datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"is not an ISO time: {value!r}") from None
+    return value
+
+
+def _where(location: tuple) -> str:
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def validate(model: type[Document], document: Any, what: str) -> dict:
+    """``document`` when ``model`` accepts it, else ValueError naming the first bad field.
+
+    ``what`` names the document in the message ("environment receipt"). The dict is returned
+    as given (not re-serialized), so a validated document round-trips byte for byte.
+    """
+    if not isinstance(document, dict):
+        raise ValueError(f"an {what} is a JSON object, got {type(document).__name__}")
+    try:
+        model.model_validate(document)
+    except pydantic.ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = _where(error["loc"])
+        if error["type"] == "missing":
+            raise ValueError(f"not an {what}: required field {where!r} is missing") from None
+        got = error.get("input")
+        message = error["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{what} field {where!r}: {message}, got {got!r}") from None
+    return document
+
+
+def json_schema(model: type[Document]) -> dict:
+    """The model as a JSON Schema document (for the file formats the docs describe)."""
+    return model.model_json_schema()

@@ -1,0 +1,57 @@
+import json
+
+import pydantic
+import pytest
+
+from core import documents, environment
+
+
+class _Inner(documents.Document):
+    count: int
+    ratio: float
+
+
+class _Outer(documents.Document):
+    created_utc: str
+    items: list[_Inner]
+    label: str | None
+
+    _iso = pydantic.field_validator("created_utc")(documents.iso_time)
+
+
+GOOD = {"created_utc": "2026-12-01T10:00:00+00:00", "items": [{"count": 2, "ratio": 0.5}],
+        "label": None}
+
+
+def _with(**changes):
+    document = json.loads(json.dumps(GOOD))
+    document.update(changes)
+    return document
+
+
+def test_a_good_document_comes_back_as_given_with_unknown_fields_kept():
+    document = _with(added_later={"x": 1})
+    assert documents.validate(_Outer, document, "test document") is document
+
+
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        (_with(items=[{"count": True, "ratio": 0.5}]), r"'items\[0\]\.count'.*got True"),
+        (_with(items=[{"count": "2", "ratio": 0.5}]), r"'items\[0\]\.count'"),
+        (_with(items=[{"ratio": 0.5}]), r"required field 'items\[0\]\.count' is missing"),
+        (_with(label=3), r"'label'"),
+        (_with(created_utc="yesterday"), r"'created_utc': is not an ISO time"),
+        ({"items": []}, r"required field 'created_utc' is missing"),
+        ([1, 2], "is a JSON object, got list"),
+    ],
+)
+def test_a_bad_document_names_its_first_bad_field(document, message):
+    with pytest.raises(ValueError, match=message):
+        documents.validate(_Outer, document, "test document")
+
+
+def test_the_environment_receipt_schema_is_exported_as_json_schema():
+    schema = documents.json_schema(environment.Receipt)
+    assert schema["type"] == "object"
+    assert {"schema_version", "packages", "jax", "host", "git"} <= set(schema["required"])
