@@ -35,7 +35,10 @@ manifest.json schema (keys):
 own hash, every file's size and sha256, that this process's backend is one the artifacts were
 built for; then it deserializes and checks that each artifact's avals equal the manifest's
 shapes/dtypes and that the weights file matches. Each failure raises its own ArtifactError
-subclass with a message naming the file and the problem. Like core.checkpoint's manifest,
+subclass with a message naming the file and the problem. Every call (Artifacts.call) checks its
+inputs' names, shapes and dtypes and their VALUES against the contract: token ids in
+[0, vocab_size), prefill lengths in [1, P], the decode slot cache/length_B in [0, S) (inside
+the compiled program such values would be clipped silently). Like core.checkpoint's manifest,
 this detects damage and mistakes, not a deliberate forgery (whoever can rewrite the files
 can rewrite the manifest).
 """
@@ -104,6 +107,12 @@ class WeightsMismatchError(ArtifactError):
 
 class InputMismatchError(ArtifactError):
     """A call's inputs differ from the shapes/dtypes the endpoint was exported for."""
+
+
+class InputOutOfRangeError(InputMismatchError):
+    """A call's inputs have the right shapes and dtypes but values outside the contract
+    (token ids outside the vocabulary, prompt lengths outside [1, P], a cache position
+    outside the capacity): inside the compiled program they would be clipped silently."""
 
 
 # --- weights as a flat {name: array} dict -------------------------------------------------
@@ -482,6 +491,38 @@ class Artifacts:
                 raise InputMismatchError(
                     f"{name}: input {key} must be {spec['dtype']}{spec['shape']}, got "
                     f"{g['dtype']}{g['shape']}"
+                )
+        self.check_values(name, arg_names, inputs)
+
+    def value_bounds(self, name: str) -> dict[str, tuple[int, int, str]]:
+        """{input name: (low, high, why)}: the inclusive range each integer input of
+        endpoint ``name`` must lie in (the exported contract)."""
+        shapes = self.shapes
+        size = shapes["vocab_size"]
+        vocab = (0, size - 1, f"token ids of the {size}-entry vocabulary")
+        if self.manifest["artifacts"][name]["kind"] == "prefill":
+            lengths = (1, shapes["prefill_len"], "prompt lengths: 1 to the exported prefill_len")
+            return {"tokens_BP": vocab, "lengths_B": lengths}
+        slots = (0, shapes["capacity"] - 1, "the slot decode writes: below the exported capacity")
+        return {"token_B": vocab, "cache/length_B": slots}
+
+    def check_values(self, name: str, arg_names: tuple[str, ...], inputs: tuple) -> None:
+        """InputOutOfRangeError unless every bounded input lies in value_bounds(name)."""
+        names = [x["name"] for x in named_leaves(arg_names, inputs)]
+        leaves = dict(zip(names, jax.tree_util.tree_leaves(tuple(inputs)), strict=True))
+        for key, (low, high, why) in self.value_bounds(name).items():
+            try:
+                values = np.asarray(leaves[key])
+            except jax.errors.JAXTypeError:  # a tracer: values unknown until run
+                raise InputMismatchError(
+                    f"{name}: {key} must be a concrete array (its values are checked against "
+                    "the contract; call the endpoint outside jit)"
+                ) from None
+            outside = values[(values < low) | (values > high)]
+            if outside.size:
+                raise InputOutOfRangeError(
+                    f"{name}: {key} must lie in [{low}, {high}] ({why}), got "
+                    f"{outside[:8].tolist()}{' ...' if outside.size > 8 else ''}"
                 )
 
     def call(self, name: str, *inputs):

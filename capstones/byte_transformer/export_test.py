@@ -275,7 +275,7 @@ def test_error_classes_share_one_base():
     for error in (
         export.MissingArtifactError, export.ManifestSchemaError, export.ChecksumError,
         export.SignatureMismatchError, export.UnsupportedPlatformError,
-        export.WeightsMismatchError, export.InputMismatchError,
+        export.WeightsMismatchError, export.InputMismatchError, export.InputOutOfRangeError,
     ):  # fmt: skip
         assert issubclass(error, export.ArtifactError)
 
@@ -285,3 +285,43 @@ def test_export_command_rejects_bad_shapes(model, monkeypatch, tmp_path, capsys)
     argv = ["export", "run_dir=unused", f"out={tmp_path}", "prefill_len=32", "capacity=16"]
     assert cli.main(argv) == 2
     assert "prefill_len (32) <= capacity (16)" in capsys.readouterr().err
+
+
+# --- values outside the contract (issue 12) ---------------------------------------------------
+
+
+def test_values_outside_the_contract_are_refused(exported):
+    """Shapes and dtypes right, values wrong: the loader's check names endpoint, field, bound
+    (prefill once clipped lengths [0, 4] to [1, 4] silently)."""
+    artifacts = export.load_artifacts(exported[0])
+    tokens, lengths = export.probe_inputs(artifacts.shapes)
+    for bad_lengths in ([0, 4], [4, PREFILL_LEN + 1], [-2, 1]):
+        with pytest.raises(
+            export.InputOutOfRangeError,
+            match=rf"prefill_fp32: lengths_B must lie in \[1, {PREFILL_LEN}\] \(prompt lengths",
+        ):
+            artifacts.prefill("fp32", tokens, np.array(bad_lengths, np.int32))
+    for bad in (256, -1):
+        wrong = tokens.copy()
+        wrong[1, 3] = bad
+        with pytest.raises(
+            export.InputOutOfRangeError,
+            match=rf"prefill_bf16: tokens_BP must lie in \[0, 255\].*got \[{bad}\]",
+        ):
+            artifacts.prefill("bf16", wrong, lengths)
+    logits, cache = artifacts.prefill("int8", tokens, lengths)
+    with pytest.raises(
+        export.InputOutOfRangeError, match=r"decode_int8: token_B must lie in \[0, 255\].*\[256\]"
+    ):
+        artifacts.decode("int8", np.array([3, 256], np.int32), cache)
+    full = {**cache, "length_B": np.array([1, CAPACITY], np.int32)}
+    with pytest.raises(
+        export.InputOutOfRangeError,
+        match=rf"decode_int8: cache/length_B must lie in \[0, {CAPACITY - 1}\]",
+    ):
+        artifacts.decode("int8", np.array([3, 4], np.int32), full)
+    # the bounds themselves are inside the contract
+    edge = np.array([1, PREFILL_LEN], np.int32)
+    artifacts.prefill("fp32", tokens, edge)
+    last = {**cache, "length_B": np.array([0, CAPACITY - 1], np.int32)}
+    artifacts.decode("int8", np.array([0, 255], np.int32), last)
