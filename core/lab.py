@@ -160,6 +160,98 @@ def check_badge(passed: bool, what: str, error: float | None = None, tolerance: 
     return mo.callout(mo.md(text), kind="success" if passed else "danger")
 
 
+class Check:
+    """A lesson's check: measured errors against their tolerances, one PASS/FAIL verdict.
+
+    ``errors`` is one error or {name: error} (from ``core.numerics``); ``tolerance`` is one
+    bound for all or {name: bound}; ``facts`` are yes/no conditions that must hold too
+    ({"shapes match": True}). Headless it prints ``PASS: what. max error ...`` (or FAIL) once;
+    in the UI its ``badge`` shows the same, with the error table when there is more than one
+    error. A test cell calls ``check.assert_passed()``.
+
+        check = lab.Check("vmap equals a Python loop (NumPy float64)", error, 1e-5)
+    """
+
+    def __init__(
+        self,
+        what: str,
+        errors: float | dict[str, float],
+        tolerance: float | dict[str, float],
+        facts: dict[str, bool] | None = None,
+    ):
+        self.what = what
+        self.errors = dict(errors) if isinstance(errors, dict) else {"error": float(errors)}
+        if not self.errors:
+            raise ValueError("a check needs at least one measured error")
+        names = list(self.errors)
+        if isinstance(tolerance, dict):
+            if set(tolerance) != set(names):
+                raise ValueError(f"tolerances {sorted(tolerance)} do not match errors {names}")
+            self.tolerances = {name: float(tolerance[name]) for name in names}
+        else:
+            self.tolerances = dict.fromkeys(names, float(tolerance))
+        self.facts = dict(facts or {})
+        # `not error > bound` would let NaN pass: compare the way that fails on NaN.
+        self.failed = [n for n in names if not self.errors[n] <= self.tolerances[n]]
+        self.failed += [fact for fact, holds in self.facts.items() if not holds]
+        self.passed = not self.failed
+        worst = max(names, key=lambda n: self.errors[n] / max(self.tolerances[n], 1e-300))
+        self.error, self.tolerance = self.errors[worst], self.tolerances[worst]
+        if mode() == "script":
+            print(self.line())
+
+    def line(self) -> str:
+        """``PASS: what. max error 3.1e-07 (tolerance 1e-05)`` and what failed, if anything."""
+        verdict = "PASS" if self.passed else "FAIL"
+        text = f"{verdict}: {self.what}. max error {self.error:.3g}"
+        text += f" (tolerance {self.tolerance:.1g})"
+        return text + (f"; failed: {', '.join(self.failed)}" if self.failed else "")
+
+    def rows(self) -> list[dict]:
+        rows = [
+            {"measured": name, "error": f"{error:.3g}", "tolerance": f"{self.tolerances[name]:.1g}",
+             "pass": "yes" if name not in self.failed else "no"}
+            for name, error in self.errors.items()
+        ]
+        rows += [
+            {"measured": fact, "error": "", "tolerance": "must hold", "pass": "yes" if ok else "no"}
+            for fact, ok in self.facts.items()
+        ]
+        return rows
+
+    @property
+    def badge(self):
+        """The callout: green PASS or red FAIL, with the table when several things are checked."""
+        import marimo as mo
+
+        verdict, rest = self.line().split(": ", 1)
+        parts = [mo.md(f"**{verdict}**: {rest}")]
+        if len(self.errors) + len(self.facts) > 1:
+            parts.append(table(self.rows()))
+        return mo.callout(mo.vstack(parts), kind="success" if self.passed else "danger")
+
+    def _display_(self):  # marimo shows a Check as its badge
+        return self.badge
+
+    def assert_passed(self) -> None:
+        assert self.passed, self.line() + "\n" + "\n".join(map(str, self.rows()))
+
+
+def guard(problem: str | None, *context) -> None:
+    """Stop the cell (and every cell that depends on it) when ``problem`` is not None.
+
+    In the UI the learner sees ``context`` (tables, charts) above a warning callout that says
+    why; headless it prints ``STOPPED: problem`` and the run goes on to exit 0.
+    """
+    if problem is None:
+        return
+    import marimo as mo
+
+    if mode() == "script":
+        print(f"STOPPED: {problem}")
+    mo.stop(True, mo.vstack([*context, mo.callout(mo.md(problem), kind="warn")]))
+
+
 def table(rows: list[dict], caption: str = ""):
     """A small static table (markdown): lighter to render than mo.ui.table for a few rows."""
     import marimo as mo

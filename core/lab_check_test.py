@@ -1,0 +1,54 @@
+"""lab.Check and lab.guard: the check vocabulary every lesson's check cell uses."""
+
+import marimo as mo
+import pytest
+
+from core import lab
+
+
+def test_one_error_within_its_tolerance_passes_and_prints_headless(monkeypatch, capsys):
+    monkeypatch.setattr(lab, "mode", lambda: "script")
+    check = lab.Check("f equals numpy float64", 3.1e-7, 1e-5)
+    assert check.passed and check.error == 3.1e-7
+    assert capsys.readouterr().out == (
+        "PASS: f equals numpy float64. max error 3.1e-07 (tolerance 1e-05)\n"
+    )
+    check.assert_passed()
+
+
+def test_the_worst_error_relative_to_its_bound_is_reported_and_fails():
+    check = lab.Check("two outputs", {"loss": 1e-6, "grad": 3e-2}, {"loss": 1e-5, "grad": 2e-2})
+    assert not check.passed and check.failed == ["grad"]
+    assert (check.error, check.tolerance) == (3e-2, 2e-2)
+    assert check.line().startswith("FAIL: two outputs. max error 0.03 (tolerance 0.02)")
+    with pytest.raises(AssertionError, match="failed: grad"):
+        check.assert_passed()
+
+
+def test_nan_and_a_false_fact_fail():
+    assert not lab.Check("nan", float("nan"), 1.0).passed
+    check = lab.Check("shape", 0.0, 1e-5, facts={"shapes match": False})
+    assert not check.passed and check.failed == ["shapes match"]
+    assert [row["pass"] for row in check.rows()] == ["yes", "no"]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="at least one"):
+        lab.Check("empty", {}, 1e-5)
+    with pytest.raises(ValueError, match="do not match"):
+        lab.Check("names", {"a": 0.0}, {"b": 1.0})
+
+
+def test_the_badge_is_a_callout_of_the_verdict():
+    assert "success" in lab.Check("ok", 0.0, 1e-5).badge.text
+    assert "danger" in lab.Check("bad", 1.0, 1e-5).badge.text
+
+
+def test_guard_passes_none_and_stops_with_the_reason(monkeypatch, capsys):
+    lab.guard(None)
+    monkeypatch.setattr(lab, "mode", lambda: "script")
+    stopped = []
+    monkeypatch.setattr(mo, "stop", lambda predicate, output=None: stopped.append((predicate, output)))
+    lab.guard("heads (3) must divide d_model (64)")
+    assert capsys.readouterr().out == "STOPPED: heads (3) must divide d_model (64)\n"
+    assert stopped and stopped[0][0] is True and "heads (3)" in stopped[0][1].text
