@@ -8,6 +8,7 @@ every earlier position. The cache is a pytree passed in and returned (core.trans
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,12 @@ from flax import nnx
 from core import transformer
 
 METHODS = ("greedy", "temperature", "top-k")
+# The smallest temperature SamplingConfig accepts. Below it sampling is greedy for any
+# logits a model produces (a runner-up 1e-5 behind the best has probability < exp(-10)),
+# and T -> 0 is where float32 breaks: 1e-40 is subnormal and 1e-310 is 0.0, so logits / T
+# overflows to inf and the draw is garbage. The traced rule (_sample_B) treats a smaller T
+# as greedy instead of dividing by it.
+MIN_TEMPERATURE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +41,10 @@ class SamplingConfig:
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if not self.temperature > 0:
+        if not MIN_TEMPERATURE <= self.temperature < math.inf:
             raise ValueError(
-                f"temperature must be > 0 (use method='greedy' for argmax), got {self.temperature}"
+                f"temperature must be a finite number >= {MIN_TEMPERATURE} (below that, "
+                f"sampling is greedy: use method='greedy' for argmax), got {self.temperature}"
             )
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
@@ -59,7 +67,13 @@ def sample_next_B(logits_BV: jax.Array, key: jax.Array, sampling: SamplingConfig
 
 def _sample_B(logits_BV, key, method, temperature, top_k):
     """sample_next_B with the rule as traced numbers: one compiled program serves every
-    method, temperature and k (changing them never recompiles)."""
+    method, temperature and k (changing them never recompiles).
+
+    Overflow-free in float32: the logits are shifted so the largest is 0 before dividing by
+    the temperature (every scaled logit is <= 0, the best exactly 0, so exp never overflows
+    and a huge T gives 0, uniform), the top-k mask is applied after the division
+    (-inf / inf would be NaN), and a temperature below MIN_TEMPERATURE (or 0.0, what 1e-310
+    becomes in float32) is greedy rather than a division by ~0."""
     logits = jnp.asarray(logits_BV, jnp.float32)
     vocab = logits.shape[-1]
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -67,8 +81,12 @@ def _sample_B(logits_BV, key, method, temperature, top_k):
     kth_index = jnp.full(logits.shape[:-1] + (1,), vocab - jnp.clip(top_k, 1, vocab))
     kth_largest = jnp.take_along_axis(jnp.sort(logits, axis=-1), kth_index, axis=-1)
     keep = jnp.logical_or(method != METHODS.index("top-k"), logits >= kth_largest)
-    sampled = jax.random.categorical(key, jnp.where(keep, logits, -jnp.inf) / temperature, axis=-1)
-    return jnp.where(method == METHODS.index("greedy"), greedy, sampled.astype(jnp.int32))
+    as_greedy = jnp.logical_or(method == METHODS.index("greedy"), ~(temperature >= MIN_TEMPERATURE))
+    safe_temperature = jnp.where(as_greedy, 1.0, temperature)
+    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+    scaled = jnp.where(keep, shifted / safe_temperature, -jnp.inf)
+    sampled = jax.random.categorical(key, scaled, axis=-1)
+    return jnp.where(as_greedy, greedy, sampled.astype(jnp.int32))
 
 
 def sampling_probs_BV(logits_BV, sampling: SamplingConfig) -> np.ndarray:

@@ -127,3 +127,54 @@ def test_sampling_rule_is_traced_so_one_program_serves_all():
         sample(logits, jax.random.key(3), *generate.SamplingConfig("top-k", 5.0, 1).as_arrays()),
         np.argmax(np.asarray(logits), -1),
     )
+
+
+# logits with a clear winner (index 3, ahead by 1.5): at any temperature <= 1e-3 sampling
+# can only pick it (the runner-up's probability is below exp(-1500))
+CLEAR_WINNER = jnp.asarray([[0.5, -2.0, 1.0, 2.5, 1.0, -30.0], [40.0, 38.5, -1.0, 0.0, 2.0, 3.0]])
+TINY_TEMPERATURES = (1e-3, 1e-20, 1e-38, 1e-40, 1e-310)
+
+
+@pytest.mark.parametrize("temperature", TINY_TEMPERATURES)
+@pytest.mark.parametrize("method", ["temperature", "top-k"])
+def test_tiny_temperatures_give_the_argmax_or_a_clear_error(method, temperature):
+    """issue 12.4: logits / T overflowed float32 (T=1e-40 sampled tokens unrelated to the
+    argmax). Either SamplingConfig refuses T (naming the floor) or every draw is the argmax."""
+    argmax = np.argmax(np.asarray(CLEAR_WINNER), -1)
+    keys = jax.random.split(jax.random.key(4), 16)
+    try:
+        sampling = generate.SamplingConfig(method, temperature, 3)
+    except ValueError as exc:
+        assert temperature < generate.MIN_TEMPERATURE
+        assert "temperature" in str(exc) and str(generate.MIN_TEMPERATURE) in str(exc)
+    else:
+        assert temperature >= generate.MIN_TEMPERATURE
+        for key in keys:
+            np.testing.assert_array_equal(
+                generate.sample_next_B(CLEAR_WINNER, key, sampling), argmax
+            )
+    # the traced rule (what jitted callers and exported code run) never returns garbage,
+    # even for a temperature no SamplingConfig accepts (1e-310 and 0 are 0.0 in float32)
+    sample = jax.jit(generate._sample_B)
+    rule_method = jnp.asarray(generate.METHODS.index(method), jnp.int32)
+    for t in (temperature, 0.0):
+        for key in keys:
+            got = sample(CLEAR_WINNER, key, rule_method, jnp.asarray(t, jnp.float32), 3)
+            np.testing.assert_array_equal(got, argmax)
+
+
+def test_temperature_must_be_finite_and_huge_ones_are_uniform():
+    for bad in (float("inf"), float("nan"), -1.0):
+        with pytest.raises(ValueError, match="temperature"):
+            generate.SamplingConfig("temperature", bad)
+    # a temperature that overflows float32 (1e39 becomes inf) is uniform sampling over the
+    # kept tokens, never NaN (-inf / inf): top-3 of the first row keeps {2, 3, 4}
+    sample = jax.jit(generate._sample_B)
+    top_k = jnp.asarray(generate.METHODS.index("top-k"), jnp.int32)
+    draws = np.asarray(
+        [
+            sample(CLEAR_WINNER[:1], key, top_k, jnp.float32(np.inf), 3)[0]
+            for key in jax.random.split(jax.random.key(5), 60)
+        ]
+    )
+    assert set(draws) == {2, 3, 4}
