@@ -41,6 +41,11 @@ class Phase:
     summary: str
     lessons: tuple[Lesson, ...]
 
+    @property
+    def package(self) -> str:
+        """The folder of this phase's lesson code: core/lessons/<package>/<lesson slug>.py."""
+        return PHASE_PACKAGES[self.title]
+
 
 @dataclasses.dataclass(frozen=True)
 class Capstone:
@@ -322,6 +327,32 @@ TRACKS: tuple[Track, ...] = (
     ),
 )
 
+# Phase title -> its package under core/lessons/ (a Python identifier; order lives in PHASES).
+PHASE_PACKAGES: dict[str, str] = {
+    "Setup & first steps": "setup",
+    "TPU Setup: Provisioning & Runtime Verification": "tpu_setup",
+    "TPU Workflows: Launching Jobs & Checkpointed Experiments": "tpu_workflows",
+    "TPU Systems: Generations, Memory, Precision & XProf": "tpu_systems",
+    "Arrays & pure functions": "arrays",
+    "JAX transformations": "transformations",
+    "State, randomness & control flow": "control_flow",
+    "Math & optimization": "math_optimization",
+    "Neural network training": "nn_training",
+    "Data & checkpoint recovery": "data_checkpoints",
+    "Transformers & language models": "transformers",
+    "Self-supervised pretraining: masked and contrastive learning": "self_supervised",
+    "Reinforcement learning": "reinforcement_learning",
+    "Post-training: SFT, LoRA, reward models and RLHF": "post_training",
+    "Performance diagnosis": "performance",
+    "Distributed training": "distributed",
+    "Pallas kernels": "pallas",
+    "Deployment, interoperability & edge AI": "deployment",
+    "Workload operations": "operations",
+}
+# App names outside the phases follow one rule each: capstones and track apps are prefixed.
+CAPSTONE_PREFIX = "capstone_"
+TRACK_PREFIXES = {"JAX track": "jax_", "Keras multi-backend track": "keras_"}
+
 _PALLAS = "Pallas kernels"
 LEARNING_PATHS: tuple[LearningPath, ...] = (
     LearningPath(
@@ -352,6 +383,19 @@ LEARNING_PATHS: tuple[LearningPath, ...] = (
 
 def all_lessons() -> list[Lesson]:
     return [lesson for phase in PHASES for lesson in phase.lessons]
+
+
+def phase_of(slug: str) -> Phase:
+    """The phase that holds lesson ``slug`` (ValueError naming the slug if none does)."""
+    for phase in PHASES:
+        if any(lesson.slug == slug for lesson in phase.lessons):
+            return phase
+    raise ValueError(f"no lesson {slug!r} in the course map")
+
+
+def lesson_module(slug: str) -> str:
+    """Where lesson ``slug``'s own code lives: ``core.lessons.<phase package>.<slug>``."""
+    return f"core.lessons.{phase_of(slug).package}.{slug}"
 
 
 def named_app_slugs() -> set[str]:

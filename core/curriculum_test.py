@@ -161,3 +161,19 @@ def test_apps_readme_marks_a_missing_app_planned(tmp_path):
     text = curriculum.apps_readme(tmp_path)
     assert "[`attention.py`](attention.py) | built |" in text
     assert "`jit.py` | planned |" in text
+
+
+def test_every_phase_has_a_lesson_package_and_names_follow_the_rules():
+    packages = [phase.package for phase in curriculum.PHASES]
+    assert len(set(packages)) == len(packages) == len(curriculum.PHASE_PACKAGES)
+    assert all(package.isidentifier() for package in packages)
+    assert curriculum.lesson_module("attention") == "core.lessons.transformers.attention"
+    with pytest.raises(ValueError, match="no lesson 'nope'"):
+        curriculum.phase_of("nope")
+    for capstone in curriculum.CAPSTONES:
+        assert capstone.slug.startswith(curriculum.CAPSTONE_PREFIX), capstone.slug
+    for track in curriculum.TRACKS:
+        assert all(s.startswith(curriculum.TRACK_PREFIXES[track.title]) for s in track.slugs)
+    lesson_slugs = {lesson.slug for lesson in curriculum.all_lessons()}
+    prefixes = (curriculum.CAPSTONE_PREFIX, *curriculum.TRACK_PREFIXES.values())
+    assert not any(slug.startswith(prefixes) for slug in lesson_slugs)
