@@ -126,7 +126,9 @@ def test_force_saves_off_interval_and_on_commit_reports_each_step(tmp_path):
     assert committed == [4, 10]
     kinds = [e.event for e in ckpt.events]
     assert kinds.count("save called") == 2 and kinds.count("manifest written") == 2
-    assert ckpt.commit_time(10) >= ckpt.commit_time(4) > 0
+    # Orbax recorded a commit time for both; their order is the on_commit order above (two
+    # wall-clock readings are not compared: a clock step would make that flaky).
+    assert ckpt.commit_time(4) > 0 and ckpt.commit_time(10) > 0
 
 
 def _flip_byte(path: pathlib.Path):

@@ -38,7 +38,10 @@ def test_refused_combination_stops_cleanly(case):
     app_path = curriculum.APPS_DIR / f"{stem}.py"
     result = subprocess.run(
         [sys.executable, str(app_path), *flags],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=LIMIT_S,
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        timeout=LIMIT_S,
         env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
     )
     output = result.stdout + result.stderr
