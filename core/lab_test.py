@@ -1,6 +1,11 @@
 import argparse
+import html.parser
+import math
 
 import jax
+import jax.numpy as jnp
+import markdown
+import numpy as np
 import pytest
 
 from core import lab
@@ -76,3 +81,82 @@ def test_table_escapes_pipes():
     html = lab.table([{"a": "x|y", "b": 2}]).text
     # A pipe inside a cell stays in its cell instead of splitting the row.
     assert "<td>x|y</td>" in html and "<th>a</th>" in html and html.count("<td>") == 2
+
+
+class _TableCells(html.parser.HTMLParser):
+    """The text of every <th> and <td> of rendered HTML, row by row (an independent reader)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.rows, self._cell = 0, [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables += 1
+        elif tag == "tr":
+            self.rows.append([])
+        elif tag in ("th", "td"):
+            self._cell = [tag, ""]
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[1] += data
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td") and self._cell is not None:
+            self.rows[-1].append(tuple(self._cell))
+            self._cell = None
+
+
+def _cells(rendered: str) -> tuple[int, list[list[tuple[str, str]]]]:
+    reader = _TableCells()
+    reader.feed(rendered)
+    return reader.tables, reader.rows
+
+
+PIPE_HEADERS = ["max |diff|", "|loss - single device|", "max |Δ logit|", "`a|b` code"]
+
+
+def test_table_headers_with_pipes_render_as_one_table():
+    rows = [dict(zip(PIPE_HEADERS, ["1e-07", "x|y", "3", "`p|q`"], strict=True))]
+    source = lab.table_markdown(rows)
+    expected = [
+        [("th", h.replace("`", "")) for h in PIPE_HEADERS],
+        [("td", "1e-07"), ("td", "x|y"), ("td", "3"), ("td", "p|q")],
+    ]
+    # Two renderers: marimo's (what the learner sees) and python-markdown's own tables.
+    for rendered in (lab.table(rows).text, markdown.markdown(source, extensions=["tables"])):
+        assert _cells(rendered) == (1, expected), rendered
+
+
+def test_table_formats_bools_floats_and_ints():
+    rows = [
+        {"ok": True, "check": False, "loss": 2.718281828459045, "err": 3.2e-7, "steps": 1200,
+         "flops": 123456789.0, "np float": np.float32(0.1), "np bool": np.bool_(True),
+         "jax": jnp.asarray(0.333333), "name": "adam"},
+    ]
+    rendered = lab.table(rows, words={"check": ("PASS", "FAIL")}).text
+    tables, parsed = _cells(rendered)
+    assert tables == 1
+    assert [text for _tag, text in parsed[1]] == [
+        "yes", "FAIL", "2.718", "3.2e-07", "1200", "123,456,789", "0.1", "yes", "0.3333", "adam",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.0, "0"), (1.0, "1"), (-0.5, "-0.5"), (1234.5678, "1235"), (12345.6, "12,346"),
+        (0.0123456, "0.01235"), (0.001, "0.001"), (0.00099949, "0.000999"), (-2.5e-9, "-2.5e-09"),
+        (6.02e23, "6.02e+23"), (float("nan"), "nan"), (float("inf"), "inf"), (-math.inf, "-inf"),
+    ],
+)
+def test_format_number(value, text):
+    assert lab.format_number(value) == text
+
+
+def test_table_rejects_words_for_a_missing_column_and_bad_digits():
+    with pytest.raises(ValueError, match="does not have: \\['pased'\\]"):
+        lab.table([{"passed": True}], words={"pased": ("PASS", "FAIL")})
+    with pytest.raises(ValueError, match="digits must be >= 1"):
+        lab.format_number(1.5, digits=0)
