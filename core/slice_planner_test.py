@@ -87,3 +87,123 @@ def test_topology_rejects_unknown_sizes():
     with pytest.raises(ValueError, match="no v5p topology"):
         slice_planner.topology("v5p", 3)
     assert slice_planner.topology("v6e", 16) == "4x4"
+
+
+# --- the independent checks -----------------------------------------------------------------
+
+
+def test_published_examples_are_reproduced():
+    rows = slice_planner.published_example_rows()
+    assert len(rows) == len(slice_planner.PUBLISHED_EXAMPLES) >= 4
+    assert all(r["holds"] for r in rows), rows
+
+
+@pytest.mark.parametrize(
+    ("table", "claim"),
+    [
+        # Adam with one moment instead of two: the ZeRO figure (16 bytes/parameter) catches it
+        ({"float32 master weights": 4, "float32 gradients": 4, "Adam moment": 4},
+         "7.5B training state, one device (GB)"),
+        # gradients forgotten
+        ({"float32 master weights": 4, "Adam moments (2 x float32)": 8},
+         "7.5B training state over 64 devices (GB)"),
+    ],
+)
+def test_a_wrong_state_formula_fails_a_published_example(monkeypatch, table, claim):
+    monkeypatch.setitem(slice_planner.BYTES_PER_PARAM, "train", table)
+    failing = {r["claim"] for r in slice_planner.published_example_rows() if not r["holds"]}
+    assert claim in failing
+
+
+def test_a_wrong_flop_formula_fails_a_published_example(monkeypatch):
+    monkeypatch.setattr(slice_planner, "step_flops", lambda w: 8 * w.params * w.tokens)
+    failing = {r["claim"] for r in slice_planner.published_example_rows() if not r["holds"]}
+    assert failing == {"GPT-3 175B on 300B tokens (FLOP)"}
+
+
+def test_compiled_param_count_gives_whole_unpadded_shards():
+    w = slice_planner.Workload(1.0)
+    for chips in (1, 4, 8, 256):
+        n = slice_planner.compiled_param_count(w, chips)
+        rows = n // slice_planner.STATE_WIDTH
+        assert n % slice_planner.STATE_WIDTH == 0 and rows % (slice_planner.ROW_TILE * chips) == 0
+        assert 0 <= n - w.params < slice_planner.STATE_WIDTH * slice_planner.ROW_TILE * chips
+
+
+def test_compile_topology_names_libtpu_topologies():
+    options = {o.generation: o for o in slice_planner.plan(slice_planner.Workload(1.0))}
+    for generation, option in options.items():
+        name, chips = slice_planner.compile_topology(option)
+        assert name.startswith(f"{generation}:") and chips == option.chips
+    tiny = slice_planner.plan(slice_planner.Workload(0.1, batch=1, seq_len=128, step_time_s=60))
+    one_chip = [o for o in tiny if o.chips == 1]
+    assert one_chip, [(o.generation, o.chips) for o in tiny]
+    for option in one_chip:  # libtpu refuses 1x1: one device of the smallest topology
+        name, chips = slice_planner.compile_topology(option)
+        assert chips == 1 and name in ("v5e:2x2", "v6e:2x2", "v5p:2x2x1")
+
+
+needs_libtpu = pytest.mark.skipif(
+    slice_planner.compiler_check_problem() is not None,
+    reason=str(slice_planner.compiler_check_problem()),
+)
+
+
+@needs_libtpu
+@pytest.mark.parametrize(
+    ("workload", "generation"),
+    [
+        (slice_planner.Workload(1.0), "v5p"),  # 4 chips, v5p:2x2x1
+        (slice_planner.Workload(0.3, mode="inference", batch=1, step_time_s=60), "v5e"),  # 1 chip
+    ],
+)
+def test_the_tpu_compiler_agrees_with_the_state_closed_form(workload, generation):
+    option = next(o for o in slice_planner.plan(workload) if o.generation == generation)
+    check = slice_planner.compiler_check(workload, option)
+    assert check.chips == option.chips
+    assert check.passed, check.rows()
+    assert check.relative_error <= slice_planner.COMPILER_TOLERANCE
+
+
+@needs_libtpu
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"float32 master weights": 4, "float32 gradients": 4, "Adam moment": 4},
+        {"bfloat16 weights": 2, "float32 gradients": 4, "Adam moments (2 x float32)": 8},
+    ],
+    ids=["one Adam moment", "bf16 weights instead of f32 master"],
+)
+def test_the_compiler_check_catches_a_wrong_planner_formula(monkeypatch, table):
+    workload = slice_planner.Workload(1.0)
+    option = next(o for o in slice_planner.plan(workload) if o.generation == "v5p")
+    monkeypatch.setitem(slice_planner.BYTES_PER_PARAM, "train", table)
+    check = slice_planner.compiler_check(workload, option)
+    assert not check.passed and check.relative_error > 0.1, check.rows()
+
+
+@needs_libtpu
+def test_the_compiler_check_catches_state_that_is_not_divided_over_chips(monkeypatch):
+    workload = slice_planner.Workload(1.0)
+    option = next(o for o in slice_planner.plan(workload) if o.generation == "v5p")
+    real = slice_planner.state_breakdown
+    # a planner that forgot the sharding: each chip holds the whole state
+    monkeypatch.setattr(
+        slice_planner, "state_breakdown",
+        lambda w: {k: v * option.chips for k, v in real(w).items()},
+    )
+    assert not slice_planner.compiler_check(workload, option).passed
+
+
+@needs_libtpu
+def test_every_slice_the_planner_can_pick_is_a_topology_libtpu_compiles_for():
+    from core.tpu import topology_compile
+
+    for generation in specs.GENERATIONS:
+        for accel in slice_planner._slices(generation):
+            option = slice_planner.SliceOption(
+                generation, 1, 1, accel.name, accel.chips,
+                slice_planner.topology(generation, accel.chips), accel.hosts, 0.0, 0.0, (),
+            )
+            name, chips = slice_planner.compile_topology(option)
+            assert len(topology_compile.topology_devices(name)) >= chips, name
