@@ -285,13 +285,22 @@ def _(previous_app, run_button, script_flag_words, script_flags):
 def _(previous_app, script_flag_words, vm):
     local_script = f"dist/{previous_app.stem}_tpu.py"
     steps = cloud_tpu.workflow(vm, local_script, extra_flags=shlex.join(script_flag_words), app=f"apps/{previous_app.name}")
-    blocks = "\n\n".join(f"**{i}. {step}**\n```bash\n{line}\n```" for i, (step, line) in enumerate(steps, 1))
+    # What the page shows: one option per line (shell continuations); the <style> below wraps
+    # what is still too wide (the remote --command) on this lesson's page instead of cutting it.
+    shown_commands = [cloud_tpu.display_command(line) for _, line in steps]
+    blocks = "\n\n".join(
+        f"**{i}. {step}**\n```bash\n{text}\n```"
+        for i, ((step, _), text) in enumerate(zip(steps, shown_commands, strict=True), 1)
+    )
     mo.md(
         f"""
     ## The commands
 
     Run these from the repository root of your checkout (gcloud installed, `gcloud auth login`
-    done, TPU quota in the zone). Steps 1-2 are local; the rest talk to Cloud TPU.
+    done, TPU quota in the zone). Steps 1-2 are local; the rest talk to Cloud TPU. A `\\` at
+    a line's end continues the command on the next line: copy a block whole.
+
+    <style>pre {{ white-space: pre-wrap; overflow-wrap: anywhere; }}</style>
 
     {blocks}
 
@@ -305,7 +314,7 @@ def _(previous_app, script_flag_words, vm):
     running.
     """
     )
-    return local_script, steps
+    return local_script, shown_commands, steps
 
 
 @app.cell
@@ -315,12 +324,12 @@ def _(
     local_script,
     project,
     runtime_version,
+    shown_commands,
     spot,
-    steps,
     tpu_name,
     zone,
 ):
-    # Independent reference: read the commands back with shlex (the shell's own word
+    # Independent reference: read the commands as shown back with shlex (the shell's own word
     # splitting) and compare them with the control values, not with the builder's inputs.
     chosen_version = (
         cloud_tpu.RUNTIME_VERSIONS[cloud_tpu.ACCELERATOR_TYPES[accelerator_type.value].generation]
@@ -328,7 +337,7 @@ def _(
         else runtime_version.value
     )
     command_problems = cloud_tpu.workflow_problems(
-        [line for _, line in steps],
+        shown_commands,
         name=tpu_name.value,
         zone=zone.value,
         accelerator_type=accelerator_type.value,
@@ -356,16 +365,21 @@ def _(
 
 @app.cell
 def test_check_passes(check_passed, command_problems, export_run):
-    assert export_run is not None, "headless runs must export and run the script"
+    # Served, the script runs only when the learner presses the button: until then the check
+    # covers the commands alone, and this test must not raise at the learner.
+    if not lab.interactive():
+        assert export_run is not None, "headless runs must export and run the script"
     assert check_passed, command_problems or export_run.run
     return
 
 
 @app.cell
 def test_exported_script_ran_and_passed(export_run):
-    assert export_run.export.ok, export_run.export.stderr
-    assert export_run.help.ok and "usage:" in export_run.help.stdout
-    assert export_run.run.returncode == 0 and export_run.run.printed_pass
+    # Served, before the button, nothing ran yet; headless (and under pytest) it always runs.
+    if export_run is not None or not lab.interactive():
+        assert export_run.export.ok, export_run.export.stderr
+        assert export_run.help.ok and "usage:" in export_run.help.stdout
+        assert export_run.run.returncode == 0 and export_run.run.printed_pass
     return
 
 

@@ -171,6 +171,59 @@ def shell_join(argv: Sequence[str]) -> str:
     return " ".join(words)
 
 
+def _raw_words(line: str) -> list[str]:
+    """``line`` split at unquoted blanks, each word kept as written (quotes included)."""
+    words, word, quote, escaped = [], "", None, False
+    for char in line:
+        if escaped:
+            word, escaped = word + char, False
+        elif char == "\\" and quote != "'":
+            word, escaped = word + char, True
+        elif quote:
+            word += char
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            word, quote = word + char, char
+        elif char in " \t":
+            if word:
+                words.append(word)
+            word = ""
+        else:
+            word += char
+    if quote or escaped:
+        raise ValueError(f"unbalanced quote in {line[:80]!r}")
+    return [*words, word] if word else words
+
+
+CONTINUATION = " \\\n    "  # backslash-newline: the shell reads the lines as one command
+
+
+def display_command(line: str, width: int = 76) -> str:
+    """``line`` as a page shows it: if longer than ``width``, each option (and any word that
+    would overflow) on its own line, joined by shell line continuations, so a reader sees the
+    whole command and a copy still runs as one. Words stay exactly as written; a word longer
+    than ``width`` (a long --command='...') stays whole, for the page to wrap."""
+    if len(line) <= width:
+        return line
+    lines: list[list[str]] = [[]]
+    for word in _raw_words(line):
+        current = lines[-1]
+        overflow = len("    " + " ".join([*current, word]) + " \\") > width
+        if current and (word.startswith("-") or overflow):
+            lines.append([word])
+        else:
+            current.append(word)
+    return CONTINUATION.join(" ".join(words) for words in lines)
+
+
+def command_words(text: str) -> list[str]:
+    """The words a POSIX shell reads from ``text`` (shlex), line continuations removed.
+
+    shlex keeps an escaped newline as a word of its own ("\\n"); a shell drops it.
+    """
+    return [word for word in shlex.split(text) if word != "\n"]
+
+
 def unknown_flags(script_flags: Sequence[str], help_text: str) -> list[str]:
     """Options in ``script_flags`` that ``help_text`` (a script's --help) never mentions.
 
@@ -333,8 +386,11 @@ class GcloudTpuCommand:
 
 
 def parse_tpu_command(line: str) -> GcloudTpuCommand:
-    """Split ``line`` with shlex (the shell's own quoting rules) into verb, positionals, flags."""
-    words = shlex.split(line)
+    """Split ``line`` with shlex (the shell's own quoting rules) into verb, positionals, flags.
+
+    ``line`` may span lines joined by continuations (display_command).
+    """
+    words = command_words(line)
     if words[:4] != _TPU_VM or len(words) < 5:
         raise ValueError(f"not a `gcloud compute tpus tpu-vm` command: {line[:80]!r}")
     positionals, flags = [], {}

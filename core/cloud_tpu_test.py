@@ -402,3 +402,46 @@ def test_export_of_a_non_app_fails_without_a_script(tmp_path):
     result = cloud_tpu.export_and_run(not_an_app, REPO)
     assert not result.export.ok and result.run is None and not result.passed
     assert "not a marimo app" in result.export.stderr
+
+
+def _bash_words(text: str) -> list[str]:
+    """The words bash itself reads from ``text`` (printf prints each; nothing else runs)."""
+    result = subprocess.run(["bash", "-c", "printf '%s\\0' " + text], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("width", [40, 76])
+@pytest.mark.parametrize(
+    "vm_kwargs, flags",
+    [({}, ""), ({"name": "pod-run", "accelerator_type": "v6e-32", "spot": True, "project": "proj-9",
+                 "zone": "us-east5-b"}, "--rows 4 --note \"it's two words\"")],
+)
+def test_display_command_is_the_same_command_on_several_lines(vm_kwargs, flags, width):
+    vm = cloud_tpu.TpuVm(**vm_kwargs)
+    for _step, line in cloud_tpu.workflow(vm, "dist/l_tpu.py", extra_flags=flags, app="apps/l.py"):
+        shown = cloud_tpu.display_command(line, width=width)
+        # The reference is the shell: bash reads the shown text as the words of the one line.
+        words = shlex.split(line)
+        assert _bash_words(shown) == words, shown
+        assert cloud_tpu.command_words(shown) == words
+        rows = shown.splitlines()
+        assert len(rows) == 1 or len(line) > width
+        for row in rows:  # only a single word too long to split may pass the width
+            assert len(row) <= width or len(cloud_tpu._raw_words(row.removesuffix(" \\"))) == 1, row
+        assert all(row.startswith("    ") for row in rows[1:])
+
+
+def test_display_command_keeps_short_lines_and_rejects_open_quotes():
+    assert cloud_tpu.display_command("gcloud a --b=c") == "gcloud a --b=c"
+    with pytest.raises(ValueError, match="unbalanced quote"):
+        cloud_tpu.display_command("gcloud " + "x " * 50 + "--command='open")
+
+
+def test_workflow_problems_read_commands_as_displayed():
+    vm = cloud_tpu.TpuVm(spot=True)
+    shown = [cloud_tpu.display_command(line, width=40) for _, line in cloud_tpu.workflow(vm, "r_tpu.py")]
+    chosen = dict(name=vm.name, zone=vm.zone, accelerator_type=vm.accelerator_type,
+                  version=vm.runtime_version, spot=True, script="r_tpu.py")
+    assert cloud_tpu.workflow_problems(shown, **chosen) == []
+    assert cloud_tpu.workflow_problems(shown, **{**chosen, "spot": False})
