@@ -195,6 +195,8 @@ def incremental_logits_BTV(
     t = tokens.shape[1]
     if not 1 <= prefill_len <= t:
         raise ValueError(f"prefill_len must be in [1, T={t}], got {prefill_len}")
+    if capacity is not None and capacity < t:
+        raise ValueError(f"capacity {capacity} cannot hold the T={t} tokens fed through it")
     cache = transformer.init_cache(model.config, tokens.shape[0], capacity or t)
     key, rule = jax.random.key(0), SamplingConfig().as_arrays()  # sampled tokens unused
     logits, _, cache = _extend_and_sample(model, tokens[:, :prefill_len], cache, key, 0, rule)

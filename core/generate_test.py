@@ -107,6 +107,10 @@ def test_sampled_generation_is_reproducible_and_checked(model):
         generate.generate(model, prompt, 40, jax.random.key(0))
     with pytest.raises(ValueError, match="prefill_len"):
         generate.incremental_logits_BTV(model, prompt, 0)
+    # a cache smaller than the tokens fed through it is refused on the host (under jit the
+    # overflowing steps would only come back as NaN logits)
+    with pytest.raises(ValueError, match="capacity 3 cannot hold the T=4"):
+        generate.incremental_logits_BTV(model, prompt, 1, capacity=3)
 
 
 def test_sampling_rule_is_traced_so_one_program_serves_all():

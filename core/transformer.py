@@ -203,13 +203,25 @@ class Attention(nnx.Module):
             _dense(x_BTD, w, "btd,dhk->bthk", c).astype(c) for w in (self.wq, self.wk, self.wv)
         )
         if kv is not None:
-            k_cache, v_cache = kv
-            at = (0, index, 0, 0)
-            k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), at)
-            v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), at)
+            k_cache, v_cache = (write_slots(kv[0], k, index), write_slots(kv[1], v, index))
             kv, k, v = (k_cache, v_cache), k_cache.astype(c), v_cache.astype(c)
         out = attention.dot_product_attention(q, k, v, mask=mask)
         return _dense(out, self.wo, "bthk,hkd->btd", c).astype(c), kv
+
+
+def write_slots(cache_BSHK, new_BTHK, index):
+    """cache_BSHK with new_BTHK written at slots index .. index+T-1 (in the cache's dtype);
+    unchanged when those slots do not all exist (index + T > S).
+
+    Why the second case is needed: ``dynamic_update_slice`` clamps its start into
+    [0, S - T], so a write that does not fit would silently land on EARLIER slots and
+    overwrite keys still in use. Here the slots the clamped write would cover are read
+    back and written again unchanged instead (dynamic_slice clamps the same way)."""
+    new = new_BTHK.astype(cache_BSHK.dtype)
+    fits = index + new.shape[1] <= cache_BSHK.shape[1]
+    at = (0, index, 0, 0)
+    current = jax.lax.dynamic_slice(cache_BSHK, at, new.shape)
+    return jax.lax.dynamic_update_slice(cache_BSHK, jnp.where(fits, new, current), at)
 
 
 class Block(nnx.Module):
@@ -334,10 +346,28 @@ class TinyLM(nnx.Module):
 
         Prefill is one call with the prompt; decoding is one call per token (T = 1). The
         queries at slots length .. length+T-1 see every key at a slot <= their own.
+
+        A cache never grows: length + T must be <= its capacity. Called eagerly (the length
+        is a number) a call past the capacity raises ValueError. Under jit the length is
+        traced and nothing can raise, so such a call returns the cache UNCHANGED (no slot
+        written, same length) and logits that are all NaN: check ``jnp.isnan`` on the host,
+        or size the cache for prompt + new tokens up front (as core.generate does).
         """
         tokens_BT = jnp.asarray(tokens_BT)
         t = tokens_BT.shape[1]
         start = cache.length
+        if t > cache.capacity:
+            raise ValueError(
+                f"{t} new tokens cannot fit a cache of capacity {cache.capacity}; make a "
+                f"larger cache (init_cache, capacity <= max_len={self.config.max_len})"
+            )
+        if not isinstance(start, jax.core.Tracer) and int(start) + t > cache.capacity:
+            raise ValueError(
+                f"the cache is full: length {int(start)} + {t} new tokens exceeds its capacity "
+                f"{cache.capacity}; make a larger cache (init_cache, capacity <= "
+                f"max_len={self.config.max_len})"
+            )
+        overflow = start + t > cache.capacity  # traced under jit: poison instead of raising
         positions = jnp.broadcast_to(start + jnp.arange(t), tokens_BT.shape)
         slots = jnp.arange(cache.capacity)
         mask = (slots[None, :] <= (start + jnp.arange(t))[:, None])[None, None]  # (1,1,T,S)
@@ -347,7 +377,9 @@ class TinyLM(nnx.Module):
             x, (k, v) = block(x, mask, (cache.k_LBSHK[layer], cache.v_LBSHK[layer]), start)
             ks.append(k)
             vs.append(v)
-        return self.unembed(x), KVCache(jnp.stack(ks), jnp.stack(vs), start + t)
+        logits = jnp.where(overflow, jnp.nan, self.unembed(x))
+        length = jnp.where(overflow, start, start + t)
+        return logits, KVCache(jnp.stack(ks), jnp.stack(vs), length)
 
 
 @nnx.jit

@@ -112,6 +112,43 @@ def test_cache_is_a_pytree_and_checks_its_size():
         transformer.init_cache(tiny_config(), 1, 100)
 
 
+def _filled_cache(model, capacity, length):
+    tokens = jax.random.randint(jax.random.key(capacity), (2, length), 0, 256)
+    return extend(model, tokens, transformer.init_cache(model.config, 2, capacity))[1]
+
+
+@pytest.mark.parametrize("capacity, length, new", [(4, 4, 1), (4, 3, 2), (6, 6, 3)])
+def test_extend_past_the_capacity_is_refused(model, capacity, length, new):
+    """issue 12.7: dynamic_update_slice clamps its start, so one token past a full cache
+    overwrote the last slot and the cache said length 5 of 4. Eagerly extend raises; under
+    jit (the length is traced, nothing can raise) the cache comes back unchanged and the
+    logits are NaN, which the host sees."""
+    cache = _filled_cache(model, capacity, length)
+    tokens = jnp.full((2, new), 7, jnp.int32)
+    with pytest.raises(ValueError, match=f"capacity {capacity}"):
+        model.extend(tokens, cache)
+    logits, after = extend(model, tokens, cache)
+    assert logits.shape == (2, new, model.config.vocab_size)
+    assert np.all(np.isnan(np.asarray(logits)))
+    assert int(after.length) == length
+    for name in ("k_LBSHK", "v_LBSHK"):
+        np.testing.assert_array_equal(getattr(after, name), getattr(cache, name))
+    # more new tokens than slots at all is a shape error, refused inside jit too
+    with pytest.raises(ValueError, match="capacity"):
+        extend(model, jnp.zeros((2, capacity + 1), jnp.int32), cache)
+
+
+def test_extend_up_to_the_capacity_still_works_eagerly_and_in_jit(model):
+    tokens = jax.random.randint(jax.random.key(11), (2, 6), 0, 256)
+    full = transformer.forward(model, tokens)
+    cache = transformer.init_cache(model.config, 2, 6)
+    first, cache = model.extend(tokens[:, :4], cache)  # eager
+    last, cache = extend(model, tokens[:, 4:], cache)  # jit, exactly filling the cache
+    assert int(cache.length) == 6
+    both = jnp.concatenate([first, last], axis=1)
+    np.testing.assert_allclose(both, full, rtol=1e-5, atol=1e-5)
+
+
 def test_jit_equals_no_jit(model):
     tokens = jax.random.randint(jax.random.key(7), (2, 10), 0, 256)
     jitted = transformer.forward(model, tokens)

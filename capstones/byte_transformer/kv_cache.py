@@ -281,7 +281,12 @@ def prefill_apply(model, tokens_BP, lengths_B, precision: str, capacity: int):
 
 def decode_apply(model, token_B, cache: Cache):
     """Feed one token per row at slot length_B[b]: (logits_BV float32, cache with
-    length_B + 1). The caller keeps length_B < capacity (a write past the end is dropped).
+    length_B + 1).
+
+    A full row (length_B[b] == capacity) cannot take another token. Called eagerly (lengths
+    are numbers) that raises ValueError. Under jit nothing can raise, so the row's write is
+    dropped, its length stays, and its logits are NaN (the host sees them); the other rows
+    decode as usual. Size the cache for prompt + new tokens (check_lengths) to never get there.
 
     The new keys/values are scattered straight into the stacked (L, B, S, H, K) arrays, so
     under jit with the cache donated the update happens in place: no per-layer copy of the
@@ -289,6 +294,14 @@ def decode_apply(model, token_B, cache: Cache):
     token_B = jnp.asarray(token_B, jnp.int32)
     b, s = cache.batch, cache.capacity
     rows, at = jnp.arange(b), cache.length_B
+    if not isinstance(at, jax.core.Tracer):
+        full = np.flatnonzero(np.asarray(at) >= s).tolist()
+        if full:
+            raise ValueError(
+                f"cache row(s) {full} are full (length {s} = capacity {s}): another token "
+                "does not fit; make a larger cache (init_cache, capacity <= max_len)"
+            )
+    fits_B = at < s  # traced under jit: a full row is poisoned instead of raising
     mask = (jnp.arange(s)[None, :] <= at[:, None])[:, None, None, :]  # (B, 1, 1, S)
     dtype = model.config.precision.compute
     x = model.embed(token_B[:, None], at[:, None])
@@ -303,10 +316,11 @@ def decode_apply(model, token_B, cache: Cache):
         def write(k, v, index=index):
             for name, new in (("k", k), ("v", v)):
                 values, scales = _store(new[:, 0], cache.precision)
-                stored[name] = stored[name].at[index, rows, at].set(values)
+                # slot ``at`` of a full row is out of range: mode="drop" skips that write
+                stored[name] = stored[name].at[index, rows, at].set(values, mode="drop")
                 if scales is not None:
                     stored[f"{name}_scale"] = (
-                        stored[f"{name}_scale"].at[index, rows, at].set(scales)
+                        stored[f"{name}_scale"].at[index, rows, at].set(scales, mode="drop")
                     )
             return index
 
@@ -318,8 +332,9 @@ def decode_apply(model, token_B, cache: Cache):
             )
 
         x, _ = _block_step(block, x, write, read, mask)
-    updated = Cache(stored["k"], stored["v"], stored["k_scale"], stored["v_scale"], at + 1)
-    return model.unembed(x)[:, 0], updated
+    length_B = jnp.where(fits_B, at + 1, at)
+    updated = Cache(stored["k"], stored["v"], stored["k_scale"], stored["v_scale"], length_B)
+    return jnp.where(fits_B[:, None], model.unembed(x)[:, 0], jnp.nan), updated
 
 
 @functools.partial(nnx.jit, static_argnames=("precision", "capacity"))

@@ -162,6 +162,31 @@ def test_padded_prefill_equals_unpadded(model, precision):
     )
 
 
+def test_decode_past_the_capacity_is_refused_row_by_row(model):
+    """issue 12.7 (the same pattern as core.transformer): a decode into a full row used to
+    drop the write but still count it (length 13 of 12) and return wrong logits. Eagerly
+    decode_apply raises; under jit the full row's logits are NaN and its cache row is
+    unchanged, while the other rows decode as usual."""
+    padded, lengths = kv_cache.pad_prompts(PROMPTS, prefill_len=P)  # lengths 3 and 7
+    _, cache = kv_cache.prefill(model, padded, lengths, "fp32", CAPACITY)
+    fed = _tokens((CAPACITY - 7 + 1, 2), 9)
+    for token_B in fed[:-1]:  # row 1 reaches 12 = CAPACITY
+        _, cache = kv_cache.decode(model, token_B, cache)
+    np.testing.assert_array_equal(np.asarray(cache.length_B), [8, CAPACITY])
+    with pytest.raises(ValueError, match=r"row\(s\) \[1\] .*capacity 12"):
+        kv_cache.decode_apply(model, fed[-1], cache)
+    logits, after = kv_cache.decode(model, fed[-1], cache)
+    logits = np.asarray(logits)
+    assert np.all(np.isnan(logits[1])) and np.all(np.isfinite(logits[0]))
+    np.testing.assert_array_equal(np.asarray(after.length_B), [9, CAPACITY])
+    np.testing.assert_array_equal(np.asarray(after.k_LBSHK[:, 1]), np.asarray(cache.k_LBSHK[:, 1]))
+    np.testing.assert_array_equal(np.asarray(after.v_LBSHK[:, 1]), np.asarray(cache.v_LBSHK[:, 1]))
+    # row 0 is still right: the full forward pass over its prompt and the bytes fed to it
+    sequence = np.concatenate([PROMPTS[0], fed[:, 0]])[None]
+    full = np.asarray(transformer.forward(model, sequence))[0, -1]
+    np.testing.assert_allclose(logits[0], full, atol=1e-5)
+
+
 # --- generation ---------------------------------------------------------------------------
 
 
@@ -223,6 +248,11 @@ def test_generate_command(model, monkeypatch, capsys):
     assert capsys.readouterr().out == "def " + expected + "\n"
     assert cli.main(["generate", "run_dir=unused", "cache=fp8"]) == 2
     assert "cache must be one of" in capsys.readouterr().err
+    # issue 12.4: temperature=1e-40 printed garbage with exit 0; now a usage error
+    for tiny in ("1e-40", "1e-310", "0", "inf"):
+        argv = ["generate", "run_dir=unused", "method=temperature", f"temperature={tiny}"]
+        assert cli.main(argv) == 2
+        assert f">= {generate_lib.MIN_TEMPERATURE}" in capsys.readouterr().err
 
 
 def test_cache_report_command(model, monkeypatch, tmp_path, capsys):
