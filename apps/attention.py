@@ -10,7 +10,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import attention, lab
+    from core import attention, charts, lab
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -112,17 +112,10 @@ def _(config):
 
 
 @app.function
-def heatmap(matrix, title, row_title="query t", col_title="key s", scheme="redblue", hidden=None, size=None):
-    """A small matrix as colored cells, values written in; ``hidden`` cells drawn grey."""
-    hidden = np.zeros(matrix.shape, bool) if hidden is None else np.asarray(hidden, bool)
-    cells = [{"r": r, "c": c, "value": None if hidden[r, c] else float(v), "label": "·" if hidden[r, c] else f"{v:.2f}"} for (r, c), v in np.ndenumerate(matrix)]
-    size = size or max(12, min(30, 300 // max(matrix.shape)))
-    scale = alt.Scale(scheme=scheme, domainMid=0) if scheme == "redblue" else alt.Scale(scheme=scheme, domainMin=0)
-    base = alt.Chart(pd.DataFrame(cells), title=title).encode(x=alt.X("c:O", title=col_title, axis=alt.Axis(labelAngle=0)), y=alt.Y("r:O", title=row_title))
-    rects = base.mark_rect(stroke="white", strokeWidth=0.5).encode(color=alt.condition("datum.value === null", alt.value("#e8e8e8"), alt.Color("value:Q", scale=scale, title=None)), tooltip=[alt.Tooltip("r:O", title=row_title), alt.Tooltip("c:O", title=col_title), alt.Tooltip("value:Q", format=".4f")])
-    text = base.mark_text(fontSize=max(7, size // 3)).encode(text="label:N")
-    layers = rects + text if max(matrix.shape) <= 12 else rects
-    return layers.properties(width=size * matrix.shape[1], height=size * matrix.shape[0])
+def heatmap(matrix, title, row_title="query t", col_title="key s", scheme="redblue", hidden=None):
+    """core.charts.heatmap with this lesson's axis names: values written in (white on dark
+    cells) up to 12 positions, beyond that every k-th position labelled; ``hidden`` grey."""
+    return charts.heatmap(matrix, title, row_title, col_title, scheme=scheme, hidden=hidden)
 
 
 @app.cell
@@ -225,7 +218,8 @@ def _(allowed_TS, head, pieces, row):
         }
     )
     _color = alt.Color("key is:N", scale=alt.Scale(domain=["allowed", "masked"], range=["#4c78a8", "#bbbbbb"]))
-    _keys = alt.X("key s:O", scale=alt.Scale(domain=list(range(len(_scores)))), axis=alt.Axis(labelAngle=0))
+    _ticks = alt.Axis(labelAngle=0, values=charts.tick_values(len(_scores)))  # <= 12 labels
+    _keys = alt.X("key s:O", scale=alt.Scale(domain=list(range(len(_scores)))), axis=_ticks)
     _score_bars = alt.Chart(_frame, title=f"row {_t}: scores (masked keys have none)").mark_bar().encode(x=_keys, y=alt.Y("score:Q"), color=_color, tooltip=["key s", alt.Tooltip("score:Q", format=".4f"), "key is"])
     _prob_bars = alt.Chart(_frame, title=f"row {_t}: softmax probabilities").mark_bar().encode(x=_keys, y=alt.Y("probability:Q", scale=alt.Scale(domain=[0, 1])), color=_color, tooltip=["key s", alt.Tooltip("probability:Q", format=".4f"), "key is"])
     _top = int(np.argmax(_probs))

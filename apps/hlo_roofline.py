@@ -13,7 +13,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab
+    from core import charts, lab
     from core.perf import machine, roofline, timing
     from core.tpu import specs, topology_compile
 
@@ -230,11 +230,19 @@ def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
     )
     _ridges = pd.DataFrame([{"ridge": f"{g} ridge {specs.chip(g).ridge_point:.0f}", "intensity": specs.chip(g).ridge_point} for g in specs.GENERATIONS] + [{"ridge": f"this CPU ridge {peak_flops / bandwidth:.1f}", "intensity": peak_flops / bandwidth}])
     _x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOP per byte, log)")
-    _y = alt.Y("FLOP/s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format=".0e"), title="attainable FLOP/s (log)")
-    _lines = alt.Chart(_roof_df).mark_line().encode(x=_x, y=_y, color=alt.Color("machine:N", title="roofline"))
+    # Whole decades with headroom: the highest roof (v6e) is not drawn on the top edge.
+    _y_domain = charts.log_domain([*_roof_df["FLOP/s"], *_family_df["FLOP/s"], *_point["FLOP/s"]])
+    _y_scale = alt.Scale(type="log", domain=_y_domain, nice=False)
+    _y = alt.Y("FLOP/s:Q", scale=_y_scale, axis=alt.Axis(format=".0e"), title="attainable FLOP/s")
+    _legend = dict(titleLimit=360, labelLimit=300)  # the kernel is a legend title: unclipped
+    _machine = alt.Color("machine:N", title="roofline", legend=alt.Legend(**_legend))
+    _lines = alt.Chart(_roof_df).mark_line().encode(x=_x, y=_y, color=_machine)
     _ridge_rules = alt.Chart(_ridges).mark_rule(strokeDash=[2, 3], color="gray").encode(x="intensity:Q", tooltip=["ridge"])
     _fam = alt.Chart(_family_df).mark_point(color="black", opacity=0.5).encode(x=_x, y=_y, tooltip=["kernel", alt.Tooltip("intensity:Q", format=".3g")])
-    _pts = alt.Chart(_point).mark_point(size=160, filled=True, color="black").encode(x=_x, y=_y, shape=alt.Shape("what:N", title=kernel_text), tooltip=["what", alt.Tooltip("FLOP/s:Q", format=".3g")])
+    _what = alt.Shape("what:N", title=kernel_text, legend=alt.Legend(**_legend))
+    _pts = alt.Chart(_point).mark_point(size=160, filled=True, color="black").encode(
+        x=_x, y=_y, shape=_what, tooltip=["what", alt.Tooltip("FLOP/s:Q", format=".3g")]
+    )
     mo.vstack(
         [
             mo.md(
@@ -243,7 +251,9 @@ def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
                 "intensity grows like n/6 in f32; a unary elementwise op stays at 1/8 FLOP/byte in f32 (1/4 in bf16), "
                 "memory-bound, on every chip). Filled: your kernel, bound and measured."
             ),
-            alt.layer(_lines, _ridge_rules, _fam, _pts).properties(width=560, height=340, title=f"roofline: this CPU ({MACHINE}, measured) and TPU chips (published)"),
+            alt.layer(_lines, _ridge_rules, _fam, _pts).properties(
+                width=560, height=340, title=f"roofline: {MACHINE}, measured; TPU chips, published"
+            ),
         ]
     )
     return

@@ -10,7 +10,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, loops
+    from core import lab, loops, text
 
     lab.use_cpu_devices()
     SWEEP_MAX_LENGTHS = (8, 16, 32, 64, 128, 256)
@@ -129,7 +129,8 @@ def _(hidden, results):
     trajectory = pd.DataFrame(
         [{"t": t + 1, "unit": f"h[{u}]", "value": float(scan_hs_TH[t, u])} for t in range(scan_hs_TH.shape[0]) for u in range(units)]
     )
-    alt.Chart(trajectory, title=f"the first {units} hidden unit(s) over time (lax.scan)").mark_line(point=True).encode(
+    _title = f"the first {text.plural(units, 'hidden unit')}" if units > 1 else "hidden unit h[0]"
+    alt.Chart(trajectory, title=f"{_title} over time (lax.scan)").mark_line(point=True).encode(
         x=alt.X("t:Q", title="step t"), y=alt.Y("value:Q", title="h_t"), color="unit:N"
     ).properties(width=480, height=180)
     return
@@ -192,7 +193,8 @@ def _(h0_H, max_length, w_HH):
         ]
     )
     alt.Chart(equation_rows, title="equations in the jaxpr (deterministic)").mark_line(point=True).encode(
-        x=alt.X("length T:Q", scale=alt.Scale(type="log", base=2)),
+        # ticks at the swept lengths only (a log2 axis labels every integer: 4, 5, 6, ...)
+        x=alt.X("length T:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=sweep)),
         y=alt.Y("equations:Q", scale=alt.Scale(type="log")),
         color=alt.Color("loop:N", scale=LOOP_COLORS),
         tooltip=["length T", "loop", "equations"],
@@ -212,10 +214,11 @@ def _(hidden, seed, sweep, sweep_button):
     timing_frame = pd.DataFrame(
         [{"length T": t.length, "loop": t.implementation, "compile s": t.total_compile_s, "run µs": t.run_s * 1e6, "equations": t.equations} for t in timings]
     )
+    _sweep_ticks = alt.Axis(values=sweep, format="d")
     timing_chart = alt.hconcat(
         *(
             alt.Chart(timing_frame, title=title).mark_line(point=True).encode(
-                x=alt.X("length T:Q", scale=alt.Scale(type="log", base=2)),
+                x=alt.X("length T:Q", scale=alt.Scale(type="log", base=2), axis=_sweep_ticks),
                 y=alt.Y(f"{column}:Q", scale=alt.Scale(type="log")),
                 color=alt.Color("loop:N", scale=LOOP_COLORS),
                 tooltip=["length T", "loop", alt.Tooltip("compile s:Q", format=".3f"), alt.Tooltip("run µs:Q", format=".1f"), "equations"],

@@ -11,7 +11,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab
+    from core import charts, lab
     from core.perf import machine, trace
 
     lab.use_cpu_devices()
@@ -121,6 +121,11 @@ def _(capture):
 @app.cell
 def _(events):
     timeline = pd.DataFrame(trace.timeline_rows([e for e in events if e.module == MODULE]))
+    # One colour per op while the palette's easily told-apart colours last (Vega's default
+    # repeats after 10); past that, one per kind of op (`ynn_fusion.2` -> `ynn_fusion`).
+    timeline["kind"] = timeline["op"].str.replace(r"\.\d+$", "", regex=True)
+    _by = "op" if timeline["op"].nunique() <= len(charts.PALETTE) else "kind"
+    _names = sorted(timeline[_by].unique())
     _chart = (
         alt.Chart(timeline, title=f"timeline of {MODULE} ops, {MACHINE}")
         .mark_bar(height=14)
@@ -128,12 +133,27 @@ def _(events):
             x=alt.X("start (us):Q", title="microseconds since the first op"),
             x2="end (us):Q",
             y=alt.Y("thread:N", title="thread"),
-            color=alt.Color("op:N", legend=alt.Legend(columns=2, symbolLimit=24)),
+            color=alt.Color(
+                f"{_by}:N",
+                title="op" if _by == "op" else "kind of op",
+                scale=alt.Scale(domain=_names, range=charts.distinct_colors(len(_names))),
+                legend=alt.Legend(columns=2, symbolLimit=len(_names), labelLimit=220),
+            ),
             tooltip=["op", "thread", alt.Tooltip("duration (us):Q", format=".1f"), alt.Tooltip("start (us):Q", format=".1f")],
         )
         .properties(width=560, height=160)
     )
-    mo.vstack([mo.md("## Timeline\nOne bar per op execution, on the thread that ran it; the gaps between steps are Python, dispatch and `block_until_ready`."), _chart])
+    _colour = (
+        "one colour per op"
+        if _by == "op"
+        else f"{timeline['op'].nunique()} ops, too many to colour apart: one colour per kind of "
+        "op (the name without its `.N`), the name in each bar's tooltip"
+    )
+    _text = (
+        f"## Timeline\nOne bar per op execution, on the thread that ran it ({_colour}); the gaps "
+        "between steps are Python, dispatch and `block_until_ready`."
+    )
+    mo.vstack([mo.md(_text), _chart])
     return
 
 

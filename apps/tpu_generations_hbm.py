@@ -11,7 +11,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab
+    from core import charts, lab, text
     from core.tpu import budget, model, specs, topology_compile
 
     lab.use_cpu_devices()
@@ -92,7 +92,7 @@ def _():
     seq = FLAGS.control("seq", ARGS, label="sequence length")
     chips = FLAGS.control("chips", ARGS)
     strategy = FLAGS.control("strategy", ARGS)
-    remat = FLAGS.control("remat", ARGS, label="remat (checkpoint each layer)")
+    remat = FLAGS.control("remat", ARGS, label="remat each layer")
     optimizer = FLAGS.control("optimizer", ARGS)
     param_dtype = FLAGS.control("param_dtype", ARGS, label="parameter dtype")
     serve_batch = FLAGS.control("serve_batch", ARGS, label="serving batch")
@@ -165,29 +165,61 @@ def _(
 
 @app.cell
 def _(serving, serving_setup, shape, training, training_setup):
+    _train_chips = text.plural(training_setup.chips, "chip")
+    _train_label = f"training, per chip ({_train_chips}, {training_setup.strategy})"
+    _serve_label = f"serving, per chip ({text.plural(serving_setup.chips, 'chip')})"
     _bars = pd.DataFrame(
-        [{"budget": f"training, per chip ({training_setup.chips} chips, {training_setup.strategy})", "component": k, "GB": v / 1e9} for k, v in training.items()]
-        + [{"budget": f"serving, per chip ({serving_setup.chips} chips)", "component": k, "GB": v / 1e9} for k, v in serving.items()]
+        [{"budget": _train_label, "component": k, "GB": v / 1e9} for k, v in training.items()]
+        + [{"budget": _serve_label, "component": k, "GB": v / 1e9} for k, v in serving.items()]
     )
     _capacity = pd.DataFrame(
         [{"chip": f"{g} HBM ({specs.chip(g).hbm_bytes.value / 1e9:.0f} GB)", "GB": specs.chip(g).hbm_bytes.value / 1e9} for g in specs.GENERATIONS]
+    )
+    # Capacity labels in a strip above the bars, one row per clash (charts.label_rows), each
+    # starting at its dashed line, or ending at it when it would run past the right edge.
+    _width = 560
+    _x_max = 1.04 * max(sum(training.values()) / 1e9, sum(serving.values()) / 1e9, *_capacity["GB"])
+    _scale = alt.Scale(domain=[0, _x_max], nice=False)
+    _label_px = [charts.text_width(t) for t in _capacity["chip"]]
+    _line_px = [gb / _x_max * _width for gb in _capacity["GB"]]
+    _start_px = [
+        x + 3 if x + 3 + w <= _width else x - 3 - w
+        for x, w in zip(_line_px, _label_px, strict=True)
+    ]
+    _capacity["label at"] = [px / _width * _x_max for px in _start_px]
+    _capacity["row"] = [-r for r in charts.label_rows(_start_px, _label_px)]  # row 0 at the bars
+    _strip = alt.Chart(_capacity).mark_text(align="left", fontSize=10).encode(
+        x=alt.X("label at:Q", scale=_scale, axis=None), y=alt.Y("row:O", axis=None), text="chip:N"
     )
     _stack = (
         alt.Chart(_bars)
         .mark_bar()
         .encode(
             y=alt.Y("budget:N", title=None),
-            x=alt.X("sum(GB):Q", title="GB per chip"),
+            x=alt.X("sum(GB):Q", scale=_scale, title="GB per chip"),
             color=alt.Color("component:N", legend=alt.Legend(orient="bottom", columns=4)),
             order=alt.Order("component:N"),
             tooltip=["budget", "component", alt.Tooltip("GB:Q", format=".3f")],
         )
     )
-    _rules = alt.Chart(_capacity).mark_rule(strokeDash=[4, 3], size=1.5, color="black").encode(x="GB:Q", tooltip=["chip"])
-    _labels = alt.Chart(_capacity).mark_text(align="left", baseline="top", dx=3, dy=2, fontSize=10).encode(x="GB:Q", y=alt.value(0), text="chip:N")
-    budget_chart = alt.layer(_stack, _rules, _labels).properties(width=560, height=150, title="HBM per chip vs each generation's capacity (dashed)")
+    _rules = alt.Chart(_capacity).mark_rule(strokeDash=[4, 3], size=1.5, color="black").encode(
+        x=alt.X("GB:Q", scale=_scale), tooltip=["chip"]
+    )
+    budget_chart = alt.vconcat(
+        _strip.properties(
+            width=_width,
+            height=13 * (1 - _capacity["row"].min()),
+            view=alt.ViewBackground(stroke=None),
+        ),
+        alt.layer(_stack, _rules).properties(width=_width, height=150),
+        spacing=2,
+        title=alt.TitleParams(
+            "HBM per chip vs each generation's capacity (dashed)", anchor="middle"
+        ),
+    ).resolve_scale(x="shared")
     _train_total, _serve_total = sum(training.values()), sum(serving.values())
     fit_rows = []
+    _slice = f"training slice ({_train_chips})"
     for _g in specs.GENERATIONS:
         _capacity_bytes = specs.chip(_g).hbm_bytes.value
         fit_rows.append(
@@ -195,7 +227,8 @@ def _(serving, serving_setup, shape, training, training_setup):
                 "chip": _g,
                 "HBM": f"{_capacity_bytes / 1e9:.0f} GB",
                 "training / chip": f"{_train_total / 1e9:.1f} GB: " + ("fits" if _train_total <= _capacity_bytes else "**does not fit**"),
-                f"training slice of {training_setup.chips}": f"{_train_total * training_setup.chips / 1e9:.0f} of {_capacity_bytes * training_setup.chips / 1e9:.0f} GB",
+                _slice: f"{_train_total * training_setup.chips / 1e9:.0f} of "
+                f"{_capacity_bytes * training_setup.chips / 1e9:.0f} GB",
                 "serving / chip": f"{_serve_total / 1e9:.1f} GB: " + ("fits" if _serve_total <= _capacity_bytes else "**does not fit**"),
                 "largest serving batch that fits": budget.max_batch_that_fits(shape, serving_setup, _capacity_bytes),
             }

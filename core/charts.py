@@ -33,6 +33,7 @@ TABLEAU10 = (
 EXTRA_COLORS = (
     "#17becf", "#393b79", "#9edae5", "#843c39", "#98df8a", "#b79a20", "#dbdb8d", "#7b4173",
 )
+PALETTE = TABLEAU10 + EXTRA_COLORS  # the colours that stay easy to tell apart
 DARK_FRACTION = 0.55  # a cell this far along its colour ramp is dark enough for white text
 
 
@@ -133,7 +134,7 @@ def distinct_colors(n: int) -> list[str]:
     """``n`` colours, no two alike: tableau10, 8 companions, then evenly spread hues."""
     if n < 0:
         raise ValueError(f"distinct_colors needs n >= 0, got {n}")
-    palette = list(TABLEAU10 + EXTRA_COLORS)[:n]
+    palette = list(PALETTE)[:n]
     for i in range(n - len(palette)):
         hue = (i * 0.618033988749895) % 1.0  # golden-ratio steps never repeat a hue
         lightness, saturation = (0.45, 0.65) if i % 2 == 0 else (0.68, 0.55)
