@@ -19,6 +19,27 @@ with app.setup:
         description="The jax-tpu-lab course home: phases, lessons, capstones and tracks.",
     )
     ARGS = FLAGS.parse()
+    # The home's own look, scoped to .course-home: raw HTML gets none of marimo's prose styles.
+    # Links look like links, phase titles like headings, and a lesson's state is a text badge
+    # (an emoji renders as an empty box where no emoji font is installed).
+    HOME_CSS = """<style>
+    .course-home h3 { font-size: 1.2rem; font-weight: 600; margin: 1.4rem 0 0.4rem; }
+    .course-home h3 .count { font-size: 0.8rem; font-weight: 400; color: var(--slate-11, #5f6b7a); }
+    .course-home ul { list-style: disc; padding-left: 1.4rem; margin: 0.2rem 0; }
+    .course-home section ul { list-style: none; padding-left: 0.2rem; }
+    .course-home li { margin: 0.25rem 0; }
+    .course-home a { color: var(--blue-11, #1a5fb4); text-decoration: underline;
+                     text-underline-offset: 2px; }
+    .course-home a:hover { text-decoration-thickness: 2px; }
+    .course-home code { font-size: 0.8rem; color: var(--slate-11, #5f6b7a); }
+    .course-home .badge { display: inline-block; min-width: 4.2rem; margin-right: 0.4rem;
+                          padding: 0 0.4rem; border: 1px solid; border-radius: 0.6rem;
+                          font-size: 0.7rem; font-weight: 600; text-align: center;
+                          text-transform: uppercase; letter-spacing: 0.03em; }
+    .course-home .badge.built { color: #1b5e20; background: #e8f5e9; border-color: #81c784; }
+    .course-home .badge.planned { color: #455a64; background: #eceff1; border-color: #b0bec5; }
+    </style>"""
+    STATUS_WORD = {"present": "built", "missing": "planned"}  # curriculum status -> badge
 
 
 @app.cell(hide_code=True)
@@ -57,10 +78,13 @@ def _():
 def _(course, only_present, path):
     def lesson_item(lesson: dict) -> str:
         title = html.escape(lesson["title"])
+        word = STATUS_WORD[lesson["status"]]
+        badge = f'<span class="badge {word}">{word}</span>'
         if lesson["status"] == "present":
             file_name = lesson["app"].removeprefix("apps/")
-            return f'<li>✅ <a href="/?file={file_name}" target="_blank" data-lesson="{file_name}">{title}</a> <code>{lesson["app"]}</code></li>'
-        return f"<li>⬜ {title} <code>{lesson['app']}</code> <em>(missing)</em></li>"
+            link = f'<a href="/?file={file_name}" target="_blank" data-lesson="{file_name}">{title}</a>'
+            return f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code></li>'
+        return f'<li data-status="{word}">{badge}{title} <code>{lesson["app"]}</code></li>'
 
     shown_titles = (
         [p.title for p in curriculum.PHASES]
@@ -77,30 +101,41 @@ def _(course, only_present, path):
         _items = "".join(lesson_item(les) for les in _shown) or "<li><em>no lesson apps yet</em></li>"
         _blocks.append(
             f'<section data-phase="{html.escape(_title)}"><h3>{phase_number[_title]}. '
-            f"{html.escape(_title)} <small>({_count}/{len(_all)})</small>"
+            f'{html.escape(_title)} <span class="count">{_count} of {len(_all)} built</span>'
             f"</h3><ul>{_items}</ul></section>"
         )
-    mo.vstack([mo.md(f"## Phases: {html.escape(path.value)}"), mo.Html("".join(_blocks))])
+    mo.vstack(
+        [
+            mo.md(f"## Phases: {html.escape(path.value)}"),
+            mo.Html(HOME_CSS + f'<div class="course-home">{"".join(_blocks)}</div>'),
+        ]
+    )
     return (shown_titles,)
 
 
 @app.cell
 def _(summary):
-    long_form = summary.melt(id_vars="phase", value_vars=["present", "missing"], var_name="status", value_name="count")
-    phase_order = list(summary["phase"])
+    numbered = summary.assign(
+        phase=[f"{i}. {title}" for i, title in enumerate(summary["phase"], start=1)],
+        built=summary["present"],
+        planned=summary["missing"],
+    )
+    long_form = numbered.melt(id_vars="phase", value_vars=["built", "planned"], var_name="status", value_name="count")
     progress_chart = (
         alt.Chart(long_form, title="Lesson apps per phase")
         .mark_bar()
         .encode(
-            y=alt.Y("phase:N", sort=phase_order, title=None),
-            x=alt.X("count:Q", title="lessons"),
-            color=alt.Color("status:N", scale=alt.Scale(domain=["present", "missing"], range=["#2e7d32", "#cfd8dc"])),
+            # labelLimit=0: whole phase titles (Vega cuts labels at 180 px by default).
+            y=alt.Y("phase:N", sort=list(numbered["phase"]), title=None, axis=alt.Axis(labelLimit=0)),
+            x=alt.X("count:Q", title="lessons", axis=alt.Axis(tickMinStep=1)),
+            color=alt.Color("status:N", scale=alt.Scale(domain=["built", "planned"], range=["#2e7d32", "#cfd8dc"])),
             tooltip=["phase", "status", "count"],
         )
+        .properties(width=360)
     )
     totals = f"**{int(summary['present'].sum())} of {int(summary['lessons'].sum())} lessons** have an app."
     mo.vstack([mo.md(totals), progress_chart])
-    return
+    return (progress_chart,)
 
 
 @app.cell
@@ -110,7 +145,7 @@ def _():
         _link = (
             f'<a href="/?file={_capstone.slug}.py" target="_blank">{html.escape(_capstone.title)}</a>'
             if curriculum.status(_capstone.slug) == "present"
-            else f"{html.escape(_capstone.title)} <em>(app {_capstone.app} missing)</em>"
+            else f'<span class="badge planned">planned</span>{html.escape(_capstone.title)} <code>{_capstone.app}</code>'
         )
         _points = "".join(f"<li>{html.escape(point)}</li>" for point in _capstone.points)
         _capstones.append(f"<h3>{_link}</h3><p>{html.escape(_capstone.summary)}</p><ul>{_points}</ul>")
@@ -118,14 +153,14 @@ def _():
     for _track in curriculum.TRACKS:
         _built = [s for s in _track.slugs if curriculum.status(s) == "present"]
         _links = ", ".join(f'<a href="/?file={s}.py" target="_blank">{s}</a>' for s in _built)
-        _state = _links if _built else "<em>not built yet</em>"
+        _state = _links if _built else '<span class="badge planned">planned</span>'
         _tracks.append(f"<li><strong>{html.escape(_track.title)}</strong>: {html.escape(_track.summary)} {_state}</li>")
     mo.vstack(
         [
             mo.md("## Capstones"),
-            mo.Html("".join(_capstones)),
+            mo.Html(HOME_CSS + f'<div class="course-home">{"".join(_capstones)}</div>'),
             mo.md("## Tracks"),
-            mo.Html(f"<ul>{''.join(_tracks)}</ul>"),
+            mo.Html(HOME_CSS + f'<div class="course-home"><ul>{"".join(_tracks)}</ul></div>'),
         ]
     )
     return
@@ -158,6 +193,13 @@ def test_every_phase_is_listed_under_all_phases(path, shown_titles):
     if path.value == "All phases":
         assert shown_titles == [p.title for p in curriculum.PHASES]
     assert len(curriculum.PHASES) == 19
+    return
+
+
+@app.cell
+def test_progress_chart_shows_whole_phase_titles(progress_chart):
+    # Vega cuts axis labels at 180 px unless labelLimit is 0; phase titles run to ~350 px.
+    assert progress_chart.to_dict()["encoding"]["y"]["axis"]["labelLimit"] == 0
     return
 
 

@@ -196,6 +196,50 @@ def test_course_home_lists_every_phase(browser, gallery_url):
         page.close()
 
 
+# Computed styles of the course home, read in the page (the values a learner's browser uses).
+HOME_STYLES = """() => {
+    const px = (el) => parseFloat(getComputedStyle(el).fontSize);
+    const link = document.querySelector("a[data-lesson]");
+    const heading = document.querySelector("section[data-phase] h3");
+    const body = document.querySelector(".paragraph") || document.body;
+    return {
+        linkColor: getComputedStyle(link).color,
+        linkDecoration: getComputedStyle(link).textDecorationLine,
+        textColor: getComputedStyle(link.closest("li")).color,
+        headingPx: px(heading), bodyPx: px(body),
+        headingTag: heading.tagName,
+        items: Array.from(document.querySelectorAll("section[data-phase] li")).map(
+            (li) => [li.dataset.status, li.querySelector(".badge")?.innerText.trim().toLowerCase(),
+                     li.innerText]),
+    };
+}"""
+
+
+def test_course_home_reads_as_a_page(browser, gallery_url):
+    page = open_app(browser, gallery_url, "index.py")
+    try:
+        page.locator('section[data-phase="Workload operations"]').wait_for(timeout=STARTUP_TIMEOUT_MS)
+        styles = page.evaluate(HOME_STYLES)
+        # Links look like links: their own colour and an underline.
+        assert styles["linkColor"] != styles["textColor"], styles
+        assert "underline" in styles["linkDecoration"], styles
+        # Phase titles are headings, visibly bigger than body text.
+        assert styles["headingTag"] == "H3" and styles["headingPx"] >= 1.15 * styles["bodyPx"], styles
+        # A lesson's state is a word in a badge, never an emoji alone (no emoji font: a box).
+        states = curriculum.course_map()
+        expected = [
+            "built" if lesson["status"] == "present" else "planned"
+            for phase in states for lesson in phase["lessons"]
+        ]
+        assert [(status, badge) for status, badge, _text in styles["items"]] == [
+            (word, word) for word in expected
+        ]
+        emoji = re.compile("[\u2600-\u27bf\u2b00-\u2bff\U0001f300-\U0001faff]")
+        assert not [text for *_, text in styles["items"] if emoji.search(text)]
+    finally:
+        page.close()
+
+
 def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, capsys):
     from playwright.sync_api import expect
 
