@@ -216,6 +216,13 @@ def test_training_lowers_the_loss_and_eval_sums():
         transformer.make_optimizer(model, learning_rate=0)
 
 
+def test_policy_tolerance_follows_the_coarsest_dtype():
+    assert transformer.policy_tolerance(transformer.POLICIES["f32"]) == 1e-5
+    assert transformer.policy_tolerance(transformer.POLICIES["bf16 compute"]) == 2e-2
+    assert transformer.policy_tolerance(transformer.POLICIES["bf16 params + compute"]) == 2e-2
+    assert transformer.policy_tolerance(transformer.Precision(params="bfloat16")) == 2e-2
+
+
 def bf16_running_sum_reference(values):
     total = ml_dtypes.bfloat16(0)
     out = []
