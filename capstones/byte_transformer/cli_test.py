@@ -6,12 +6,15 @@ Each command's own behaviour is tested in its module's test file."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from capstones.byte_transformer import cli, export, training
+from capstones.byte_transformer import config as config_lib
+from core import corpus as corpus_lib
 from core import curriculum, lab
 
 TINY = [
@@ -114,3 +117,104 @@ def test_module_entry_point_in_a_fresh_process():
     )
     assert bad.returncode == 2 and "invalid config: steps must be >= 1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# --- issue 12.2: a command that reads a run refuses a run that is not there -------------------
+
+# every command that reads a run, with the options it needs besides run_dir
+READERS = {
+    "eval": [],
+    "report": [],
+    "generate": ["max_new_tokens=2"],
+    "cache-report": [],
+    "export": ["out={tmp}/artifacts"],
+    "profile": [],
+    "bench": [],
+    "run-manifest": [],
+}
+
+
+def _tree(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else None
+
+
+@pytest.mark.parametrize("state", ["missing", "empty", "untrained"])
+@pytest.mark.parametrize("command", list(READERS))
+def test_commands_that_read_a_run_refuse_one_that_is_not_there(tmp_path, capsys, command, state):
+    """Exit 2, one message that says what is missing and the command that makes it, and
+    nothing created: eval and report used to raise FileNotFoundError (exit 1, report after
+    making DIR/report), run-manifest wrote a manifest of an empty directory."""
+    run_dir = tmp_path / "run"
+    if state != "missing":
+        run_dir.mkdir()
+    if state == "untrained":  # train's first file, no checkpoint yet
+        config = config_lib.Config.from_overrides(TINY)
+        (run_dir / training.CONFIG_FILE).write_text(config.to_json())
+        if command == "run-manifest":
+            pytest.skip("a run with no checkpoint yet has a manifest (0 checkpoints)")
+    before = _tree(tmp_path)
+    options = [o.format(tmp=tmp_path) for o in READERS[command]]
+    assert cli.main([command, f"run_dir={run_dir}", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: run_dir={run_dir} ") and "Traceback" not in err
+    expected = {
+        "missing": "does not exist",
+        "empty": "holds no run" if command == "run-manifest" else "is not a training run",
+        "untrained": "has no checkpoint yet",
+    }[state]
+    assert expected in err and f"train run_dir={run_dir}" in err
+    assert _tree(tmp_path) == before  # nothing made: no directory, no file
+
+
+# --- issue 12.3: train validates everything before it writes anything -----------------------
+
+
+def test_train_refuses_a_bad_config_before_writing_and_the_fix_then_works(tmp_path, capsys):
+    """max_bytes=1 passed the config, then core.corpus raised (a traceback) after
+    config.json was written, which locked the directory against the corrected config."""
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", f"run_dir={run_dir}", "mlflow=false", *TINY, "max_bytes=1"]) == 2
+    assert "max_bytes must be >= 2" in capsys.readouterr().err
+    assert not run_dir.exists()
+    with pytest.raises(ValueError, match="max_bytes must be >= 2"):  # the bound it mirrors
+        corpus_lib.load_corpus(max_files=4, max_bytes=1)
+    assert training.run_config(run_dir, {"max_bytes": 1024}).max_bytes == 1024
+
+
+def test_train_refuses_unavailable_data_and_an_unwritable_dir_before_writing(
+    tmp_path, capsys, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(corpus_lib, "stdlib_dir", lambda: tmp_path / "no_stdlib_here")
+    (tmp_path / "no_stdlib_here").mkdir()
+    assert cli.main(["train", f"run_dir={run_dir}", "mlflow=false", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "the training data cannot be prepared: no .py files" in err and "Traceback" not in err
+    assert not run_dir.exists()
+    monkeypatch.undo()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for target in (blocker, blocker / "run"):
+        assert cli.main(["train", f"run_dir={target}", "mlflow=false", *TINY]) == 2
+        assert "a file, not a directory" in capsys.readouterr().err
+    assert blocker.read_text() == "not a directory"
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert cli.main(["train", f"run_dir={locked / 'run'}", "mlflow=false", *TINY]) == 2
+        assert "is not writable" in capsys.readouterr().err
+
+
+def test_train_refuses_another_corpus_without_touching_the_run(run_dir, capsys):
+    corpus_file = run_dir / training.CORPUS_FILE
+    saved_corpus, saved_config = corpus_file.read_text(), (run_dir / "config.json").read_text()
+    forged = json.loads(saved_corpus) | {"train_sha256": "0" * 64}
+    corpus_file.write_text(json.dumps(forged))
+    try:
+        argv = ["train", f"run_dir={run_dir}", "mlflow=false", *TINY, "steps=9"]
+        assert cli.main(argv) == 2
+        assert "the corpus differs" in capsys.readouterr().err
+        assert (run_dir / "config.json").read_text() == saved_config  # steps=9 not written
+        assert [r["step"] for r in training.read_metrics(run_dir)] == [1, 2, 3, 4, 5, 6]
+    finally:
+        corpus_file.write_text(saved_corpus)

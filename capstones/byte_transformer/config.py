@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import pathlib
 import typing
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from core import transformer
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
 CACHE_PRECISIONS = ("fp32", "bf16", "int8")
+_TYPE_NAMES = {int: "an int", float: "a float", bool: "true or false", str: "a string"}
+MAX_SEED = 2**32 - 1  # seeds are uint32 (numpy's default_rng refuses negative ones)
 
 # Fields that may differ between a run and its resumption (everything else is identity).
 RUNTIME_FIELDS = frozenset(
@@ -70,8 +73,9 @@ class Config:
     log_every: int = 10
 
     def __post_init__(self):
+        self._check_types()
         positive = (
-            "d_model num_layers num_heads max_len seq_len batch_size max_bytes steps "
+            "d_model num_layers num_heads max_len seq_len batch_size steps "
             "ckpt_every max_to_keep eval_every eval_batches log_every min_piece"
         ).split()
         for name in positive:
@@ -113,6 +117,31 @@ class Config:
             )
         if self.min_piece >= self.seq_len:
             raise ValueError(f"min_piece={self.min_piece} must be < seq_len={self.seq_len}")
+        # bounds that core.corpus / numpy / optax would otherwise enforce only later, after
+        # a training start had already written its run directory
+        if self.max_bytes < 2:
+            raise ValueError(
+                f"max_bytes must be >= 2 (a file needs a byte and its next byte to train "
+                f"on), got {self.max_bytes}"
+            )
+        for name in ("seed", "data_seed"):
+            if not 0 <= getattr(self, name) <= MAX_SEED:
+                raise ValueError(f"{name} must be in [0, {MAX_SEED}], got {getattr(self, name)}")
+        for name in ("dropout", "heldout_fraction", "learning_rate", "weight_decay", "clip_norm"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+
+    def _check_types(self):
+        """Each field has its annotated type (a config.json edited by hand, or a Config built
+        in code, would otherwise fail deep inside training); an int for a float field is
+        stored as a float."""
+        for name, kind in field_types().items():
+            value = getattr(self, name)
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
+                continue
+            if kind in (int, float) and isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"{name} must be {_TYPE_NAMES[kind]}, got {value!r}")
 
     # -- derived --
 

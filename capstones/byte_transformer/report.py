@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from capstones.byte_transformer import args, data, training
+from capstones.byte_transformer import args, data, rundir, training
 from core import checkpoint, tokenizer, transformer
 
 REPORT_DIR = "report"
@@ -216,9 +216,9 @@ def _table_rows(piece: Any) -> list[dict] | None:
 def build_report(run_dir: pathlib.Path, live_checks: bool = True) -> dict:
     """Gather everything into one dict (what report.json holds) and draw the charts."""
     run_dir = pathlib.Path(run_dir)
+    config, restored = training.load_state(run_dir)  # refuses a missing run: nothing made
     out = run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
-    config, restored = training.load_state(run_dir)
     corpus_identity = _load_json(run_dir / training.CORPUS_FILE) or {}
     metrics = training.read_metrics(run_dir)
     pieces = load_pieces(run_dir)
@@ -604,7 +604,7 @@ def write_report(run_dir: pathlib.Path, live_checks: bool = True) -> pathlib.Pat
 
 
 def report_command(parsed: args.Parsed) -> int:
-    run_dir = pathlib.Path(parsed["run_dir"])
+    run_dir = rundir.require_run(parsed["run_dir"])
     path = write_report(run_dir, live_checks=parsed["checks"])
     report = json.loads((path.parent / "report.json").read_text())
     print(f"report: {path} (+ report.json, charts)")

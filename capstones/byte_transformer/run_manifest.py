@@ -519,9 +519,9 @@ def _read_text(name: str, path: str) -> str | None:
 
 
 def run_manifest_command(parsed: args.Parsed) -> int:
-    run_dir = pathlib.Path(parsed["run_dir"])
-    if not run_dir.is_dir():
-        raise args.UsageError(f"run_dir={run_dir} is not a directory")
+    from capstones.byte_transformer import rundir
+
+    run_dir = rundir.require_run_or_job(parsed["run_dir"])  # a run, or refused: nothing made
     describe_text = _read_text("describe_json", parsed["describe_json"])
     describe = None
     if describe_text is not None:

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from capstones.byte_transformer import cli, run_manifest, training
+from capstones.byte_transformer import cli, run_manifest, rundir, training
+from capstones.byte_transformer import config as config_lib
 from core import checkpoint, curriculum, lab
 
 DESCRIBE = {
@@ -68,12 +69,18 @@ def saved_checkpoint(run_dir):
     return run_dir / "run" / run_manifest.CHECKPOINTS_DIR / "1"
 
 
+def a_run(run_dir):
+    """run_dir with what makes it a training run for run-manifest (its config.json)."""
+    (run_dir / training.CONFIG_FILE).write_text(config_lib.Config().to_json())
+    return run_dir
+
+
 def test_checkpoint_folder_name_is_training_s():
     assert run_manifest.CHECKPOINTS_DIR == training.CHECKPOINTS
 
 
 def test_cpu_manifest_says_not_a_tpu_run(tmp_path, capsys):
-    (tmp_path / "note.txt").write_text("hello")
+    (a_run(tmp_path) / "note.txt").write_text("hello")
     assert cli.main(["run-manifest", f"run_dir={tmp_path}"]) == 0
     manifest = json.loads((tmp_path / run_manifest.MANIFEST_FILE).read_text())
     assert manifest["schema"] == run_manifest.SCHEMA
@@ -162,6 +169,7 @@ def test_damaged_checkpoint_and_missing_teardown_are_reported(tmp_path):
 
 
 def test_tpu_claims_on_cpu_are_refused(tmp_path, capsys):
+    a_run(tmp_path)
     code = cli.main(["run-manifest", f"run_dir={tmp_path}", "claim_tpu=true"])
     assert code == 1
     assert "refused" in capsys.readouterr().err
@@ -193,7 +201,28 @@ def test_recorded_runtime_is_preferred_and_arguments_conflicts_listed(tmp_path):
     assert identity["source"] == "arguments" and identity["zone"] is None
 
 
+def test_a_run_that_is_not_there_is_refused_and_nothing_is_written(tmp_path, capsys):
+    """issue 12.2: run-manifest on a missing (or empty) directory wrote a manifest of
+    "checkpoints 0/0 verified"; a command that reads a run must refuse a run that does not
+    exist, say how to make one, and create nothing."""
+    missing = tmp_path / "missing"
+    assert cli.main(["run-manifest", f"run_dir={missing}"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and f"train run_dir={missing}" in err
+    assert not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["run-manifest", f"run_dir={empty}"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no run" in err and "tpu_result.json" in err and "Traceback" not in err
+    assert list(empty.iterdir()) == []
+    # a TPU job's directory (runtime.json recorded on the VM) is a run for run-manifest
+    (empty / rundir.JOB_FILES[0]).write_text(json.dumps(run_manifest.capture_runtime()))
+    assert cli.main(["run-manifest", f"run_dir={empty}"]) == 0
+
+
 def test_command_line_errors_are_usage_errors(tmp_path, capsys):
+    a_run(tmp_path)
     assert cli.main(["run-manifest", f"run_dir={tmp_path / 'nope'}"]) == 2
     bad = tmp_path / "describe.json"
     bad.write_text("{not json")
@@ -203,6 +232,7 @@ def test_command_line_errors_are_usage_errors(tmp_path, capsys):
 
 
 def test_module_runs_as_a_fresh_process(tmp_path):
+    a_run(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "capstones.byte_transformer", "run-manifest", f"run_dir={tmp_path}"],
         capture_output=True,

@@ -12,6 +12,14 @@ A run directory holds everything about one run:
                          and the config beside them
     DIR/mlflow.db        MLflow store: one run per training process (segment)
     DIR/eval.json        written by ``eval``
+    DIR/previous/        the history of earlier starts (rundir.py): a run that finds no
+                         verified checkpoint starts from step 0 and first moves the
+                         metrics and results of the earlier start here, never deletes them
+
+``train`` validates everything before its first write (config, the saved config and
+corpus of an existing run, that the data can be prepared, that run_dir is writable): a
+refused start leaves nothing behind. Commands that read a run refuse one that is not
+there (rundir.require_run).
 
 The training state is a plain pytree: {"params", "opt_state", "step", "rng": {"dropout"}}
 (the dropout key as raw uint32 key data, so it checkpoints like any array). One step:
@@ -39,15 +47,16 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from capstones.byte_transformer import args, data
+from capstones.byte_transformer import args, data, rundir
 from capstones.byte_transformer import config as config_lib
 from core import checkpoint, transformer
+from core import corpus as corpus_lib
 
-CONFIG_FILE = "config.json"
-CORPUS_FILE = "corpus.json"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
-EVAL_FILE = "eval.json"
+CONFIG_FILE = rundir.CONFIG_FILE
+CORPUS_FILE = rundir.CORPUS_FILE
+METRICS_FILE = rundir.METRICS_FILE
+CHECKPOINTS = rundir.CHECKPOINTS
+EVAL_FILE = rundir.EVAL_FILE
 
 
 # --- model and state ---------------------------------------------------------------------
@@ -60,8 +69,13 @@ def build_model(config: config_lib.Config) -> transformer.TinyLM:
 
 @functools.lru_cache(maxsize=8)
 def _graphdef(config: config_lib.Config):
-    """The model's structure (no weights): nnx.merge(graphdef, params) rebuilds a model."""
-    graphdef, _ = nnx.split(build_model(config.program_key()))
+    """The model's structure (no weights): nnx.merge(graphdef, params) rebuilds a model.
+
+    Built eagerly even when first asked for under a trace (jit(loss_fn) before any
+    make_train_step): the initialisers draw their weights with numpy, which cannot read a
+    traced array, so the build runs under ensure_compile_time_eval (real numbers)."""
+    with jax.ensure_compile_time_eval():
+        graphdef, _ = nnx.split(build_model(config.program_key()))
     return graphdef
 
 
@@ -166,20 +180,34 @@ def evaluate(config: config_lib.Config, params: dict, batches: list[dict]) -> di
 # --- run directory -----------------------------------------------------------------------
 
 
-def run_config(run_dir: pathlib.Path, overrides: dict) -> config_lib.Config:
-    """The run's config: the saved one (if any) with ``overrides`` applied. Changing an
-    identity field of an existing run is refused (its checkpoints belong to the old one)."""
-    saved_path = run_dir / CONFIG_FILE
-    if not saved_path.exists():
-        return args.make_config(config_lib.Config(), overrides)
-    saved = config_lib.Config.load(saved_path)
-    wanted = args.make_config(saved, overrides)
+def saved_config(run_dir: pathlib.Path) -> config_lib.Config | None:
+    """The config.json of ``run_dir`` (None if it has none); UsageError if unreadable."""
+    path = pathlib.Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        return None
+    try:
+        return config_lib.Config.load(path)
+    except (OSError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise args.UsageError(f"{path} is not a valid config ({exc}); use a new run_dir") from None
+
+
+def _check_identity(run_dir: pathlib.Path, saved: config_lib.Config, wanted: config_lib.Config):
     differences = saved.identity_differences(wanted)
     if differences:
         raise args.UsageError(
             f"{run_dir} was trained with a different config ({'; '.join(differences)}); "
             "use a new run_dir, or change only " + ", ".join(sorted(config_lib.RUNTIME_FIELDS))
         )
+
+
+def run_config(run_dir: pathlib.Path, overrides: dict) -> config_lib.Config:
+    """The run's config: the saved one (if any) with ``overrides`` applied. Changing an
+    identity field of an existing run is refused (its checkpoints belong to the old one)."""
+    saved = saved_config(run_dir)
+    if saved is None:
+        return args.make_config(config_lib.Config(), overrides)
+    wanted = args.make_config(saved, overrides)
+    _check_identity(run_dir, saved, wanted)
     return wanted
 
 
@@ -205,19 +233,57 @@ def _truncate_metrics(path: pathlib.Path, last_step: int) -> None:
     os.replace(tmp, path)
 
 
-def _check_corpus(run_dir: pathlib.Path, identity: dict) -> None:
+def _check_corpus(run_dir: pathlib.Path, identity: dict, record: bool = True) -> None:
+    """Refuse a corpus other than the one ``run_dir`` recorded; record it if none was
+    (``record`` False: only check, write nothing)."""
     path = run_dir / CORPUS_FILE
     if path.exists():
-        saved = json.loads(path.read_text())
-        for key in ("train_sha256", "heldout_sha256"):
-            if saved[key] != identity[key]:
+        try:
+            saved = json.loads(path.read_text())
+            recorded = {key: saved[key] for key in ("train_sha256", "heldout_sha256")}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise args.UsageError(f"{path} is unreadable ({exc!r}); use a new run_dir") from None
+        for key, value in recorded.items():
+            if value != identity[key]:
                 raise args.UsageError(
                     f"the corpus differs from the one {run_dir} was trained on ({key} "
-                    f"{saved[key][:12]} vs {identity[key][:12]}: another Python version?); "
+                    f"{str(value)[:12]} vs {identity[key][:12]}: another Python version?); "
                     "use a new run_dir"
                 )
-    else:
+    elif record:
         checkpoint.write_json_atomic(path, identity)
+
+
+@dataclasses.dataclass
+class _Prepared:
+    corpus: corpus_lib.Corpus
+    stream: data.DocumentStream
+    heldout: list[dict]
+
+
+def prepare(config: config_lib.Config, run_dir: str | os.PathLike) -> _Prepared:
+    """Everything ``train`` checks before its first write, writing nothing: run_dir can be
+    written, an existing run's saved config has the same identity and its corpus the same
+    hashes, and the corpus, the training stream and the held-out batches can be built.
+    UsageError (a message, exit status 2 in the CLI) naming the problem otherwise."""
+    run_dir = pathlib.Path(run_dir).absolute()
+    rundir.check_writable(run_dir)
+    saved = saved_config(run_dir) if run_dir.is_dir() else None
+    if saved is not None:
+        _check_identity(run_dir, saved, config)
+    try:
+        corpus = data.load_corpus(config)
+        stream = data.training_stream(config, corpus)
+        heldout = data.heldout_batches(config, corpus)
+    except (OSError, ValueError) as exc:
+        raise args.UsageError(f"the training data cannot be prepared: {exc}") from None
+    if not heldout:
+        raise args.UsageError(
+            "no held-out batches (the held-out files are empty): raise max_files or "
+            "heldout_fraction"
+        )
+    _check_corpus(run_dir, corpus.identity(), record=False)
+    return _Prepared(corpus, stream, heldout)
 
 
 # --- the training loop -------------------------------------------------------------------
@@ -268,21 +334,22 @@ def train(
 ) -> TrainResult:
     """Train ``run_dir`` up to config.steps (resuming from its newest verified checkpoint).
 
-    ``emit(event)`` receives machine-readable events ("fresh", "resumed" with a digest
-    per restored piece, "step", "committed", "preempted", "done"); ``progress(line)``
+    ``emit(event)`` receives machine-readable events ("fresh" (with "history_moved_to"
+    when an earlier start's history was moved aside), "resumed" with a digest per
+    restored piece, "step", "committed", "preempted", "done"); ``progress(line)``
     human-readable progress lines.
+
+    Nothing is written before ``prepare`` has validated the start (UsageError otherwise);
+    a start from scratch over an earlier start's history moves it aside first (rundir.py).
     """
     emit = emit or (lambda event: None)
     progress = progress or (lambda line: None)
     run_dir = pathlib.Path(run_dir).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint.write_json_atomic(run_dir / CONFIG_FILE, config.to_dict())
-    corpus = data.load_corpus(config)
-    _check_corpus(run_dir, corpus.identity())
-    stream = data.training_stream(config, corpus)
-    heldout = data.heldout_batches(config, corpus)
+    prepared = prepare(config, run_dir)
+    corpus, stream, heldout = prepared.corpus, prepared.stream, prepared.heldout
     state = init_state(config)
     step_fn = make_train_step(config)
+    run_dir.mkdir(parents=True, exist_ok=True)  # the first write
 
     ckpt = checkpoint.Checkpointer(
         run_dir / CHECKPOINTS,
@@ -293,7 +360,7 @@ def train(
     )
     with ckpt:
         restored = ckpt.restore_latest(checkpoint.abstract_like(state))
-        start = 0
+        start, moved_to = 0, None
         if restored is not None:
             start, state = restored.step, restored.state
             stream.set_state(restored.data_state["stream"])
@@ -307,7 +374,18 @@ def train(
             )
             progress(f"resumed from step {start} ({run_dir / CHECKPOINTS})")
         else:
-            emit({"event": "fresh", "digest": checkpoint.state_digest(state, stream.get_state())})
+            fresh = {"event": "fresh", "digest": checkpoint.state_digest(state, stream.get_state())}
+            rotated = rundir.rotate_history(run_dir)
+            if rotated is not None:
+                moved_to, names = rotated
+                fresh["history_moved_to"] = str(moved_to)
+                progress(
+                    f"starting from step 0 (no verified checkpoint): the earlier history "
+                    f"({', '.join(names)}) was moved to {moved_to}"
+                )
+            emit(fresh)
+        checkpoint.write_json_atomic(run_dir / CONFIG_FILE, config.to_dict())
+        _check_corpus(run_dir, corpus.identity())  # records it (checked in prepare)
         metrics_path = run_dir / METRICS_FILE
         _truncate_metrics(metrics_path, start)
 
@@ -371,11 +449,11 @@ def train(
     if preempted:
         progress(f"SIGTERM: saved step {step} and stopped; run the same command to resume")
     if log_mlflow and records:
-        _log_mlflow(run_dir, config, corpus.identity(), start, records, preempted)
+        _log_mlflow(run_dir, config, corpus.identity(), start, records, preempted, moved_to)
     return TrainResult(start, step, preempted, records, state, stream.get_state())
 
 
-def _log_mlflow(run_dir, config, corpus_identity, start, records, preempted) -> None:
+def _log_mlflow(run_dir, config, corpus_identity, start, records, preempted, moved_to) -> None:
     from core import tracking
 
     metrics: dict[str, dict[int, float]] = {}
@@ -391,6 +469,7 @@ def _log_mlflow(run_dir, config, corpus_identity, start, records, preempted) -> 
             "data.train_sha256": corpus_identity["train_sha256"],
             "data.heldout_sha256": corpus_identity["heldout_sha256"],
             "resumed_from_step": str(start),
+            "earlier_history_moved_to": str(moved_to or ""),
             "preempted": str(preempted),
             "git.revision": tracking.git_revision(),
         },
@@ -401,15 +480,26 @@ def _log_mlflow(run_dir, config, corpus_identity, start, records, preempted) -> 
 
 
 def load_state(run_dir: str | os.PathLike) -> tuple[config_lib.Config, checkpoint.Restored]:
-    """The config and the newest verified checkpoint of a run (FileNotFoundError if none)."""
-    run_dir = pathlib.Path(run_dir)
-    if not (run_dir / CONFIG_FILE).exists():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); train first")
-    config = config_lib.Config.load(run_dir / CONFIG_FILE)
-    with checkpoint.Checkpointer(run_dir / CHECKPOINTS, async_save=False) as ckpt:
-        restored = ckpt.restore_latest(abstract_state(config), quarantine=False)
+    """The config and the newest verified checkpoint of a run.
+
+    rundir.MissingRun (a UsageError and a FileNotFoundError) when there is no such run or
+    no verified checkpoint yet, UsageError when every checkpoint fails verification;
+    both say what to do, and nothing is created or moved."""
+    run_dir = rundir.require_run(run_dir)
+    config = saved_config(run_dir)
+    try:
+        with checkpoint.Checkpointer(run_dir / CHECKPOINTS, async_save=False) as ckpt:
+            restored = ckpt.restore_latest(abstract_state(config), quarantine=False)
+    except checkpoint.CorruptCheckpointError as exc:
+        raise args.UsageError(
+            f"run_dir={run_dir}: no checkpoint can be used ({exc}); nothing was loaded"
+        ) from None
     if restored is None:
-        raise FileNotFoundError(f"{run_dir} has no committed checkpoint; train first")
+        raise rundir.MissingRun(
+            f"run_dir={run_dir} has no verified checkpoint yet (every step lacks its manifest: "
+            f"the saves never finished); resume training to save one: "
+            + rundir.TRAIN_COMMAND.format(run_dir)
+        )
     return config, restored
 
 
@@ -432,14 +522,22 @@ def _stderr(line: str) -> None:
 
 def train_command(parsed: args.Parsed) -> int:
     run_dir = pathlib.Path(parsed["run_dir"])
+    if not parsed["run_dir"]:
+        raise args.UsageError("run_dir is empty; give the directory to train in")
     config = run_config(run_dir, parsed.overrides)
-    result = train(
-        config,
-        run_dir,
-        log_mlflow=parsed["mlflow"],
-        emit=_print_event if parsed["events"] else None,
-        progress=_stderr,
-    )
+    try:
+        result = train(
+            config,
+            run_dir,
+            log_mlflow=parsed["mlflow"],
+            emit=_print_event if parsed["events"] else None,
+            progress=_stderr,
+        )
+    except checkpoint.CorruptCheckpointError as exc:
+        raise args.UsageError(
+            f"refused: {exc}. The damaged steps are kept in {run_dir / CHECKPOINTS}; to "
+            "start from scratch, move that directory aside (nothing was written)"
+        ) from None
     if not parsed["events"] and result.records:
         last = result.records[-1]
         print(
@@ -450,10 +548,10 @@ def train_command(parsed: args.Parsed) -> int:
 
 
 def eval_command(parsed: args.Parsed) -> int:
-    run_dir = pathlib.Path(parsed["run_dir"])
+    run_dir = rundir.require_run(parsed["run_dir"])
     config, restored = load_state(run_dir)
     corpus = data.load_corpus(config)
-    _check_corpus(run_dir, corpus.identity())
+    _check_corpus(run_dir, corpus.identity(), record=False)
     batches = data.heldout_batches(config, corpus)
     result = evaluate(config, restored.state["params"], batches)
     result.update(

@@ -5,6 +5,7 @@ is in recovery_test.py."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 
@@ -13,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from capstones.byte_transformer import args, cli, data, training
+from capstones.byte_transformer import args, cli, data, rundir, training
 from capstones.byte_transformer import config as config_lib
 from core import checkpoint, tokenizer, transformer
+from core import corpus as corpus_lib
 
 TINY = config_lib.Config(
     d_model=32,
@@ -56,6 +58,45 @@ def test_overrides_convert_and_validate():
         config_lib.Config.from_overrides(["seq_len=2048"])
     with pytest.raises(ValueError, match="compute_dtype"):
         config_lib.Config.from_overrides(["compute_dtype=float16"])
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("max_bytes", 1, "max_bytes must be >= 2"),
+        ("max_bytes", 0, "max_bytes must be >= 2"),
+        ("data_seed", -1, "data_seed must be in"),
+        ("seed", -1, "seed must be in"),
+        ("seed", 2**64, "seed must be in"),
+        ("learning_rate", math.inf, "learning_rate must be a finite number"),
+        ("weight_decay", math.nan, "weight_decay must be a finite number"),
+        ("clip_norm", math.inf, "clip_norm must be a finite number"),
+        ("d_model", "64", "d_model must be an int"),
+        ("steps", 6.0, "steps must be an int"),
+        ("dropout", True, "dropout must be a float"),
+        ("async_ckpt", 1, "async_ckpt must be true or false"),
+        ("compute_dtype", None, "compute_dtype must be a string"),
+    ],
+)
+def test_config_refuses_what_training_would_refuse_later(field, value, message):
+    """issue 12.3: values the config accepted and training refused after writing the run
+    directory (core.corpus: max_bytes >= 2; numpy: seeds >= 0; optax: NaN/inf gave NaN
+    losses; a config.json edited by hand: wrong types) are refused by the config itself."""
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(TINY, **{field: value})
+    with pytest.raises(ValueError, match=message):
+        config_lib.Config.from_dict(TINY.to_dict() | {field: value})
+
+
+def test_the_bounds_mirror_what_the_later_code_refuses():
+    with pytest.raises(ValueError, match="max_bytes must be >= 2"):
+        corpus_lib.load_corpus(max_files=4, max_bytes=1)
+    with pytest.raises(ValueError, match="non-negative"):
+        np.random.default_rng([-1, 0])  # the data stream's epoch permutation
+    assert dataclasses.replace(TINY, max_bytes=2, data_seed=config_lib.MAX_SEED).max_bytes == 2
+    # an int given for a float field is stored as a float (config.json stays stable)
+    assert dataclasses.replace(TINY, dropout=0).dropout == 0.0
+    assert isinstance(config_lib.Config.from_dict(TINY.to_dict() | {"dropout": 0}).dropout, float)
 
 
 def test_config_round_trips_json():
@@ -182,6 +223,25 @@ def test_valid_token_loss_equals_numpy_reference_on_packed_rows(corpus):
     assert abs(float(loss) - reference) <= 1e-5 * abs(reference)
 
 
+def test_loss_fn_can_be_jitted_before_anything_else(corpus):
+    """issue 12.8: jit(loss_fn) before make_train_step had run raised
+    TracerArrayConversionError (the model structure was first built inside the trace)."""
+    config = dataclasses.replace(TINY, dropout=0.0, seed=5)
+    params = training.init_state(config)["params"]
+    training._graphdef.cache_clear()  # as in a fresh process
+    packed = data.training_stream(config, corpus).next_packed()
+    batch = transformer.batch_from_packed(packed)
+    loss, count = jax.jit(functools.partial(training.loss_fn, config))(params, batch, None)
+    # against numpy float64 from the same weights
+    model = training.model_from_params(config, params)
+    logits = transformer.lm_reference(
+        model, packed.tokens_BT, packed.segment_ids_BT, packed.positions_BT
+    )
+    reference, reference_count = transformer.token_loss_reference(logits, packed)
+    assert int(count) == reference_count
+    assert abs(float(loss) - reference) <= 1e-5 * reference
+
+
 def test_dropout_changes_training_logits_only_with_a_key():
     model = _model()
     tokens = jnp.arange(16, dtype=jnp.int32)[None]
@@ -234,3 +294,53 @@ def test_resume_refuses_a_different_model(tmp_path):
     with pytest.raises(args.UsageError, match="d_model: 32 vs 64"):
         training.run_config(tmp_path, {"d_model": 64})
     assert training.run_config(tmp_path, {"steps": 9}).steps == 9
+
+
+def _unfinish_every_step(run_dir):
+    """Remove every step's manifest: what a process killed between Orbax's commit and the
+    manifest write leaves. restore_latest then returns None (start from scratch)."""
+    steps = rundir.committed_steps(run_dir / training.CHECKPOINTS)
+    assert steps
+    for step in steps:
+        (run_dir / training.CHECKPOINTS / str(step) / checkpoint.MANIFEST).unlink()
+
+
+def test_a_fresh_start_moves_the_earlier_history_aside(tmp_path):
+    """A restart from scratch used to truncate metrics.jsonl to nothing (steps <= 0) and
+    leave eval/report results of checkpoints that no longer exist. Now they are moved into
+    DIR/previous/<time>-<n>/, one line says where, and MLflow keeps every segment."""
+    run_dir = tmp_path / "run"
+    config = dataclasses.replace(TINY, steps=3)
+    training.train(config, run_dir, log_mlflow=True)
+    old_metrics = (run_dir / training.METRICS_FILE).read_text()
+    assert len(old_metrics.splitlines()) == 3
+    (run_dir / training.EVAL_FILE).write_text('{"step": 3}')
+    (run_dir / "report").mkdir()
+    (run_dir / "report" / "report.md").write_text("old report")
+    _unfinish_every_step(run_dir)
+    events, lines = [], []
+    result = training.train(config, run_dir, log_mlflow=True, emit=events.append,
+                            progress=lines.append)  # fmt: skip
+    assert result.start_step == 0
+    (previous,) = (run_dir / rundir.PREVIOUS).iterdir()
+    assert (previous / training.METRICS_FILE).read_text() == old_metrics  # every byte kept
+    assert (previous / training.EVAL_FILE).read_text() == '{"step": 3}'
+    assert (previous / "report" / "report.md").read_text() == "old report"
+    assert json.loads((previous / training.CONFIG_FILE).read_text()) == config.to_dict()
+    assert not (run_dir / training.EVAL_FILE).exists() and not (run_dir / "report").exists()
+    assert events[0]["event"] == "fresh" and events[0]["history_moved_to"] == str(previous)
+    (said,) = [line for line in lines if str(previous) in line]
+    assert "metrics.jsonl" in said and "eval.json" in said
+    # the new start is a run of its own, and a deterministic one: the same losses again
+    new = training.read_metrics(run_dir)
+    assert [r["step"] for r in new] == [1, 2, 3]
+    assert [r["loss"] for r in new] == [json.loads(x)["loss"] for x in old_metrics.splitlines()]
+    from core import tracking
+
+    runs = tracking.Tracker(run_dir).runs()
+    assert [r.name for r in runs] == ["steps 1-3", "steps 1-3"]
+    assert runs[1].tags["earlier_history_moved_to"] == str(previous)
+    # a normal resumption moves nothing
+    training.train(dataclasses.replace(TINY, steps=4), run_dir, log_mlflow=False)
+    assert len(list((run_dir / rundir.PREVIOUS).iterdir())) == 1
+    assert [r["step"] for r in training.read_metrics(run_dir)] == [1, 2, 3, 4]
