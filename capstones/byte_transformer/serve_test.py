@@ -1,14 +1,21 @@
-"""serve: a real HTTP server on an ephemeral loopback port over tiny exported artifacts;
-its tokens against the artifacts driven directly and against kv_cache.generate."""
+"""serve: a real HTTP server (uvicorn) on an ephemeral loopback port over tiny exported
+artifacts; its tokens against the artifacts driven directly and against kv_cache.generate;
+schemathesis fuzzing every operation of its OpenAPI document in-process."""
 
 import http.client
 import json
 import threading
-import time
 
+import hypothesis
 import jax
 import numpy as np
 import pytest
+import schemathesis
+import scipy.special
+from hypothesis import strategies
+from schemathesis import checks as schemathesis_checks
+from schemathesis.generation import feedback
+from schemathesis.specs.openapi import checks as openapi_checks
 
 from capstones.byte_transformer import cli, export, kv_cache, serve
 from capstones.byte_transformer import config as config_lib
@@ -48,9 +55,11 @@ def server(artifact_dir):
 
 
 def request(server, method, path, body=None, raw=None, headers=None):
-    """(status, parsed JSON) of one request on a fresh connection."""
+    """(status, parsed JSON) of one request on a fresh connection (a body goes as JSON)."""
     connection = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    if data is not None:
+        headers = {"Content-Type": "application/json", **(headers or {})}
     connection.request(method, path, body=data, headers=headers or {})
     response = connection.getresponse()
     payload = json.loads(response.read() or b"null")
@@ -233,19 +242,6 @@ def test_unknown_path_and_wrong_method(server):
         assert status == 405 and "takes" in payload["error"]
 
 
-def test_one_log_line_per_request(server):
-    before = len(server.lines)
-    request(server, "GET", "/healthz")
-    request(server, "GET", "/missing")
-    # the handler logs after it has sent the response: give its thread a moment
-    deadline = time.monotonic() + 10
-    while len(server.lines) < before + 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    new = server.lines[before:]
-    assert len(new) == 2
-    assert "GET /healthz 200" in new[0] and "GET /missing 404" in new[1]
-
-
 def test_remote_hosts_refused(artifact_dir, capsys):
     with pytest.raises(ValueError, match="allow_remote=true"):
         serve.make_server(artifact_dir, "0.0.0.0", 0)
@@ -254,3 +250,275 @@ def test_remote_hosts_refused(artifact_dir, capsys):
         assert serve.check_host(host) == host
     assert cli.main(["serve", f"artifacts={artifact_dir}", "host=0.0.0.0", "port=0"]) == 2
     assert "allow_remote=true" in capsys.readouterr().err
+
+
+# --- reproductions (issue 12) -----------------------------------------------------------------
+
+
+def test_tiny_temperature_samples_like_greedy_not_a_server_error(server):
+    """temperature 1e-310 once overflowed logits / T into NaN probabilities (HTTP 500); its
+    limit is greedy decoding, which is what it must give."""
+    body = {"prompt": "def ", "max_new_tokens": 6, "cache": "fp32"}
+    status, greedy = request(server, "POST", "/generate", body)
+    assert status == 200, greedy
+    for temperature in (1e-310, 5e-324, 1e-30):
+        status, tiny = request(server, "POST", "/generate", {**body, "temperature": temperature})
+        assert status == 200, (temperature, tiny)
+        assert tiny["tokens"] == greedy["tokens"]
+
+
+def test_one_log_line_per_request_matched_by_id(server):
+    """Each request carries its own X-Request-ID; the response echoes it and exactly one log
+    line holds it, whatever other requests run at the same time."""
+    calls = [("GET", "/healthz", 200), ("GET", "/missing", 404), ("DELETE", "/prefill", 405)]
+    calls = [(method, path, status, f"log-test-{i}") for i, (method, path, status) in
+             enumerate(calls * 4)]  # fmt: skip
+    echoed = {}
+
+    def send(method, path, rid):
+        connection = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+        connection.request(method, path, headers={"X-Request-ID": rid})
+        response = connection.getresponse()
+        response.read()
+        echoed[rid] = (response.status, response.getheader("X-Request-ID"))
+        connection.close()
+
+    threads = [threading.Thread(target=send, args=(m, p, rid)) for m, p, _, rid in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for method, path, status, rid in calls:
+        assert echoed[rid] == (status, rid)
+        mine = [line for line in server.lines if f"id={rid} " in f"{line} "]
+        assert len(mine) == 1, (rid, mine)
+        assert f"{method} {path} {status}" in mine[0]
+
+
+def test_unencodable_prompt_is_a_400(server):
+    """JSON allows a lone surrogate escape, which has no UTF-8 bytes: a client error, not a
+    500 from the tokenizer."""
+    raw = b'{"prompt": "a\\ud800", "max_new_tokens": 1}'
+    for path in ("/generate", "/prefill"):
+        body = raw if path == "/generate" else b'{"prompt": "\\udfff"}'
+        status, payload = request(server, "POST", path, raw=body)
+        assert status == 400, payload
+        assert "prompt must be valid Unicode text" in payload["error"]
+
+
+# --- sampling -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "size,temperature,top_k",
+    [(256, 1.0, None), (256, 0.3, 5), (7, 2.5, 3), (50, 100.0, 50), (256, 1e-3, None), (9, 7.0, 1)],
+)
+def test_sampling_probabilities_match_a_softmax_reference(size, temperature, top_k):
+    logits = np.random.default_rng(size).normal(0, 4, size).astype(np.float32)
+    got = serve.next_token_probabilities(logits, temperature, top_k)
+    wide = logits.astype(np.float64)
+    kept = wide >= np.sort(wide)[-(top_k or size)]  # the top_k largest (no ties here)
+    want = np.zeros(size)
+    want[kept] = scipy.special.softmax(wide[kept] / temperature)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+
+
+def test_sampling_limits_are_finite():
+    logits = np.array([1.0, 3.0, 3.0, -1e30, 0.0], np.float32)
+    for temperature in (5e-324, 1e-310, 1e-30):  # ties at the max share, the rest get 0
+        np.testing.assert_array_equal(
+            serve.next_token_probabilities(logits, temperature), [0, 0.5, 0.5, 0, 0]
+        )
+    np.testing.assert_array_equal(serve.next_token_probabilities(logits, 0.0), [0, 1, 0, 0, 0])
+    top_1 = serve.next_token_probabilities(logits, 1e-310, top_k=1)  # ties: the lower id
+    np.testing.assert_array_equal(top_1, [0, 1, 0, 0, 0])
+    huge = serve.next_token_probabilities(np.array([1e38, -1e38], np.float32), 100.0)
+    np.testing.assert_array_equal(huge, [1.0, 0.0])
+
+
+def test_top_k_one_samples_like_greedy(server):
+    body = {"prompt": "def ", "max_new_tokens": 6, "cache": "bf16"}
+    greedy = request(server, "POST", "/generate", body)
+    sampled = request(
+        server, "POST", "/generate", {**body, "temperature": 1.5, "top_k": 1, "seed": 11}
+    )
+    assert greedy[0] == sampled[0] == 200
+    assert sampled[1]["tokens"] == greedy[1]["tokens"]
+
+
+# --- HTTP details ---------------------------------------------------------------------------------
+
+
+def _raw(server, method, path, data=None, headers=None, **kwargs):
+    """(status, headers, parsed JSON) of one request sent exactly as given."""
+    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+    connection.request(method, path, body=data, headers=headers or {}, **kwargs)
+    response = connection.getresponse()
+    payload = json.loads(response.read() or b"null")
+    connection.close()
+    return response.status, response, payload
+
+
+def test_request_ids_kept_when_well_formed_else_replaced(server):
+    for given in ("bad id", "x" * 65, "semi;colon", "", "é"):
+        status, response, _ = _raw(server, "GET", "/healthz", headers={"X-Request-ID": given})
+        echoed = response.getheader("X-Request-ID")
+        assert status == 200 and echoed != given and serve.REQUEST_ID.fullmatch(echoed)
+        assert sum(f"id={echoed} " in f"{line} " for line in server.lines) == 1
+    kept = "A-z_0.9" + "x" * 57  # 64 characters of the allowed set
+    assert _raw(server, "GET", "/readyz", headers={"X-Request-ID": kept})[1].getheader(
+        "X-Request-ID"
+    ) == kept
+    fresh = {_raw(server, "GET", "/healthz")[1].getheader("X-Request-ID") for _ in range(3)}
+    assert len(fresh) == 3
+
+
+def test_body_must_be_declared_json_and_sized(server):
+    body = json.dumps({"prompt": "a", "max_new_tokens": 1}).encode()
+    for content_type in (None, "text/plain", "application/x-www-form-urlencoded"):
+        headers = {} if content_type is None else {"Content-Type": content_type}
+        status, _, payload = _raw(server, "POST", "/generate", body, headers)
+        assert status == 415 and "Content-Type must be application/json" in payload["error"]
+    ok = {"Content-Type": "application/json; charset=utf-8"}
+    assert _raw(server, "POST", "/generate", body, ok)[0] == 200
+    status, _, payload = _raw(
+        server, "POST", "/generate", iter([body]), {**ok, "Transfer-Encoding": "chunked"},
+        encode_chunked=True,
+    )  # fmt: skip
+    assert status == 400 and "Transfer-Encoding is not accepted" in payload["error"]
+
+
+NASTY_BODIES = [
+    b'{"prompt": "a", "max_new_tokens": 2, "temperature": NaN}',
+    b'{"prompt": "a", "max_new_tokens": 2, "temperature": Infinity}',
+    b'{"prompt": "a", "max_new_tokens": 2, "temperature": -Infinity}',
+    b'{"prompt": "a", "max_new_tokens": 2, "temperature": 1e400}',
+    b'{"prompt": "a", "max_new_tokens": 1e400}',
+    b'{"prompt": "a", "max_new_tokens": 2, "seed": 100000000000000000000000000000}',
+    b'{"prompt": "a", "max_new_tokens": 2, "top_k": 0}',
+    b'{"prompt": "a", "max_new_tokens": 2, "temperature": true}',
+    b'{"prompt": "a", "max_new_tokens": 2, "cache": true}',
+    b'{"tokens": [' + b"9" * 5000 + b'], "max_new_tokens": 1}',  # over int()'s digit limit
+    b"[" * 30000 + b"]" * 30000,  # deeper than the JSON decoder recurses
+    b'{"prompt": "\xff\xfe", "max_new_tokens": 1}',  # not UTF-8
+    b'\xef\xbb\xbf{"prompt": "a", "max_new_tokens": 1}',  # a UTF-8 byte order mark
+    b'{"prompt": "\\ud800\\udc00x", "max_new_tokens": 1}',  # a valid surrogate pair
+    b"null",
+    b'"text"',
+    b"12",
+    b"",
+    b'{"prompt": "a", "prompt": 3, "max_new_tokens": 1}',
+]
+
+
+@pytest.mark.parametrize("path", serve.BODY_ROUTES)
+def test_no_request_is_a_server_error(server, path):
+    """Hostile bodies through the real HTTP stack: each a 2xx or a 4xx with a message."""
+    for data in NASTY_BODIES:
+        status, _, payload = _raw(server, "POST", path, data, {"Content-Type": "application/json"})
+        assert status < 500, (data[:80], payload)
+        if status >= 400:
+            assert isinstance(payload["error"], str) and payload["error"], data[:80]
+    status, _, payload = _raw(
+        server, "GET", "/healthz", headers={"X-Request-ID": "x" * 20000}  # over h11's limit
+    )
+    assert status < 500
+
+
+def test_an_internal_error_is_json_logged_once_with_its_id(server, monkeypatch):
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(server.engine, "readiness", broken)
+    status, response, payload = _raw(server, "GET", "/readyz", headers={"X-Request-ID": "oops-1"})
+    assert (status, payload) == (500, {"error": "internal error"})
+    assert response.getheader("X-Request-ID") == "oops-1"
+    access = [line for line in server.lines if line.endswith(" id=oops-1")]
+    assert len(access) == 1 and "GET /readyz 500" in access[0]
+    errors = [line for line in server.lines if "internal error in request oops-1" in line]
+    assert errors == ["internal error in request oops-1: RuntimeError: boom"]
+
+
+def test_openapi_document_states_the_contract(server):
+    status, _, document = _raw(server, "GET", "/openapi.json")
+    assert status == 200
+    assert {path: list(item) for path, item in document["paths"].items()} == {
+        path: [method.lower()] for path, method in serve.ROUTES.items()
+    }
+    schemas = document["components"]["schemas"]
+    prompt = schemas["GenerateRequest"]["properties"]
+    assert prompt["tokens"]["maxItems"] == PREFILL_LEN and prompt["prompt"]["maxLength"] == 8
+    assert prompt["max_new_tokens"]["maximum"] == CAPACITY - 1
+    assert prompt["temperature"]["minimum"] == 0 and prompt["temperature"]["maximum"] == 100
+    assert schemas["DecodeRequest"]["properties"]["session"]["pattern"] == serve.SESSION_ID
+    assert schemas["GenerateRequest"]["additionalProperties"] is False
+    for item in document["paths"].values():
+        for operation in item.values():
+            assert "422" not in operation["responses"]  # validation errors are 400 here
+            assert "400" in operation["responses"]
+    assert "HTTPValidationError" not in schemas
+    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+    connection.request("GET", "/docs")
+    response = connection.getresponse()
+    assert response.status == 200 and b"openapi.json" in response.read()
+    connection.close()
+
+
+# --- schemathesis ---------------------------------------------------------------------------------
+
+FUZZ_EXAMPLES = 25
+FUZZ_SETTINGS = hypothesis.settings(
+    max_examples=FUZZ_EXAMPLES,
+    derandomize=True,  # the same examples every run
+    database=None,
+    deadline=None,
+    suppress_health_check=list(hypothesis.HealthCheck),
+)
+POSITIVE_CHECKS = [
+    schemathesis_checks.not_a_server_error,
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    openapi_checks.response_schema_conformance,
+    openapi_checks.response_headers_conformance,
+]
+FUZZ_RUNS = [(path, "positive") for path in serve.ROUTES]
+FUZZ_RUNS += [(path, "negative") for path in serve.BODY_ROUTES]  # GETs have no invalid input
+
+
+@pytest.fixture(scope="module")
+def api_schema(server):
+    """The OpenAPI document, loaded in-process from a second app over the server's loaded
+    engine (schemathesis.pytest.from_fixture needs pytest < 9: it sets Item._nodeid)."""
+    return schemathesis.openapi.from_asgi("/openapi.json", serve.make_app(server.engine, None))
+
+
+@pytest.mark.parametrize("path,mode", FUZZ_RUNS)
+def test_fuzz_every_operation(server, api_schema, path, mode):
+    """Schema-valid requests (positive) get a documented status and a response matching the
+    document, never a 5xx; schema-invalid ones (negative) are refused with a 4xx."""
+    operation = api_schema[path][serve.ROUTES[path]]
+    negative = [openapi_checks.negative_data_rejection] if mode == "negative" else []
+    checks = POSITIVE_CHECKS + negative
+    live = request(server, "POST", "/prefill", {"prompt": "ab"})[1]["session"]
+    statuses = []
+
+    @FUZZ_SETTINGS
+    @hypothesis.given(
+        case=operation.as_strategy(
+            schemathesis.GenerationMode(mode),
+            feedback=feedback.FeedbackSources(),  # no constants mined from loaded modules
+        ),
+        use_live_session=strategies.booleans(),
+    )
+    def run(case, use_live_session):
+        if path == "/decode" and mode == "positive" and use_live_session:
+            case.body = {**case.body, "session": live}  # reach the model, not only "unknown"
+        statuses.append(case.call_and_validate(checks=checks).status_code)
+
+    run()
+    assert len(statuses) >= FUZZ_EXAMPLES // 2
+    assert max(statuses) < 500
+    if mode == "positive":
+        assert 200 in statuses  # the fuzz reached the model, not only the validation
+    else:
+        assert all(400 <= s < 500 for s in statuses)
