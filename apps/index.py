@@ -82,7 +82,10 @@ def _(course, only_present, path):
         badge = f'<span class="badge {word}">{word}</span>'
         if lesson["status"] == "present":
             file_name = lesson["app"].removeprefix("apps/")
-            link = f'<a href="/?file={file_name}" target="_blank" data-lesson="{file_name}">{title}</a>'
+            link = (
+                f'<a href="/?file={file_name}" target="_blank" data-lesson="{file_name}">'
+                f"{title}</a>"
+            )
             return f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code></li>'
         return f'<li data-status="{word}">{badge}{title} <code>{lesson["app"]}</code></li>'
 
@@ -120,15 +123,22 @@ def _(summary):
         built=summary["present"],
         planned=summary["missing"],
     )
-    long_form = numbered.melt(id_vars="phase", value_vars=["built", "planned"], var_name="status", value_name="count")
+    long_form = numbered.melt(
+        id_vars="phase", value_vars=["built", "planned"], var_name="status", value_name="count"
+    )
     progress_chart = (
         alt.Chart(long_form, title="Lesson apps per phase")
         .mark_bar()
         .encode(
             # labelLimit=0: whole phase titles (Vega cuts labels at 180 px by default).
-            y=alt.Y("phase:N", sort=list(numbered["phase"]), title=None, axis=alt.Axis(labelLimit=0)),
+            y=alt.Y(
+                "phase:N", sort=list(numbered["phase"]), title=None, axis=alt.Axis(labelLimit=0)
+            ),
             x=alt.X("count:Q", title="lessons", axis=alt.Axis(tickMinStep=1)),
-            color=alt.Color("status:N", scale=alt.Scale(domain=["built", "planned"], range=["#2e7d32", "#cfd8dc"])),
+            color=alt.Color(
+                "status:N",
+                scale=alt.Scale(domain=["built", "planned"], range=["#2e7d32", "#cfd8dc"]),
+            ),
             tooltip=["phase", "status", "count"],
         )
         .properties(width=360)
@@ -145,7 +155,8 @@ def _():
         _link = (
             f'<a href="/?file={_capstone.slug}.py" target="_blank">{html.escape(_capstone.title)}</a>'
             if curriculum.status(_capstone.slug) == "present"
-            else f'<span class="badge planned">planned</span>{html.escape(_capstone.title)} <code>{_capstone.app}</code>'
+            else '<span class="badge planned">planned</span>'
+            f"{html.escape(_capstone.title)} <code>{_capstone.app}</code>"
         )
         _points = "".join(f"<li>{html.escape(point)}</li>" for point in _capstone.points)
         _capstones.append(f"<h3>{_link}</h3><p>{html.escape(_capstone.summary)}</p><ul>{_points}</ul>")

@@ -406,7 +406,8 @@ def test_export_of_a_non_app_fails_without_a_script(tmp_path):
 
 def _bash_words(text: str) -> list[str]:
     """The words bash itself reads from ``text`` (printf prints each; nothing else runs)."""
-    result = subprocess.run(["bash", "-c", "printf '%s\\0' " + text], capture_output=True, text=True)
+    argv = ["bash", "-c", "printf '%s\\0' " + text]
+    result = subprocess.run(argv, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result.stdout.split("\0")[:-1]
 
@@ -440,7 +441,8 @@ def test_display_command_keeps_short_lines_and_rejects_open_quotes():
 
 def test_workflow_problems_read_commands_as_displayed():
     vm = cloud_tpu.TpuVm(spot=True)
-    shown = [cloud_tpu.display_command(line, width=40) for _, line in cloud_tpu.workflow(vm, "r_tpu.py")]
+    steps = cloud_tpu.workflow(vm, "r_tpu.py")
+    shown = [cloud_tpu.display_command(line, width=40) for _, line in steps]
     chosen = dict(name=vm.name, zone=vm.zone, accelerator_type=vm.accelerator_type,
                   version=vm.runtime_version, spot=True, script="r_tpu.py")
     assert cloud_tpu.workflow_problems(shown, **chosen) == []

@@ -122,7 +122,9 @@ def serve(argv: list[str], log_path: pathlib.Path, port: int):
         if process.poll() is not None or time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            pytest.fail(f"{' '.join(argv)} did not come up on {server.url}:\n{server.log()[-3000:]}")
+            pytest.fail(
+                f"{' '.join(argv)} did not come up on {server.url}:\n{server.log()[-3000:]}"
+            )
         time.sleep(0.3)
     try:
         yield server
@@ -147,7 +149,8 @@ def gallery(tmp_path_factory):
     """
     port = _free_port()
     log_path = tmp_path_factory.mktemp("gallery") / "server.log"
-    argv = ["make", "--no-print-directory", "lab", f"PORT={port}", f"LAB_FLAGS={' '.join(SESSION_FLAGS)}"]
+    flags = " ".join(SESSION_FLAGS)
+    argv = ["make", "--no-print-directory", "lab", f"PORT={port}", f"LAB_FLAGS={flags}"]
     with serve(argv, log_path, port) as server:
         yield server
 
@@ -218,13 +221,15 @@ HOME_STYLES = """() => {
 def test_course_home_reads_as_a_page(browser, gallery_url):
     page = open_app(browser, gallery_url, "index.py")
     try:
-        page.locator('section[data-phase="Workload operations"]').wait_for(timeout=STARTUP_TIMEOUT_MS)
+        last_phase = page.locator('section[data-phase="Workload operations"]')
+        last_phase.wait_for(timeout=STARTUP_TIMEOUT_MS)
         styles = page.evaluate(HOME_STYLES)
         # Links look like links: their own colour and an underline.
         assert styles["linkColor"] != styles["textColor"], styles
         assert "underline" in styles["linkDecoration"], styles
         # Phase titles are headings, visibly bigger than body text.
-        assert styles["headingTag"] == "H3" and styles["headingPx"] >= 1.15 * styles["bodyPx"], styles
+        assert styles["headingTag"] == "H3", styles
+        assert styles["headingPx"] >= 1.15 * styles["bodyPx"], styles
         # A lesson's state is a word in a badge, never an emoji alone (no emoji font: a box).
         states = curriculum.course_map()
         expected = [
@@ -356,7 +361,8 @@ class KernelWatch:
                 self.outputs[data["cell_id"]] = data["output"]
 
     def busy_cells(self) -> list[str]:
-        return [self.name(c) for c, status in self.status.items() if status in ("running", "queued")]
+        busy = ("running", "queued")
+        return [self.name(c) for c, status in self.status.items() if status in busy]
 
     def name(self, cell_id: str) -> str:
         name = self.cell_names.get(cell_id, "?")
@@ -438,7 +444,7 @@ def tour_app(browser, server: Server, file_name: str) -> tuple[list[str], float]
     while (alive := kernels & server.app_hosts()) and time.monotonic() < deadline:
         time.sleep(0.2)  # waiting for the processes to exit, not timing anything
     assert kernels, f"{file_name}: no kernel process of its own (isolate_apps is off?)"
-    assert not alive, f"{file_name}: closing the tab left kernel process(es) {sorted(alive)} running"
+    assert not alive, f"{file_name}: closing the tab left kernel process(es) {sorted(alive)}"
     return problems, seconds
 
 
@@ -476,6 +482,7 @@ def test_detector_catches_a_broken_app(browser, fixture_app_server):
     assert "error toast: An internal error occurred" in text, text
     assert "danger callout: deliberate danger callout" in text, text
     assert re.search(r"console error: deliberate console error", text), text
-    assert re.search(r"console error: Failed to load resource: .*404.*fixture-missing-image", text), text
+    missing = r"console error: Failed to load resource: .*404.*fixture-missing-image"
+    assert re.search(missing, text), text
     assert "page error: deliberate page error" in text, text
     assert len(problems) == 6, text  # one per deliberate fault: nothing from the healthy cells
