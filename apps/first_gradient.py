@@ -148,8 +148,7 @@ def _(comparison, function):
 
 @app.cell
 def _(function, x0):
-    step_sizes = np.logspace(-13, -1, 25)
-    sweep = pd.DataFrame(autodiff.step_size_sweep(function.value, x0.value, step_sizes))
+    sweep = pd.DataFrame(autodiff.step_size_sweep(function.value, x0.value, autodiff.SWEEP_STEPS))
     x0_references = {
         "jax.grad (float32)": autodiff.jax_grad_at(function.value, x0.value),
         "closed form (float64)": float(autodiff.closed_form_derivative(function.value, [x0.value])[0]),
@@ -202,10 +201,12 @@ def test_grid_and_curves_have_the_requested_points(comparison, points):
 
 
 @app.cell
-def test_float64_central_difference_beats_float32(sweep):
-    best = sweep.groupby("scheme")["abs error"].min()
-    assert best["central float64"] < best["central float32"]
-    assert best["central float64"] < best["forward float64"]
+def test_float64_central_difference_beats_float32(function, sweep, x0):
+    # Robust best errors (kept over 3 neighbouring h, not one lucky hit); "central beats
+    # forward" is not claimed at an inflection point, where forward is as good (autodiff_test
+    # proves both claims with margin over every function and x0).
+    for _claim in autodiff.difference_claims(function.value, x0.value, sweep.to_dict("records")):
+        assert _claim.holds, _claim
     return
 
 

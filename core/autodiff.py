@@ -232,3 +232,97 @@ def step_size_sweep(name: str, x0: float, steps) -> list[dict]:
 def jax_grad_at(name: str, x0: float) -> float:
     """jax.grad(f)(x0) for one float32 scalar."""
     return float(jax.grad(get(name).jax_f)(jnp.float32(x0)))
+
+
+# ---------------------------------------------------------------- the lesson's claims
+#
+# "float64 central differences beat float32, and central beats forward": true in general,
+# false at special points. A best-over-h error can be 0 by luck (float32 rounding that
+# lands exactly on f'), and at an inflection point (f''(x0) = 0) the forward difference's
+# h·f''/2 error term vanishes, so forward is as accurate as central there. The claims below
+# say where they apply and measure a robust best error.
+
+# The step sizes the lesson sweeps (and the claims below are proven over, autodiff_test.py).
+SWEEP_STEPS = np.logspace(-13, -1, 25)
+# The robust best error looks at this many neighbouring step sizes: a lucky exact hit at
+# one h does not count, an error kept over a few neighbouring h does.
+BEST_ERROR_WINDOW = 3
+# "central beats forward" applies where |f''(x0)| is at least this (away from inflections).
+INFLECTION_TOLERANCE = 1e-2
+# Errors at or below this (relative to max(1, |f'(x0)|)) are exact: nothing left to beat.
+EXACT_ERROR = 1e-15
+# A claim holds when the better scheme's best error is at most this fraction of the other's.
+FLOAT64_BEATS_FLOAT32 = 1e-3
+CENTRAL_BEATS_FORWARD = 0.5
+
+
+def best_error(rows: list[dict], scheme: str, window: int = BEST_ERROR_WINDOW) -> float:
+    """min over h of the largest error over ``window`` neighbouring step sizes, for one
+    scheme of ``step_size_sweep`` rows: the error the scheme reliably reaches near its best h.
+    """
+    ordered = sorted(rows, key=lambda r: r["step h"])
+    errors = [r["abs error"] for r in ordered if r["scheme"] == scheme]
+    if len(errors) < window:
+        raise ValueError(f"need at least {window} step sizes of {scheme!r}, got {len(errors)}")
+    return min(max(errors[i : i + window]) for i in range(len(errors) - window + 1))
+
+
+def second_derivative(name: str, x0: float, step: float = 1e-4) -> float:
+    """f''(x0) by a central second difference in NumPy float64 (error ~1e-8 at h = 1e-4)."""
+    f = get(name).numpy_f
+    x = np.array([x0], dtype=np.float64)
+    return float(((f(x + step) - 2 * f(x) + f(x - step)) / step**2)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One claim at one point: ``ratio`` = better scheme's best error / the other's.
+
+    ``applies`` False says why the claim is not made here (``reason``); where it applies it
+    holds when ``ratio <= limit``; ``margin`` = limit / ratio (> 1: holds, bigger is safer).
+    """
+
+    name: str
+    applies: bool
+    ratio: float
+    limit: float
+    reason: str = ""
+
+    @property
+    def holds(self) -> bool:
+        return (not self.applies) or self.ratio <= self.limit
+
+    @property
+    def margin(self) -> float:
+        return self.limit / max(self.ratio, 1e-300)
+
+
+def difference_claims(name: str, x0: float, rows: list[dict]) -> list[Claim]:
+    """The lesson's two claims about ``step_size_sweep(name, x0, ...)`` rows.
+
+    1. float64 central differences beat float32 ones by FLOAT64_BEATS_FLOAT32 (unless the
+       float32 best is already exact); 2. central beats forward in float64 by
+       CENTRAL_BEATS_FORWARD where |f''(x0)| >= INFLECTION_TOLERANCE.
+    """
+    scale = max(1.0, abs(float(closed_form_derivative(name, [x0])[0])))
+    central64, central32 = best_error(rows, "central float64"), best_error(rows, "central float32")
+    forward64 = best_error(rows, "forward float64")
+    curvature = second_derivative(name, x0)
+    return [
+        Claim(
+            "central float64 beats central float32",
+            central32 > EXACT_ERROR * scale,
+            central64 / central32,
+            FLOAT64_BEATS_FLOAT32,
+            "" if central32 > EXACT_ERROR * scale else "float32 is exact here: nothing to beat",
+        ),
+        Claim(
+            "central beats forward (float64)",
+            abs(curvature) >= INFLECTION_TOLERANCE,
+            central64 / max(forward64, 1e-300),
+            CENTRAL_BEATS_FORWARD,
+            ""
+            if abs(curvature) >= INFLECTION_TOLERANCE
+            else f"f''(x0) = {curvature:.2g}: at an inflection point forward is as good as central",
+        ),
+    ]
