@@ -22,6 +22,8 @@ REFUSALS = [
     # was a bug (issue 12): the gradient-accumulation cell ran past the stop
     ("communication_algorithms", ["--batch", "10", "--microbatches", "4"], "K does not divide B"),
     ("communication_algorithms", ["--batch", "6", "--mesh-size", "8"], "K=4 does not divide 6"),
+    # was a bug: the interrupted-job cell ran the job with the refused steps
+    ("stage_launch_jobs", ["--kill-after", "6"], "killed after the last step"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120
