@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 
@@ -116,6 +116,67 @@ def time_calls(
         samples.append(clock() - start)
         jax.block_until_ready(out)
     return Timings(label or ("blocked" if block else "not blocked"), tuple(samples))
+
+
+def median_seconds(
+    fn: Callable[[], object], repeats: int, warmup: int = 0, clock=time.perf_counter
+) -> float:
+    """Median seconds of ``repeats`` blocked calls of ``fn()`` after ``warmup`` untimed ones:
+    the one-number form of ``time_calls`` for a function of no arguments."""
+    return time_calls(fn, repeats=repeats, warmup=warmup, clock=clock).summary.median
+
+
+def interleaved(
+    steppers: Mapping[str, Callable[[], object]],
+    rounds: int,
+    warmup: int = 0,
+    *,
+    alternate: bool = False,
+    pause_s: float = 0.0,
+    progress: Callable[[str], None] | None = None,
+    clock=time.perf_counter,
+    cpu_clock=time.process_time,
+    sleep=time.sleep,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Time several ways of doing one step against each other: (wall, cpu) seconds per name,
+    one sample of each stepper per round.
+
+    Each stepper first runs ``warmup`` untimed (blocked) calls. Then every round times one
+    blocked call of each, in the mapping's order, or, with ``alternate``, in reverse order
+    on every other round (A B, B A, ...) so neither always runs right after the other. A
+    machine shared with other work then slows all of them alike, and the ratio of medians
+    stays fair where timing one after the other would not. ``pause_s`` sleeps before each
+    sample (outside the clock): another framework's spinning worker threads go idle.
+    ``cpu`` is process CPU time (all threads) per call; ``progress`` gets one line per
+    warmed stepper and per round.
+    """
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f"rounds must be >= 1 and warmup >= 0, got {rounds}, {warmup}")
+    if not steppers:
+        raise ValueError("interleaved needs at least one stepper")
+    for name, step in steppers.items():
+        for _ in range(warmup):
+            jax.block_until_ready(step())
+        if progress is not None:
+            progress(f"  warmed {name}")
+    wall: dict[str, list[float]] = {name: [] for name in steppers}
+    cpu: dict[str, list[float]] = {name: [] for name in steppers}
+    names = list(steppers)
+    for number in range(rounds):
+        order = names[::-1] if alternate and number % 2 else names
+        for name in order:
+            if pause_s > 0:
+                sleep(pause_s)
+            cpu_start, start = cpu_clock(), clock()
+            jax.block_until_ready(steppers[name]())
+            wall[name].append(clock() - start)
+            cpu[name].append(cpu_clock() - cpu_start)
+        if progress is not None:
+            progress(
+                f"  round {number + 1}/{rounds}: "
+                + ", ".join(f"{n} {wall[n][-1]:.3f}s" for n in names)
+            )
+    return wall, cpu
 
 
 def time_compile(jitted, *args, clock=time.perf_counter) -> dict[str, float]:

@@ -114,3 +114,91 @@ def test_samples_rows_long_format():
 def test_bad_repeats():
     with pytest.raises(ValueError, match="repeats"):
         timing.time_calls(lambda: 0, repeats=0)
+
+
+def test_median_seconds_blocks_each_timed_call():
+    calls = []
+    clock = FakeClock(step=0.25)
+    median = timing.median_seconds(lambda: calls.append(1) or jnp.ones(2), 3, warmup=1, clock=clock)
+    assert len(calls) == 4 and median == 0.25
+
+
+class Recorder:
+    """Steppers, clocks and sleep that append to one log, so the order can be checked."""
+
+    def __init__(self):
+        self.log = []
+        self.wall = itertools.count()
+        self.cpu = itertools.count(100, 10)
+
+    def stepper(self, name):
+        return lambda: self.log.append(name)
+
+    def clock(self):
+        self.log.append("clock")
+        return float(next(self.wall))
+
+    def cpu_clock(self):
+        return float(next(self.cpu))
+
+    def sleep(self, seconds):
+        self.log.append(f"sleep {seconds}")
+
+
+def test_interleaved_warms_up_then_one_sample_per_stepper_per_round():
+    r = Recorder()
+    lines = []
+    wall, cpu = timing.interleaved(
+        {name: r.stepper(name) for name in "abc"},
+        rounds=3,
+        warmup=2,
+        progress=lines.append,
+        clock=r.clock,
+        cpu_clock=r.cpu_clock,
+        sleep=r.sleep,
+    )
+    steps = [entry for entry in r.log if entry in "abc"]
+    assert steps == ["a", "a", "b", "b", "c", "c"] + ["a", "b", "c"] * 3
+    # every timed call sits between its two clock reads; no pause by default
+    assert r.log[6:12] == ["clock", "a", "clock", "clock", "b", "clock"]
+    # the fake wall clock advances by 1 per read, the cpu clock by 10
+    assert wall == {name: [1.0] * 3 for name in "abc"}
+    assert cpu == {name: [10.0] * 3 for name in "abc"}
+    assert lines[:3] == ["  warmed a", "  warmed b", "  warmed c"]
+    assert lines[3] == "  round 1/3: a 1.000s, b 1.000s, c 1.000s" and len(lines) == 6
+
+
+def test_interleaved_alternates_and_pauses_outside_the_clock():
+    r = Recorder()
+    wall, _ = timing.interleaved(
+        {"a": r.stepper("a"), "b": r.stepper("b")},
+        rounds=4,
+        alternate=True,
+        pause_s=0.05,
+        clock=r.clock,
+        cpu_clock=r.cpu_clock,
+        sleep=r.sleep,
+    )
+    assert [entry for entry in r.log if entry in "ab"] == list("abbaabba")
+    assert r.log[:4] == ["sleep 0.05", "clock", "a", "clock"]
+    assert all(len(samples) == 4 for samples in wall.values())
+
+
+def test_interleaved_blocks_on_what_a_stepper_returns():
+    seen = []
+    original = jax.block_until_ready
+    try:
+        jax.block_until_ready = lambda x: seen.append(x) or x
+        timing.interleaved({"a": lambda: "out"}, rounds=2, warmup=1, clock=FakeClock())
+    finally:
+        jax.block_until_ready = original
+    assert seen == ["out"] * 3
+
+
+def test_interleaved_bad_arguments():
+    with pytest.raises(ValueError, match="rounds"):
+        timing.interleaved({"a": lambda: None}, rounds=0)
+    with pytest.raises(ValueError, match="warmup"):
+        timing.interleaved({"a": lambda: None}, rounds=1, warmup=-1)
+    with pytest.raises(ValueError, match="at least one stepper"):
+        timing.interleaved({}, rounds=1)
