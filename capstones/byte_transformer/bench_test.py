@@ -1,17 +1,16 @@
 """bench and profile: the figures are computed the way the JSON says they are.
 
 Never asserts a wall-clock speed. References: FLOPs counted independently from the train
-step's jaxpr (every dot_general, forward and backward), a hand count, MFU from its
-definition, greedy decoding from core.generate.greedy_without_cache, cache bytes from array
-sizes, profile totals against the wall clock.
+step's jaxpr (every dot_general, forward and backward) and by hand in model_math_test.py
+(bench.flops_per_step is model_math's formula), MFU from its definition, greedy decoding
+from core.generate.greedy_without_cache, cache bytes from array sizes, profile totals
+against the wall clock.
 """
 
 from __future__ import annotations
 
 import json
-import math
 
-import jax
 import numpy as np
 import pytest
 
@@ -26,56 +25,6 @@ TINY = dict(
 
 def tiny(**overrides) -> config_lib.Config:
     return config_lib.Config(**{**TINY, **overrides})
-
-
-def _jaxpr_dot_flops(jaxpr) -> int:
-    """2 * batch * contracted * lhs-free * rhs-free summed over every dot_general, including
-    those inside nested jaxprs (jit, custom_jvp, ...)."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (lhs_contract, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
-            lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
-            batch = math.prod(lhs[i] for i in lhs_batch)
-            contract = math.prod(lhs[i] for i in lhs_contract)
-            lhs_free = math.prod(lhs) // (batch * contract)
-            rhs_free = math.prod(rhs) // (batch * contract)
-            total += 2 * batch * contract * lhs_free * rhs_free
-        for value in eqn.params.values():
-            for item in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(item, jax.extend.core.ClosedJaxpr):
-                    total += _jaxpr_dot_flops(item.jaxpr)
-                elif isinstance(item, jax.extend.core.Jaxpr):
-                    total += _jaxpr_dot_flops(item)
-    return total
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [{}, dict(d_model=24, num_layers=3, num_heads=3, mlp_width=40, seq_len=24, batch_size=3)],
-)
-def test_flop_formula_equals_the_dots_of_the_train_step(overrides):
-    config = tiny(**overrides)
-    state = training.init_state(config)
-    batch = data.training_stream(config, data.load_corpus(config)).next_batch()
-    training.make_train_step(config)  # builds the model structure outside the trace
-    jaxpr = jax.make_jaxpr(lambda s, b: training.train_step(config, s, b))(state, batch)
-    counted = _jaxpr_dot_flops(jaxpr.jaxpr)
-    assert counted > 0
-    assert bench.flops_per_step(config)["total"] == counted
-
-
-def test_flop_formula_by_hand():
-    # D=8, L=1, F=32, V=256, T=4, B=1: N = 4*64 + 2*8*32 + 8*256 = 2816
-    config = config_lib.Config(
-        d_model=8, num_layers=1, num_heads=2, mlp_width=32, seq_len=4, batch_size=1, min_piece=2
-    )
-    assert tokenizer.VOCAB_SIZE == 256
-    flops = bench.flops_per_step(config)
-    assert flops["matmul_params"] == 2816
-    assert flops["matmul"] == 6 * 2816 * 4
-    assert flops["attention"] == 12 * 1 * 1 * 4 * 4 * 8
-    assert flops["total"] == 67584 + 1536
 
 
 def test_mfu_arithmetic():

@@ -110,7 +110,12 @@ def test_flops_closed_form():
     block = b * t * (8 * d * d + 4 * d * f) + 4 * b * t * t * d
     forward = layers * block + 2 * b * t * d * v
     assert plan.flops_per_step(config, 1) == 3 * forward
-    assert plan.flops_per_step(config, 1, remat=True) == 3 * forward + layers * block
+    # remat (nothing_saveable) recomputes each block's forward except w_out (its output is
+    # needed by no backward rule); dots_saveable recomputes no matmul (model_math_test.py
+    # checks both against the remat step's jaxpr)
+    recompute = layers * (block - 2 * b * t * f * d)
+    assert plan.flops_per_step(config, 1, remat=True) == 3 * forward + recompute
+    assert plan.flops_per_step(config, 1, remat="dots_saveable") == 3 * forward
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,193 @@
+"""Measure the capstone: the ``bench`` and ``profile`` commands.
+
+    python -m capstones.byte_transformer bench [out=bench/bench.json] [steps=10 warmup=2 ...]
+    python -m capstones.byte_transformer profile [run_dir=DIR] [out=bench/profile] [...]
+
+``bench`` measures, in ONE process on one machine (every figure labelled with it):
+
+1. the JAX train step (training.make_train_step, as ``train`` runs it): lower and compile
+   time (``jit(...).lower(state, batch)`` then ``.compile()``, timed separately), then the
+   steady-state step time, and where its op time goes (a 2-step profiler trace, by
+   category); also "JAX tuned": the same train_step with the changes that measured faster
+   on XLA:CPU without touching the math (TUNED_CHANGES: rbg dropout bits, donated state);
+2. the PyTorch twin (torch_twin.py: the same model, loss, dropout placement, clipping and
+   AdamW) eager and under ``torch.compile`` (its first step, which compiles, is reported
+   apart) on the same batch, ``torch.set_num_threads(os.cpu_count())``;
+   all are timed in interleaved rounds (one step of each per round, a 50 ms pause before
+   each so another framework's spinning worker threads go idle), so a change of machine
+   load hits all alike; every sample is blocked on
+   (``block_until_ready`` / a host read of the loss) and the median is reported;
+3. MFU: model FLOPs per step (``flops_per_step``: 6 * N_matmul * B * T for the weight
+   matmuls + 12 * L * B * T^2 * D for attention's two T x T matmuls, forward and backward,
+   causal half NOT discounted; elementwise work, softmax, LayerNorm and the optimizer are
+   not counted) / step time / this machine's sustained float32 matmul FLOP/s
+   (core.perf.machine.measure_matmul at ``matmul_n``, measured in the same run);
+4. KV-cache decoding vs recomputing: greedy decoding of ``decode_tokens`` new tokens after a
+   ``decode_context``-byte prompt (batch 1) with the capstone's KV cache (kv_cache.py) vs a
+   jitted full forward pass over the whole (padded) row for every new token; both produce
+   the same tokens (checked) so the speed-up compares equal work;
+5. KV-cache bytes per token per layer in fp32, bf16 and int8 (closed form from the shapes,
+   cross-checked against the nbytes of real cache arrays).
+
+bench.json schema (keys):
+    {"format": "byte_transformer bench", "version": 1,
+     "command": str, "machine": str, "cpu_model": str, "cores": int,
+     "load_average": {"start": [1m, 5m, 15m], "end": [...] (includes this run's own load),
+                      "other_processes_cores": float|null (average cores busy with OTHER
+                      processes during the run, from /proc/stat minus this process)},
+     "versions": {python, jax, jaxlib, flax, optax, numpy, torch}, "xla_flags": str,
+     "torch_threads": int, "jax_devices": [str], "config": Config.to_dict(),
+     "batch": {"batch_size", "seq_len", "tokens_per_step" (B*T), "valid_tokens_per_step"},
+     "timing": {"method": str, "rounds": int, "warmup": int},
+     "peak": {"kernel", "flops", "seconds", "flop_per_s", "method"},
+     "flops": {"formula": str, "matmul_params": int, "matmul": float, "attention": float,
+               "total": float, "xla_cost_analysis_flops": float|null},
+     "jax": {"lower_s", "compile_s", "step": STEP, "mfu": float,
+             "breakdown": {"method", "wall_step_s", "categories": [{"category", "ms_per_step",
+                           "share"}]}},
+     "jax_tuned": {"changes": [str], "lower_s", "compile_s", "step": STEP, "mfu": float}
+                  (the same train_step with the measured XLA:CPU improvements),
+     "torch_eager": {"step": STEP, "mfu": float},
+     "torch_compile": {"first_step_s": float (includes compiling, inductor caches off),
+                       "caches": str, "compile_s_estimate":
+                       float (first step - median step), "step": STEP, "mfu": float}
+                      or {"error": str} (torch.compile failed; the error is recorded),
+     "jax_vs_torch": {"speedup": float (best torch median / JAX median = JAX tokens/s /
+                      best torch tokens/s), "faster_torch": "torch_eager"|"torch_compile",
+                      "tuned_speedup": float (the same with jax_tuned)},
+     "decode": {"context": int, "new_tokens": int, "capacity": int, "method": str,
+                "prefill_s": float, "cached": {"fp32"|"bf16"|"int8": {"prefill_s", "seconds",
+                "tokens_per_s", "tokens"}}, "recompute": {"seconds", "tokens_per_s",
+                "forward_len": int, "tokens"}, "speedup": float (fp32 cached / recompute
+                tokens/s), "cached_device_loop": {precision: {"seconds", "tokens_per_s",
+                "tokens"}} (the decode steps in one lax.scan program),
+                "speedup_device_loop": float (its fp32 tokens/s / recompute; the
+                decode_speedup target takes the faster of the two decoders),
+                "end_to_end_speedup": float, "greedy_tokens_identical": bool,
+                "tokens": [int]},
+     "cache_bytes": {"fp32"|"bf16"|"int8": {"closed_form", "measured", "ratio_vs_fp32"},
+                     "formula": str},
+     "targets": {name: {"value", "target", "op": ">="|"<=", "pass": bool}},
+     "defects": [str], "warnings": [str] (e.g. a shared machine), "total_s": float}
+    STEP = {"median_s", "p10_s", "p90_s", "min_s", "samples_s": [..], "cpu_median_s",
+            "tokens_per_s" (B*T / median), "valid_tokens_per_s", "mfu"}
+
+profile.json schema (keys):
+    {"format": "byte_transformer profile", "version": 1, "machine": str, "config": {...},
+     "trace_dir": str, "steps": int, "wall_step_s": [float], "wall_total_s": float,
+     "module": str, "threads": int,
+     "op_time_total_s": float (sum of op durations over all threads and traced steps),
+     "op_busy_s": float (time at least one op was running: union of op intervals),
+     "op_table": [{"op", "count", "total_ms", "ms_per_step", "share", "hlo", "source"}],
+     "by_source": [{"source" (the JAX primitive an op came from), "ms_per_step", "share"}],
+     "by_category": [{"category": one of CATEGORIES, "ms_per_step", "share"}] (an op
+                     fused with dropout's random bits counts as dropout),
+     "by_phase": [{"phase": "forward"|"backward"|"dropout RNG"|"optimizer & other"|
+                   "unattributed", "ms_per_step", "share"}]}
+Op events of XLA:CPU are leaf thunks (no nesting), so each op's duration is its self time.
+
+The package, one module per job:
+    flops.py     model FLOPs per step (capstones/byte_transformer/model_math.py, the formula
+                 plan uses too) and MFU
+    steppers.py  the JAX / tuned JAX / torch eager / torch.compile steppers and their
+                 interleaved timing (core.perf.timing.interleaved)
+    profile.py   profiler traces: op table, categories, phases (``profile``, step_breakdown)
+    decode.py    KV-cache decoding vs recompute
+    cache.py     KV-cache bytes per token
+    load.py      machine load during the run
+    report.py    the text of bench.json and profile.json
+    command.py   run_bench, the ``bench`` and ``profile`` commands (COMMANDS)
+"""
+
+from capstones.byte_transformer.bench.cache import (
+    CACHE_FORMULA,
+    cache_bytes,
+    cache_bytes_closed_form,
+)
+from capstones.byte_transformer.bench.command import (
+    BENCH_FORMAT,
+    COMMANDS,
+    RUN_DIR,
+    TARGETS,
+    bench_command,
+    profile_command,
+    run_bench,
+    target_rows,
+    versions,
+)
+from capstones.byte_transformer.bench.decode import decode_benchmark, decode_prompt
+from capstones.byte_transformer.bench.flops import FLOP_FORMULA, flops_per_step, matmul_params, mfu
+from capstones.byte_transformer.bench.load import (
+    cpu_counters,
+    load_warnings,
+    other_processes_cores,
+)
+from capstones.byte_transformer.bench.profile import (
+    CATEGORIES,
+    PHASES,
+    PROFILE_FORMAT,
+    RNG_MARKS,
+    categorize,
+    category_of,
+    op_sources,
+    phase_of,
+    run_profile,
+    step_breakdown,
+    traced_op_rows,
+)
+from capstones.byte_transformer.bench.report import format_bench, format_profile
+from capstones.byte_transformer.bench.steppers import (
+    PAUSE_S,
+    TUNED_CHANGES,
+    interleaved,
+    jax_stepper,
+    jax_tuned_stepper,
+    step_summary,
+    torch_compile_stepper,
+    torch_stepper,
+)
+
+__all__ = [
+    "BENCH_FORMAT",
+    "CACHE_FORMULA",
+    "CATEGORIES",
+    "COMMANDS",
+    "FLOP_FORMULA",
+    "PAUSE_S",
+    "PHASES",
+    "PROFILE_FORMAT",
+    "RNG_MARKS",
+    "RUN_DIR",
+    "TARGETS",
+    "TUNED_CHANGES",
+    "bench_command",
+    "cache_bytes",
+    "cache_bytes_closed_form",
+    "categorize",
+    "category_of",
+    "cpu_counters",
+    "decode_benchmark",
+    "decode_prompt",
+    "flops_per_step",
+    "format_bench",
+    "format_profile",
+    "interleaved",
+    "jax_stepper",
+    "jax_tuned_stepper",
+    "load_warnings",
+    "matmul_params",
+    "mfu",
+    "op_sources",
+    "other_processes_cores",
+    "phase_of",
+    "profile_command",
+    "run_bench",
+    "run_profile",
+    "step_breakdown",
+    "step_summary",
+    "target_rows",
+    "torch_compile_stepper",
+    "torch_stepper",
+    "traced_op_rows",
+    "versions",
+]

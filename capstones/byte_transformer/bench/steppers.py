@@ -1,0 +1,150 @@
+"""The bench's train steps as steppers (one blocked step per call): the JAX step as
+``train`` runs it, the tuned JAX step, the PyTorch twin eager and under torch.compile; and
+their interleaved timing (core.perf.timing.interleaved)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from capstones.byte_transformer import config as config_lib
+from capstones.byte_transformer import torch_twin, training
+from core.perf import timing
+
+PAUSE_S = 0.05  # before each timed sample: lets the other framework's spinning threads sleep
+TUNED_CHANGES = (
+    "dropout bits from the 'rbg' PRNG (XLA RngBitGenerator) instead of threefry2x32: "
+    "same Bernoulli(1 - rate) masks in distribution, other bits",
+    "training state donated (donate_argnums=0): parameters and Adam moments updated in "
+    "place instead of into fresh buffers",
+)
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def step_summary(samples: list[float], cpu: list[float], tokens: int, valid: float) -> dict:
+    ordered = sorted(samples)
+    median = statistics.median(ordered)
+
+    def quantile(q):
+        return float(np.quantile(ordered, q))
+
+    return {
+        "median_s": median,
+        "p10_s": quantile(0.1),
+        "p90_s": quantile(0.9),
+        "min_s": ordered[0],
+        "samples_s": list(samples),
+        "cpu_median_s": statistics.median(cpu),
+        "tokens_per_s": tokens / median,
+        "valid_tokens_per_s": valid / median,
+    }
+
+
+def interleaved(
+    steppers: dict[str, Callable[[], None]], rounds: int, warmup: int, progress=stderr_progress
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU (process) seconds of each blocked stepper, one sample each per round,
+    a PAUSE_S sleep before each sample (core.perf.timing.interleaved)."""
+    return timing.interleaved(steppers, rounds, warmup, pause_s=PAUSE_S, progress=progress)
+
+
+def _cost_analysis_flops(compiled) -> float | None:
+    with contextlib.suppress(Exception):  # cost_analysis is best effort on some backends
+        analysis = compiled.cost_analysis()
+        analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+        return float(analysis.get("flops")) if analysis and "flops" in analysis else None
+    return None
+
+
+def jax_stepper(
+    config: config_lib.Config, state: dict, batch: dict, step_fn=None
+) -> tuple[Callable, dict]:
+    """(step(): one blocked training step that advances the state, compile figures).
+    ``step_fn``: a jitted (state, batch) -> (state, metrics), default the capstone's own
+    training.make_train_step(config). figures["compiled"] is the executable."""
+    step_fn = step_fn or training.make_train_step(config)
+    batch = jax.device_put(batch)
+    start = time.perf_counter()
+    lowered = step_fn.lower(state, batch)
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile()
+    compiled_at = time.perf_counter()
+    holder = {"state": state}
+
+    def step():
+        new_state, metrics = compiled(holder["state"], batch)
+        jax.block_until_ready((new_state, metrics))
+        holder["state"] = new_state
+
+    figures = {
+        "lower_s": lowered_at - start,
+        "compile_s": compiled_at - lowered_at,
+        "xla_cost_analysis_flops": _cost_analysis_flops(compiled),
+        "compiled": compiled,
+        "batch": batch,
+        "holder": holder,
+    }
+    return step, figures
+
+
+def jax_tuned_stepper(config: config_lib.Config, params: dict, batch: dict):
+    """The same train step (training.train_step, same math) with the changes that measured
+    faster on XLA:CPU (TUNED_CHANGES); (step, compile figures). The PRNG choice is made
+    while the dropout key is created and the step traced, then restored."""
+    previous = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        state = training.init_state(config)
+        state["params"] = jax.tree.map(jnp.copy, params)  # donated: never the caller's
+        training.make_train_step(config)  # builds the model structure outside the trace
+        step_fn = jax.jit(functools.partial(training.train_step, config), donate_argnums=0)
+        return jax_stepper(config, state, batch, step_fn)
+    finally:
+        jax.config.update("jax_default_prng_impl", previous)
+
+
+def torch_stepper(config: config_lib.Config, params: dict, batch: dict, compile_: bool):
+    """step(): one twin training step (eager or torch.compile'd), waited for."""
+    import torch
+
+    model = torch_twin.from_jax_params(config, params)
+    model.train()
+    optimizer = torch_twin.make_optimizer(config, model)
+    torch_batch = torch_twin.batch_to_torch(batch)
+    loss_fn = torch.compile(model.loss) if compile_ else model.loss
+
+    def step():
+        metrics = torch_twin.train_step(model, optimizer, torch_batch, config.clip_norm, loss_fn)
+        float(metrics["loss"])  # CPU tensors: a host read waits for the step
+
+    return step
+
+
+def torch_compile_stepper(config: config_lib.Config, params: dict, batch: dict):
+    """(stepper, {"first_step_s", "caches"}) after one compiling step, or (None, {"error":
+    str}) when torch.compile fails (e.g. no C++ compiler): the error is a result, not a
+    crash. Inductor's caches are disabled for the first step, so its time is a cold compile
+    (what a fresh machine pays), not a cache hit from an earlier run."""
+    try:
+        import torch._inductor.config as inductor_config
+
+        step = torch_stepper(config, params, batch, True)
+        with inductor_config.patch(force_disable_caches=True):
+            start = time.perf_counter()
+            step()
+            first = time.perf_counter() - start
+        return step, {"first_step_s": first, "caches": "disabled for the first step (cold)"}
+    except Exception as exc:  # noqa: BLE001 - any failure of the compiler stack is recorded
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return None, {"error": message[:2000]}
