@@ -4,6 +4,7 @@ schemathesis fuzzing every operation of its OpenAPI document in-process."""
 
 import http.client
 import json
+import socket
 import threading
 
 import hypothesis
@@ -250,6 +251,13 @@ def test_remote_hosts_refused(artifact_dir, capsys):
         assert serve.check_host(host) == host
     assert cli.main(["serve", f"artifacts={artifact_dir}", "host=0.0.0.0", "port=0"]) == 2
     assert "allow_remote=true" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_a_usage_error(artifact_dir, capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert cli.main(["serve", f"artifacts={artifact_dir}", f"port={port}"]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
 # --- reproductions (issue 12) -----------------------------------------------------------------
