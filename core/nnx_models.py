@@ -184,3 +184,38 @@ def rng_counts(model: nnx.Module) -> dict[str, int]:
     for path, variable in nnx.to_flat_state(nnx.state(model, nnx.RngCount)):
         counts[".".join(str(p) for p in path[:-1])] = int(variable[...])
     return counts
+
+
+def identical_masks_chance(dropout_rate: float, entries: int) -> float:
+    """The chance that two independent dropout masks agree on all ``entries`` entries.
+
+    Each entry is kept with probability 1 - rate in both draws or dropped in both:
+    (rate^2 + (1 - rate)^2) ** entries. Two training calls can give the same output only if
+    their masks agree wherever the activations are nonzero, so this bounds how often
+    "dropout makes every training call different" can fail to show.
+    """
+    if not 0.0 <= dropout_rate < 1.0:
+        raise ValueError(f"dropout rate must be in [0, 1), got {dropout_rate}")
+    if entries < 0:
+        raise ValueError(f"entries must be >= 0, got {entries}")
+    return float((dropout_rate**2 + (1.0 - dropout_rate) ** 2) ** entries)
+
+
+# "Two training calls with dropout differ" is claimed where identical masks have less than
+# this chance (nnx_models_test checks it over seeds just inside the boundary).
+DIFFERENT_CALLS_CHANCE = 1e-6
+
+
+def training_calls_surely_differ(
+    dropout_rate: float, batch: int, hidden: int, depth: int, activation: str = "relu"
+) -> bool:
+    """Whether two training calls of an MLP with dropout should give different outputs.
+
+    With ReLU about half the hidden activations are 0, and dropping a 0 changes nothing: only
+    half the entries count. False for rate 0 (no dropout) and for tiny models at low rates,
+    where the two masks can agree by chance.
+    """
+    if dropout_rate == 0.0:
+        return False
+    entries = batch * hidden * depth // (2 if activation == "relu" else 1)
+    return identical_masks_chance(dropout_rate, entries) < DIFFERENT_CALLS_CHANCE
