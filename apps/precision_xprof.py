@@ -121,18 +121,13 @@ def _(channel_spread, rows, seed):
     for _scheme in quantization.SCHEMES:
         _codes, _scale = quantization.quantize(w_KN, _scheme, axis=0)
         schemes[_scheme] = (_codes, _scale)
-    _w = np.asarray(w_KN, np.float64)
+    column_errors = quantization.column_round_trip_errors(w_KN)
+    per_channel_gain = quantization.per_channel_gain(column_errors)
     per_column = pd.DataFrame(
         [
-            {
-                "column": j,
-                "scheme": name,
-                "relative error of the column": float(
-                    np.linalg.norm(np.asarray(quantization.dequantize(codes, scale))[:, j] - _w[:, j]) / np.linalg.norm(_w[:, j])
-                ),
-            }
-            for name, (codes, scale) in schemes.items()
-            for j in range(_w.shape[1])
+            {"column": j, "scheme": name, "relative error of the column": float(error)}
+            for name, errors in column_errors.items()
+            for j, error in enumerate(errors)
         ]
     )
     _chart = (
@@ -148,6 +143,11 @@ def _(channel_spread, rows, seed):
     )
     _per_tensor_scale = float(schemes["per-tensor"][1])
     _per_channel_scales = np.asarray(schemes["per-channel"][1]).ravel()
+    _note = ""
+    if w_KN.shape[1] == 1:
+        _note = "With a single column the two schemes are the same scheme."
+    elif channel_spread.value < quantization.PER_CHANNEL_CLEAR_SPREAD:
+        _note = f"Columns this alike (spread below {quantization.PER_CHANNEL_CLEAR_SPREAD:g}x) leave per-channel little to gain: raise the spread."
     mo.vstack(
         [
             mo.md(
@@ -157,12 +157,15 @@ def _(channel_spread, rows, seed):
     `w ~ q * scale`. **Per-tensor**: one scale {_per_tensor_scale:.3g} for the whole matrix, set by its
     largest value, so small columns use only a few of the 255 levels. **Per-channel**: one scale
     per output column, from {_per_channel_scales.min():.3g} to {_per_channel_scales.max():.3g}.
+    Median column error: per-tensor {np.median(column_errors["per-tensor"]):.2e}, per-channel
+    {np.median(column_errors["per-channel"]):.2e}, **{per_channel_gain:.2f}x** smaller.
+    {_note}
     """
             ),
             _chart,
         ]
     )
-    return per_column, schemes, w_KN
+    return column_errors, per_channel_gain, schemes, w_KN
 
 
 @app.cell
@@ -230,25 +233,27 @@ def _(logdir):
 
 
 @app.cell
-def _(rows, schemes, seed, sweep, w_KN):
+def _(channel_spread, k_max, rows, schemes, seed, w_KN):
     # Independent references: NumPy float64 (int64 for the integer product) on the same values.
     _x, _ = quantization.example_operands(jax.random.key(seed.value + 2), rows.value, 256, rows.value)
     _codes_x, _scale_x = quantization.quantize(_x, "per-channel", axis=1)
     _codes_w, _scale_w = schemes["per-channel"]
     _integer_reference = (np.asarray(_codes_x, np.int64) @ np.asarray(_codes_w, np.int64)) * np.asarray(_scale_x, np.float64) * np.asarray(_scale_w, np.float64)
-    check_errors = {
-        "int8 matmul vs NumPy int64 product of its codes": quantization.relative_error(quantization.int8_matmul(_x, w_KN, "per-channel"), _integer_reference),
-        "float32 matmul vs NumPy float64 (largest K)": float(sweep[(sweep["kind"] == "float32")]["error vs float64"].max()),
-        "bf16 inputs, f32 accumulate vs float64 (all K), / 4": float(sweep[sweep["kind"] == "bf16 inputs, f32 accumulate"]["error vs float64"].max()) / 4,
-    }
-    # bounds: exact up to float32 rescaling; f32 ~ 1e-6; bf16 input rounding ~ 2^-9 (4x margin: 2^-7 / 4)
-    check_tolerance = 2.0**-9
-    check_passed = check_errors["int8 matmul vs NumPy int64 product of its codes"] <= 1e-6 and max(check_errors.values()) <= check_tolerance
+    int8_error = quantization.relative_error(quantization.int8_matmul(_x, w_KN, "per-channel"), _integer_reference)
+    # The float products at the largest K (the sweep's operands), entry by entry, against the
+    # classical worst-case rounding bound (2u + u^2 + gamma_K (1 + u)^2) * (|x| @ |w|): unlike
+    # a relative error it holds even where an entry of x @ w cancels to nearly zero.
+    _xs, _ws = quantization.example_operands(jax.random.key(seed.value), rows.value, int(k_max.value), rows.value, channel_spread.value)
+    _units = {"float32": 0.0, "bf16 inputs, f32 accumulate": quantization.BF16_UNIT_ROUNDOFF}
+    bound_ratios = {kind: quantization.bound_ratio(quantization.matmul(kind, _xs, _ws), _xs, _ws, unit) for kind, unit in _units.items()}
+    check_errors = {"int8 matmul vs NumPy int64 product of its codes (relative)": int8_error, **{f"{kind}: worst |error| / rounding bound": ratio for kind, ratio in bound_ratios.items()}}
+    check_passed = int8_error <= 1e-6 and max(bound_ratios.values()) <= 1.0
     lab.check_badge(
         check_passed,
-        "int8 matmul = exact integer product of its codes (NumPy int64); float32 and bf16-input errors vs NumPy float64 within their roundoff bounds",
-        max(check_errors.values()),
-        check_tolerance,
+        f"int8 matmul = exact integer product of its codes (NumPy int64; error {int8_error:.2g}); float32 and bf16-input products at K = {int(k_max.value)} within their worst-case rounding bounds vs NumPy float64 "
+        f"(worst |error| / bound: float32 {bound_ratios['float32']:.2g}, bf16 inputs {bound_ratios['bf16 inputs, f32 accumulate']:.2g}; the limit is 1)",
+        max(bound_ratios.values()),
+        1.0,
     )
     return check_errors, check_passed
 
@@ -260,10 +265,13 @@ def test_check_passes(check_errors, check_passed):
 
 
 @app.cell
-def test_per_channel_fits_columns_better(per_column):
-    by_scheme = per_column.pivot(index="column", columns="scheme", values="relative error of the column")
-    assert by_scheme["per-channel"].median() < by_scheme["per-tensor"].median()
-    assert by_scheme["per-channel"].max() <= by_scheme["per-tensor"].max() * 1.0001
+def test_per_channel_fits_columns_better(channel_spread, column_errors, per_channel_gain, schemes, w_KN):
+    # Always: each column's scale is at most the shared one (so is its error bound, scale / 2).
+    assert np.all(np.asarray(schemes["per-channel"][1]) <= float(schemes["per-tensor"][1]))
+    # Where the columns differ enough for it to matter, a clear gain (measured over seeds and
+    # sizes in core/perf/quantization_test.py); with one column the schemes coincide.
+    if w_KN.shape[1] > 1 and channel_spread.value >= quantization.PER_CHANNEL_CLEAR_SPREAD:
+        assert per_channel_gain >= quantization.PER_CHANNEL_MIN_GAIN, column_errors
     return
 
 

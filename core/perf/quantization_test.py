@@ -96,3 +96,56 @@ def test_bad_inputs():
         q.matmul("fp8", np.ones((1, 1)), np.ones((1, 1)))
     with pytest.raises(ValueError, match="channel_spread"):
         q.example_operands(jax.random.key(0), 1, 1, 1, channel_spread=0.5)
+
+
+def test_rounding_bound_closed_form_and_a_coarser_rounding_breaks_it():
+    x, w = np.array([[2.0, -1.0]]), np.array([[3.0], [4.0]])
+    u, gamma = 2.0**-9, 2 * 2.0**-24 / (1 - 2 * 2.0**-24)
+    expected = (2 * u + u * u + gamma * (1 + u) ** 2) * (2 * 3 + 1 * 4)
+    np.testing.assert_allclose(q.rounding_bound_MN(x, w, u), [[expected]], rtol=1e-12)
+    assert q.bound_ratio(x @ w, x, w, 0.0) == 0.0
+    assert q.bound_ratio(x @ w + 0.05, x, w, q.BF16_UNIT_ROUNDOFF) > 1  # bound ~ 2^-8 * 10
+    zeros = np.zeros((1, 2))
+    assert q.bound_ratio(np.array([[1e-9]]), zeros, w, 0.0) == np.inf  # bound 0, error > 0
+    # inputs rounded to 4 significant bits (float8 e4m3) are far outside the bf16 bound
+    import ml_dtypes
+
+    x, w = q.example_operands(jax.random.key(3), 8, 256, 8)
+    coarse = [np.asarray(a).astype(ml_dtypes.float8_e4m3fn).astype(np.float64) for a in (x, w)]
+    assert q.bound_ratio(coarse[0] @ coarse[1], x, w, q.BF16_UNIT_ROUNDOFF) > 1
+
+
+def test_rounding_bounds_hold_over_seeds_sizes_and_spreads():
+    """precision_xprof's check on every seed and the corners of its controls (rows 1..128,
+    K up to 4096, spread 1..1000): float32 and bf16-input products stay within their
+    worst-case rounding bounds. The relative Frobenius error it used before failed at 2 rows
+    (an entry of x @ w that cancels to nearly 0 has a large relative error)."""
+    worst = {"float32": 0.0, "bf16 inputs, f32 accumulate": 0.0}
+    units = {"float32": 0.0, "bf16 inputs, f32 accumulate": q.BF16_UNIT_ROUNDOFF}
+    for rows in (1, 2, 128):
+        for spread in (1.0, 1000.0):
+            for seed in range(5):
+                x, w = q.example_operands(jax.random.key(seed), rows, 4096, rows, spread)
+                for kind in worst:
+                    ratio = q.bound_ratio(q.matmul(kind, x, w), x, w, units[kind])
+                    worst[kind] = max(worst[kind], ratio)
+    print("worst error / worst-case rounding bound:", {k: f"{v:.3f}" for k, v in worst.items()})
+    assert all(v <= 1.0 for v in worst.values()), worst
+
+
+def test_per_channel_gain_holds_with_margin_over_seeds_and_sizes():
+    """precision_xprof's claim, 6 seeds, rows 2..128, spreads from PER_CHANNEL_CLEAR_SPREAD
+    up: per-channel's median column error is >= PER_CHANNEL_MIN_GAIN times smaller. One
+    column: the two schemes are the same (gain exactly 1)."""
+    worst = np.inf
+    for rows in (2, 4, 16, 128):
+        for spread in (q.PER_CHANNEL_CLEAR_SPREAD, 30.0, 1000.0):
+            for seed in range(6):
+                _x, w = q.example_operands(jax.random.key(seed + 1), rows, 256, rows, spread)
+                worst = min(worst, q.per_channel_gain(q.column_round_trip_errors(w)))
+    print(f"worst per-channel gain {worst:.2f} (claim: >= {q.PER_CHANNEL_MIN_GAIN})")
+    assert worst >= q.PER_CHANNEL_MIN_GAIN
+    _x, w = q.example_operands(jax.random.key(0), 1, 256, 1, 30.0)
+    errors = q.column_round_trip_errors(w)
+    assert q.per_channel_gain(errors) == 1.0
+    np.testing.assert_array_equal(errors["per-channel"], errors["per-tensor"])
