@@ -15,7 +15,7 @@ import pytest
 from capstones.byte_transformer import cli, export, training
 from capstones.byte_transformer import config as config_lib
 from core import corpus as corpus_lib
-from core import curriculum, lab
+from core import curriculum, runtime
 
 TINY = [
     "d_model=32",
@@ -101,7 +101,7 @@ def test_module_entry_point_in_a_fresh_process():
         capture_output=True,
         text=True,
         cwd=curriculum.REPO_ROOT,
-        env=lab.child_env(JAX_PLATFORMS="cpu"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
         timeout=120,
     )
     assert result.returncode == 0
@@ -112,7 +112,7 @@ def test_module_entry_point_in_a_fresh_process():
         capture_output=True,
         text=True,
         cwd=curriculum.REPO_ROOT,
-        env=lab.child_env(JAX_PLATFORMS="cpu"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
         timeout=120,
     )
     assert bad.returncode == 2 and "invalid config: steps must be >= 1" in bad.stderr

@@ -16,7 +16,7 @@ import pytest
 
 from capstones.byte_transformer import cli, export, kv_cache
 from capstones.byte_transformer import config as config_lib
-from core import lab, transformer
+from core import runtime, transformer
 
 TINY = config_lib.Config(
     d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,
@@ -129,7 +129,7 @@ def test_fresh_process_reproduces_outputs_bitwise(exported, in_process, tmp_path
     code = "import sys; from capstones.byte_transformer import export; export.replay(sys.argv[1], sys.argv[2])"
     result = subprocess.run(
         [sys.executable, "-c", code, str(exported[0]), str(out)],
-        env=lab.child_env(JAX_PLATFORMS="cpu"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
         capture_output=True,
         text=True,
         timeout=300,

@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from capstones.byte_transformer import training
-from core import checkpoint, curriculum, lab
+from core import checkpoint, curriculum, runtime
 
 STEPS = 30
 TINY = [
@@ -53,7 +53,7 @@ def _start(run_dir: pathlib.Path, *extra: str) -> subprocess.Popen:
         text=True,
         bufsize=1,
         cwd=curriculum.REPO_ROOT,
-        env=lab.child_env(JAX_PLATFORMS="cpu"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
     )
 
 

@@ -116,14 +116,14 @@ def package_versions() -> dict[str, str | None]:
 
 
 def environment() -> dict:
-    from core import lab
+    from core import runtime
 
     return {
         "python": platform.python_version(),
         "packages": package_versions(),
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
-        "tpu_vm": lab.host_has_tpu(),
+        "tpu_vm": runtime.host_has_tpu(),
     }
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from capstones.byte_transformer import cli, run_manifest, rundir, training
 from capstones.byte_transformer import config as config_lib
-from core import checkpoint, curriculum, lab
+from core import checkpoint, curriculum, runtime
 
 DESCRIBE = {
     "name": "projects/lab-project-123/locations/us-west4-a/nodes/bt-lab",
@@ -105,7 +105,7 @@ def test_cpu_manifest_says_not_a_tpu_run(tmp_path, capsys):
         ],
         capture_output=True,
         text=True,
-        env=lab.child_env(JAX_PLATFORMS="cpu"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
         check=True,
     )
     assert probe.stdout.split() == [packages["jax"], packages["flax"], packages["optax"]]
@@ -238,7 +238,7 @@ def test_module_runs_as_a_fresh_process(tmp_path):
         capture_output=True,
         text=True,
         cwd=curriculum.REPO_ROOT,
-        env=lab.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2"),
+        env=runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2"),
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
