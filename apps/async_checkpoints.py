@@ -200,11 +200,16 @@ def _(config, kill_at_save, kill_button, run_dir, save_every, steps):
     removed = survivor.removed_partial_saves
     recovered = survivor.restore_latest(recovery_demo.abstract_state(config))
     survivor.close()
+    _partial = (
+        ("the partial saves " if len(removed) > 1 else "the partial save ") + str(removed)
+        if removed
+        else "no partial save"
+    )
     mo.vstack(
         [
             mo.md(f"The child exited with **{victim.returncode}** ({'SIGKILL' if victim.returncode == -9 else 'not killed'}) after printing `committed` for steps {committed_before_kill}. Left on disk:"),
             lab.table(left_on_disk),
-            mo.md(f"Opening the directory removed the partial save(s) {removed or '(none)'}; `restore_latest` returned " + (f"step **{recovered.step}**." if recovered else "**nothing** (no step was committed before the kill: training would start from step 0).")),
+            mo.md(f"Opening the directory removed {_partial}; `restore_latest` returned " + (f"step **{recovered.step}**." if recovered else "**nothing** (no step was committed before the kill: training would start from step 0).")),
         ]
     )
     return (

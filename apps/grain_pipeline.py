@@ -14,7 +14,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import data, lab
+    from core import data, lab, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -154,7 +154,8 @@ def _(
     total_batches,
 ):
     if not lab.interactive() and ARGS.interrupt_at > total_batches:
-        print(f"STOPPED: --interrupt-at {ARGS.interrupt_at} is past the end: process {mine.index} reads {total_batches} batches in {epochs.value} epoch(s).")
+        _reads = text.plural(total_batches, "batch", "batches") + " in " + text.plural(epochs.value, "epoch")
+        print(f"STOPPED: --interrupt-at {ARGS.interrupt_at} is past the end: process {mine.index} reads {_reads}.")
     mo.stop(not lab.interactive() and ARGS.interrupt_at > total_batches, mo.callout(mo.md(f"`--interrupt-at {ARGS.interrupt_at}` is past the end: this process reads {total_batches} batches."), kind="warn"))
 
     def _dataset():

@@ -74,7 +74,9 @@ def _(indices_text, n, seed):
     _counts = {int(i): int(c) for i, c in zip(*np.unique(_normalized[_inside], return_counts=True), strict=True)}
     _notes = []
     if any(c > 1 for c in _counts.values()):
-        _notes.append("duplicates at position(s) " + ", ".join(str(p) for p, c in _counts.items() if c > 1))
+        _repeated = [str(p) for p, c in _counts.items() if c > 1]
+        _where = "positions " if len(_repeated) > 1 else "position "
+        _notes.append("duplicates at " + _where + ", ".join(_repeated))
     if not _inside.all():
         _notes.append("out of bounds: " + ", ".join(str(i) for i, ok in zip(indices_K, _inside, strict=True) if not ok))
     if any(i < 0 for i, ok in zip(indices_K, _inside, strict=True) if ok):

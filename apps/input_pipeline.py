@@ -9,7 +9,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import data, lab
+    from core import data, lab, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -110,14 +110,17 @@ def _(batch_size, contract, drop_remainder, epoch, examples, seed, source):
         + grid.mark_text(color="white").encode(text="example:O")
     ).properties(width=min(600, 40 * len(batched)), height=min(400, 24 * batch_size.value))
     dropped = len(order) - sum(int(b["mask"].sum()) for b in batched)
+    _dropped = text.plural(dropped, "example")
+    _padding = text.plural(int((~batched[-1]["mask"]).sum()), "padding row")
     mo.vstack(
         [
             mo.md(
                 f"## Batches\nThe epoch's order is a seeded permutation "
                 f"(`np.random.default_rng([seed, epoch]).permutation(N)`), cut into groups of "
-                f"{batch_size.value}. **{len(batched)} batches**, each `x` of shape "
+                f"{batch_size.value}. **{text.plural(len(batched), 'batch', 'batches')}**, "
+                "each `x` of shape "
                 f"`{batched[0]['x'].shape}` and `mask` of shape `{batched[0]['mask'].shape}`; "
-                + (f"{dropped} example(s) dropped this epoch (they come back, in another position, next epoch)." if dropped else f"{int((~batched[-1]['mask']).sum())} padding row(s) in the last batch.")
+                + (f"{_dropped} dropped this epoch (they come back, in another position, next epoch)." if dropped else f"{_padding} in the last batch.")
             ),
             batch_chart,
         ]

@@ -100,7 +100,8 @@ def _(function, repeats, seed, size):
     compiled(x).block_until_ready()     # the steady state: one dispatch, no Python per op
     ```
     The jaxpr has **{timing["jaxpr_ops"]}** operations (eager mode sends each one separately);
-    the compiled program launches **{timing["fusions"]}** fused kernel(s). Steady state: jit
+    the compiled program launches **{timing["fusions"]}** fused
+    {"kernel" if timing["fusions"] == 1 else "kernels"}. Steady state: jit
     **{1e3 * timing["jit_s"]:.4f} ms** vs eager **{1e3 * timing["eager_s"]:.4f} ms**, a
     **{timing["speedup"]:.1f}x** speed-up on {MACHINE}.
     {f"Compiling pays for itself after about **{break_even:,.0f} calls**." if break_even is not None else "Here eager is as fast as jit: compiling never pays for itself at this size."}

@@ -12,7 +12,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import cloud_tpu, lab
+    from core import cloud_tpu, lab, text
 
     lab.use_cpu_devices()
     APPS_DIR = pathlib.Path(__file__).resolve().parent
@@ -129,7 +129,8 @@ def _(accelerator_type, project, runtime_version, spot, tpu_name, zone):
     else:
         hosts_note = (
             f"`{vm.accelerator_type}` is **single-host**: one VM, one Python process, and "
-            f"`jax.devices()` lists {vm.accelerator.chips} TPU device(s). `--worker=all` "
+            f"`jax.devices()` lists {text.plural(vm.accelerator.chips, 'TPU device')}. "
+            "`--worker=all` "
             "still works (it means worker 0) and keeps the commands ready for a bigger slice."
         )
     mo.vstack(

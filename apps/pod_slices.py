@@ -11,7 +11,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import cloud_tpu, lab
+    from core import cloud_tpu, lab, text
     from tpu_scripts import rehearse
 
     lab.use_cpu_devices()
@@ -85,7 +85,8 @@ def _(accelerator_type, batch, devices_per_process, processes, steps):
     mo.vstack(
         [
             mo.md(
-                f"## On a `{_accel.name}`: {_accel.hosts} host(s) x {min(_accel.chips, _accel.chips_per_host)} chips\n"
+                f"## On a `{_accel.name}`: {text.plural(_accel.hosts, 'host')} x "
+                f"{text.plural(min(_accel.chips, _accel.chips_per_host), 'chip')}\n"
                 f"The same command reaches every worker (`--worker=all`):\n```bash\n{_run_line}\n```"
             ),
             lab.table(

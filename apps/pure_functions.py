@@ -13,7 +13,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, purity
+    from core import lab, purity, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -92,8 +92,9 @@ def _(calls, distinct_shapes, seed, size):
         [{"call": c.call, "printed by": purity.PYTHON_PRINT + " (trace time)", "lines so far": c.python_prints} for c in effects.calls]
         + [{"call": c.call, "printed by": purity.DEBUG_PRINT + " (every call)", "lines so far": c.debug_prints} for c in effects.calls]
     )
+    _calls = text.plural(calls.value, "call")
     _counter_chart = (
-        alt.Chart(_counts, title=f"{calls.value} calls, {effects.traces} trace(s): what ran when")
+        alt.Chart(_counts, title=f"{_calls}, {text.plural(effects.traces, 'trace')}: what ran when")
         .mark_line(point=True)
         .encode(
             x=alt.X("call:O", axis=alt.Axis(labelAngle=0)),
@@ -117,8 +118,12 @@ def _(calls, distinct_shapes, seed, size):
         [
             mo.hstack([_counter_chart, _noise_chart], justify="start"),
             mo.md(
-                f"Python's `print` ran **{effects.traces}** time(s), once per trace (the jit cache holds "
-                f"**{effects.compiled}** compiled program(s)); `jax.debug.print` ran **{effects.calls[-1].debug_prints}** "
+                f"Python's `print` ran **{effects.traces}** "
+                f"{'time' if effects.traces == 1 else 'times'}, once per trace "
+                "(the jit cache holds "
+                f"**{effects.compiled}** compiled "
+                f"{'program' if effects.compiled == 1 else 'programs'}); "
+                f"`jax.debug.print` ran **{effects.calls[-1].debug_prints}** "
                 "times, once per call, because it is an operation *in* the compiled program. The numpy draw "
                 "became a constant: every call with the same shape returns the same number. Everything printed:"
             ),
@@ -234,7 +239,7 @@ def _(calls, distinct_shapes, effects, stale, x_N):
             lab.check_badge(
                 check_passed,
                 f"pure `scale * tanh(x)` matches NumPy float64; the impure one returns the stale `SCALE = {stale.old_scale}`; "
-                f"{_expected_traces} trace(s) in {calls.value} calls",
+                f"{text.plural(_expected_traces, 'trace')} in {text.plural(calls.value, 'call')}",
                 max(check_errors.values()),
                 _tolerance,
             ),

@@ -9,7 +9,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab, pytrees
+    from core import lab, pytrees, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -81,7 +81,7 @@ def _(depth, inputs, outputs, taper, width):
         f"""
     ## The network: widths `{widths}`
 
-    {len(widths) - 1} Dense layer(s); layer *k* maps {" → ".join(map(str, widths))}.
+    {text.plural(len(widths) - 1, "Dense layer")}; layer *k* maps {" → ".join(map(str, widths))}.
     """
     )
     return (widths,)

@@ -18,7 +18,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import cloud_tpu, curriculum, lab
+    from core import cloud_tpu, curriculum, lab, text
     from tpu_scripts import receipt
 
     lab.use_cpu_devices()
@@ -84,7 +84,8 @@ def _(accelerator_type):
         ),
     ]
     mo.md(
-        f"## Bootstrap on a `{vm.accelerator_type}` ({vm.accelerator.hosts} worker(s))\n"
+        f"## Bootstrap on a `{vm.accelerator_type}` "
+        f"({text.plural(vm.accelerator.hosts, 'worker')})\n"
         + "\n".join(f"**{what}**\n```bash\n{line}\n```" for what, line in _steps)
     )
     return (vm,)

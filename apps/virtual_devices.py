@@ -13,7 +13,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import arrays, lab, sharding
+    from core import arrays, lab, sharding, text
 
     lab.use_cpu_devices()
     # Only mesh sizes that divide the device count; the lesson's default is four devices.
@@ -207,7 +207,7 @@ def _(x_RC, x_layout):
                 x=alt.X("col:O", axis=alt.Axis(labelAngle=0)),
                 y="row:O",
                 # a group of devices takes the color of its first device
-                color=alt.Color("held by:N", title="held by device(s)", scale=alt.Scale(domain=groups, range=[DEVICE_COLOR[int(g.split(",")[0])] for g in groups])),
+                color=alt.Color("held by:N", title="held by devices", scale=alt.Scale(domain=groups, range=[DEVICE_COLOR[int(g.split(",")[0])] for g in groups])),
                 tooltip=["row", "col", "held by", "copies", "block rows", "block cols", alt.Tooltip("value:Q", format=".4f")],
             )
             .properties(width=size * values.shape[1], height=size * values.shape[0])
@@ -232,7 +232,7 @@ def _(x_RC, x_layout):
 
     mo.vstack(
         [
-            owner_map(x_layout, np.asarray(x_RC), "x: one cell per element, colored by the device(s) holding it"),
+            owner_map(x_layout, np.asarray(x_RC), "x: one cell per element, colored by the devices holding it"),
             per_device(x_layout, tuple(x_RC.shape), "x", "x: what each device holds"),
         ]
     )
@@ -252,7 +252,7 @@ def _(run, w_CH, w_layout, x_RC, y_layout):
     (`all-gather`). When only rows are split, each device owns whole rows of `y`.
 
     - XLA chose `y`: `{tuple(run.y_RH.shape)}` as **{sharding.spec_name(run.y_RH.sharding.spec)}**
-      ({sharding.describe_spec(run.y_RH.sharding.spec)}), {len(sharding.holders_by_block(y_layout))} distinct block(s) on {len(y_layout)} devices.
+      ({sharding.describe_spec(run.y_RH.sharding.spec)}), {text.plural(len(sharding.holders_by_block(y_layout)), "distinct block")} on {text.plural(len(y_layout), "device")}.
     - Collectives in the compiled program: {", ".join(f"{n}× `{op}`" for op, n in run.collectives.items() if n) or "**none**: each device computes its block of y from the data it already holds"}.
     - `x` was {x_RC.dtype}; so is `y`: `{run.y_RH.dtype}`.
     """

@@ -106,7 +106,11 @@ def _(group, receipt):
         fix_output = mo.vstack(
             [
                 mo.callout(
-                    mo.md(f"**{len(fix_lines)}** package(s) need attention. Run from the repository root:"),
+                    mo.md(
+                        f"**{len(fix_lines)}** "
+                        f"{'package needs' if len(fix_lines) == 1 else 'packages need'} attention. "
+                        "Run from the repository root:"
+                    ),
                     kind="warn",
                 ),
                 mo.md("```bash\n" + "\n".join(fix_lines) + "\n```"),
