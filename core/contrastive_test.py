@@ -221,3 +221,51 @@ def test_augmentation_rows():
     rows = contrastive.augmentation_rows(x, views, limit=2)
     assert len(rows) == 3 * 2 * 64
     assert {r["panel"] for r in rows} == {"image", "view A", "view B"}
+
+
+def lesson_claims(seed, temperature=0.5, feature_width=16, steps=200, batch=128, probe=True):
+    """What apps/contrastive.py claims after training at its defaults (same keys as the app):
+    margins of the loss below chance, of the wrong-pairing cost over 0.5 / t, of positive
+    retrieval over the random encoder, and of the probe's gain over 2 points."""
+    split = digits.load(0.2, 0)
+    train_x, test_x = split.x_train[..., 0], split.x_test[..., 0]
+    root = jax.random.key(seed)
+    init_key, train_key = jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+    config = contrastive.Augment()
+    params = contrastive.init_model(init_key, 128, feature_width, 32)
+    result = contrastive.train(params, train_x, train_key, config, temperature, steps, batch, 0.003)
+    views, _ = contrastive.two_views(jax.random.fold_in(root, 3), test_x[:batch], config)
+    z = np.asarray(contrastive.embed_jit(result.params, views))
+    loss = float(contrastive.nt_xent(z, temperature)[0])
+    shifted = np.roll(contrastive.positive_index(batch), 1)
+    wrong = float(contrastive.nt_xent(z, temperature, shifted)[0])
+    random_z = np.asarray(contrastive.embed_jit(params, views))
+    margins = {
+        "loss below chance": math.log(2 * batch - 1) - result.loss[-1],
+        "loss falls": result.loss[:20].mean() - result.loss[-20:].mean(),
+        "wrong pairing cost - 0.5/t": wrong - loss - 0.5 / temperature,
+        "retrieval gain": contrastive.positive_retrieval(z) - contrastive.positive_retrieval(random_z),
+    }
+    if probe:
+
+        def accuracy(p):
+            return contrastive.linear_probe(
+                contrastive.features_jit(p, train_x), split.y_train,
+                contrastive.features_jit(p, test_x), split.y_test,
+            )["test accuracy"]
+
+        margins["probe gain - 2 points"] = accuracy(result.params) - accuracy(params) - 0.02
+    return margins
+
+
+@pytest.mark.slow
+def test_lesson_claims_hold_with_margin_over_seeds_and_temperatures():
+    """The contrastive lesson's claims on 5 seeds at its defaults, and on 2 seeds at a colder
+    and a warmer temperature (the wrong-pairing cost scales as 1/t). With the old default
+    feature width 32 the probe's gain over the random encoder was as low as +3.9 points
+    (seed 2): a random 32-feature encoder already reaches 82-89% on digits."""
+    runs = [lesson_claims(seed) for seed in range(5)]
+    runs += [lesson_claims(seed, temperature=t, probe=False) for t in (0.25, 1.0) for seed in (0, 1)]
+    worst = {name: min(run[name] for run in runs if name in run) for name in runs[0]}
+    print("worst margins:", {name: f"{value:.3f}" for name, value in worst.items()})
+    assert all(value > 0 for value in worst.values()), worst
