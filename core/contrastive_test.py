@@ -186,7 +186,7 @@ def test_training_lowers_the_loss_and_takes_no_labels():
 def test_probe_on_trained_features_beats_the_random_encoder():
     split = digits.load(0.2, 0)
     train_x, test_x = split.x_train[..., 0], split.x_test[..., 0]
-    params = contrastive.init_model(jax.random.key(7), 128, 32, 32)
+    params = contrastive.init_model(jax.random.key(7), 128, 16, 32)  # the lesson's F = 16
     result = contrastive.train(
         params, train_x, jax.random.key(8), contrastive.Augment(), 0.5, 200, 128, 0.003
     )
