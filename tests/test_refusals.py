@@ -17,13 +17,46 @@ import pytest
 
 from core import curriculum, lab
 
-# (app stem, flags, why it is refused). Keep this short: each case is one headless run.
+# (app stem, flags, why it is refused). Keep this short: each case is one headless run, and
+# where an app has several guards the case trips the earliest (the run stops soonest).
 REFUSALS = [
     # was a bug (issue 12): the gradient-accumulation cell ran past the stop
     ("communication_algorithms", ["--batch", "10", "--microbatches", "4"], "K does not divide B"),
     ("communication_algorithms", ["--batch", "6", "--mesh-size", "8"], "K=4 does not divide 6"),
     # was a bug: the interrupted-job cell ran the job with the refused steps
     ("stage_launch_jobs", ["--kill-after", "6"], "killed after the last step"),
+    # one refused combination per app whose guard a flag can trip
+    ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
+    ("attention", ["--head", "5"], "head 5 of 2"),
+    ("capstone_transformer", ["--ckpt-every", "8"], "no checkpoint before the crash"),
+    ("contrastive", ["--min-crop", "1.0", "--max-shift", "0", "--noise-std", "0"], "views equal"),
+    ("first_gradient", ["--x-lo", "3", "--x-hi", "-3"], "empty range"),
+    ("grain_pipeline", ["--examples", "1"], "fewer examples than processes"),
+    ("immutable_updates", ["--indices", "a, b"], "indices that are not numbers"),
+    ("input_pipeline", ["--drop-remainder", "--batch-size", "20"], "no full batch to keep"),
+    ("lax_cond", ["--x-min", "0", "--x-max", "0"], "empty grid"),
+    ("losses_value_and_grad", ["--classes", "1"], "cross-entropy over one class"),
+    ("masked_image", ["--patch", "3"], "3x3 patches do not tile 8x8"),
+    ("masked_lm", ["--heads", "3"], "3 heads do not divide width 32"),
+    ("masking_packing", ["--documents", ""], "no document to pack"),
+    ("meshes_sharding", ["--batch", "3"], "3 rows over 8 devices"),
+    ("move_to_tpu", ["--script-flags", "'unclosed"], "script flags that do not parse"),
+    ("pod_slices", ["--batch", "12"], "12 over 2 x 4 devices"),
+    ("pure_functions", ["--old-scale", "2", "--new-scale", "2"], "nothing changes"),
+    ("pytrees", ["--taper", "halving", "--width", "1", "--depth", "8"], "a layer of width 0"),
+    ("random_keys", ["--devices", "16"], "more devices than JAX sees"),
+    ("resilient_training", ["--batch", "7"], "7 over 8 devices"),
+    ("resume_data_position", ["--resume-at", "16"], "resume at the last step"),
+    ("select_tpu_slice", ["--params-billion", "500"], "no slice fits"),
+    ("shapes_broadcasting", ["--shape-a", "x"], "not a shape"),
+    ("sharded_train_step", ["--batch", "12"], "12 over 8 devices"),
+    ("tiny_mlp", ["--classes", "3"], "moons has 2 classes"),
+    ("tpu_generations_hbm", ["--batch", "3"], "3 over 16 chips"),
+    ("tracing_recompilation", ["--lengths", "a"], "not a length"),
+    ("train_generate", ["--heads", "3"], "3 heads do not divide width 32"),
+    ("transformer_block", ["--heads", "3"], "3 heads do not divide width 64"),
+    ("virtual_devices", ["--rows", "3"], "3 rows over 4 devices"),
+    ("vmap", ["--in-axis-1", "2"], "mapped axes of different sizes"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120
@@ -52,3 +85,18 @@ def test_refused_combination_stops_cleanly(case):
     stopped = [line for line in result.stdout.splitlines() if line.startswith("STOPPED: ")]
     assert stopped, f"{why}: no STOPPED line (the combination was not refused)\n{output[-4000:]}"
     assert all(len(line) > len("STOPPED: ") + 10 for line in stopped), "STOPPED says why"
+
+
+# Apps whose guard no flag can trip (they stop only when something outside fails).
+NO_FLAG_REFUSAL = {"tpu_receipt": "stops only when its receipt subprocess fails"}
+
+
+def test_every_app_with_a_guard_has_a_refused_case():
+    guarded = {
+        path.stem
+        for path in curriculum.APPS_DIR.glob("*.py")
+        if 'print(f"STOPPED' in path.read_text(encoding="utf-8")
+    }
+    covered = {stem for stem, _flags, _why in REFUSALS}
+    assert guarded - covered - set(NO_FLAG_REFUSAL) == set(), "add a refused case for these apps"
+    assert covered <= guarded, "a case names an app without a guard"
