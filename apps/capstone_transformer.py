@@ -54,10 +54,10 @@ def _():
 
     1. train with checkpoints, **crash** the run and resume it, and compare every restored piece
        (parameters, both Adam moments, step, dropout key, data position) with an uninterrupted run;
-    2. check **causality by gradients** and the **valid-token loss against numpy float64** on
-       held-out files the model never saw;
-    3. compare the **fp32, bf16 and int8 KV caches**: stored bytes, logit error, greedy agreement;
-    4. see where the export/serve, profile/bench, TPU plan and run-manifest results of a full
+       then check **causality by gradients** and the **valid-token loss against numpy float64**
+       on held-out files the model never saw;
+    2. compare the **fp32, bf16 and int8 KV caches**: stored bytes, logit error, greedy agreement;
+    3. see where the export/serve, profile/bench, TPU plan and run-manifest results of a full
        run live, and read them when `runs/capstone/` holds one.
     """)
     return
@@ -144,7 +144,15 @@ def _(
 
 @app.cell
 def _(config, crash_at, train_button):
-    mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md("Press **Train, crash, resume** (a few seconds at the defaults)."), kind="info"))
+    # Measured at the defaults on a 2-core x86 CPU: the three runs take 28 s of CPU time (most
+    # of it compiling); 36 s to the first result in a browser tour; 100-150 s wall when four
+    # other jobs shared the two cores.
+    _press = (
+        "Press **Train, crash, resume**: three training runs (uninterrupted, crashed, resumed) "
+        "take 30-40 s at the defaults on an otherwise idle 2-core CPU, most of it compiling, "
+        "and a few minutes when other work shares the CPU."
+    )
+    mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md(_press), kind="info"))
     # Two run directories in a temporary folder that disappears with this session.
     workdir = tempfile.TemporaryDirectory(prefix="jax_tpu_lab_capstone_")
     with mo.status.progress_bar(total=3, title="training", remove_on_exit=True) as _bar:
@@ -223,7 +231,7 @@ def _(causality, digest_rows, loss_frame, loss_vs_numpy):
         [
             mo.md(
                 f"""
-    ## 2 · Checks against independent references
+    ### Checks against independent references
 
     - **Causality by gradients** (held-out window of {causality["window"]} bytes): largest
       |∂ logits[t] / ∂ embedding[s]| over later bytes s > t = **{causality["max_norm_later"]:.1e}**
@@ -244,11 +252,48 @@ def _(causality, digest_rows, loss_frame, loss_vs_numpy):
 @app.cell
 def _():
     new_tokens = FLAGS.control("new_tokens", ARGS, label="bytes to generate")
+    return (new_tokens,)
+
+
+@app.cell
+def _(
+    batch,
+    ckpt_every,
+    compute,
+    crash_at,
+    d_model,
+    files,
+    heads,
+    layers,
+    seed,
+    seq_len,
+    steps,
+    train_button,
+):
+    # In the UI: True until "Train, crash, resume" has run on the current settings (changing
+    # any of them re-runs this cell, as it re-runs training, with the button unpressed).
+    untrained = lab.interactive() and not train_button.value
+    return (untrained,)
+
+
+@app.cell
+def _(new_tokens, untrained):
+    _below = (
+        mo.callout(
+            mo.md(
+                "Press **Train, crash, resume** above to train; the cache comparison and "
+                "greedy generation appear here."
+            ),
+            kind="info",
+        )
+        if untrained
+        else new_tokens
+    )
     mo.vstack(
         [
             mo.md(
                 """
-    ## 3 · The KV cache in fp32, bf16 and int8
+    ## 2 · The KV cache in fp32, bf16 and int8
 
     Decoding one byte at a time re-reads every earlier key and value, so the cache's bytes are
     what decode moves. bf16 halves them; int8 stores one byte per number plus one float32
@@ -258,10 +303,10 @@ def _():
     prompts is compared token by token.
     """
             ),
-            new_tokens,
+            _below,
         ]
     )
-    return (new_tokens,)
+    return
 
 
 @app.cell
@@ -313,7 +358,7 @@ def _():
     _saved = json.loads(_report_path.read_text()) if _report_path.exists() else None
     _intro = mo.md(
         """
-    ## 4 · The full system: export, serve, profile, bench, plan, run manifest
+    ## 3 · The full system: export, serve, profile, bench, plan, run manifest
 
     The rest of the capstone runs from the command line at the default size (d_model 256,
     4 layers, 4 heads, rows of 256 bytes, batch 16), each command writing JSON into the run

@@ -12,7 +12,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import checkpoint, corpus, generate, lab, tokenizer, transformer
+    from core import checkpoint, corpus, generate, lab, text, tokenizer, transformer
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -119,7 +119,8 @@ def _(heads, layers, seq_len, text_corpus, width):
     mo.md(
         f"""
     A `TinyLM`: byte embeddings (V = 256) plus learned position embeddings (T ≤ {seq_len.value}),
-    {layers.value} pre-LayerNorm block(s) of width {width.value} with {heads.value} heads, a final
+    {text.plural(layers.value, "pre-LayerNorm block")} of width {width.value} with
+    {text.plural(heads.value, "head")}, a final
     LayerNorm and a projection back to 256 byte logits: **{_params:,} parameters**.
     The training files pack into {train_rows.tokens_BT.shape[0]} rows of {seq_len.value} bytes
     (fill {train_rows.fill:.0%}); the held-out files into {heldout_batch["tokens_BT"].shape[0]} rows with
@@ -160,7 +161,8 @@ def _(
     train_button,
     train_rows,
 ):
-    mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md("Press **Train** to train (a few seconds for the default 30 steps)."), kind="info"))
+    _press = "Press **Train** to train (about 10 s at the default 30 steps on a 2-core CPU)."
+    mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md(_press), kind="info"))
     model = transformer.TinyLM(model_config, jax.random.key(seed.value))
     optimizer = transformer.make_optimizer(model, learning_rate=float(learning_rate.value), flatten=True)
 
@@ -228,7 +230,7 @@ def _(checkpoint_dir, checkpointer, history, model, model_config, optimizer):
         [
             mo.md(
                 f"""
-    ## 4 · Checkpoint and restore
+    ### Checkpoint and restore
 
     During training a `core.checkpoint.Checkpointer` saved the **complete** state every
     {checkpointer.save_every} steps and at the end (asynchronously: the arrays are copied off
@@ -259,8 +261,43 @@ def _():
     method = FLAGS.control("method", ARGS)
     temperature = FLAGS.control("temperature", ARGS)
     top_k = FLAGS.control("top_k", ARGS, label="top k")
-    mo.vstack([mo.md("## 5 · Generate with a KV cache"), mo.hstack([prompt, new_tokens], justify="start"), mo.hstack([method, temperature, top_k], justify="start")])
     return method, new_tokens, prompt, temperature, top_k
+
+
+@app.cell
+def _(
+    batch,
+    eval_every,
+    files,
+    heads,
+    layers,
+    learning_rate,
+    max_bytes,
+    seed,
+    seq_len,
+    steps,
+    train_button,
+    width,
+):
+    # In the UI: True until Train has run on the current settings (changing any of them
+    # re-runs this cell, as it re-runs training, with the button unpressed).
+    untrained = lab.interactive() and not train_button.value
+    return (untrained,)
+
+
+@app.cell
+def _(method, new_tokens, prompt, temperature, top_k, untrained):
+    _controls = mo.vstack(
+        [
+            mo.hstack([prompt, new_tokens], justify="start"),
+            mo.hstack([method, temperature, top_k], justify="start"),
+        ]
+    )
+    _waiting = mo.callout(
+        mo.md("Press **Train** above to train; generation appears here."), kind="info"
+    )
+    mo.vstack([mo.md("## 4 · Generate with a KV cache"), _waiting if untrained else _controls])
+    return
 
 
 @app.cell
