@@ -26,7 +26,7 @@ with app.setup:
         lab.Flag("seq_len", 64, "row length T of the packed rows", choices=(32, 64, 128)),
         lab.Flag("width", 32, "model width D", choices=(16, 32, 64)),
         lab.Flag("heads", 2, "attention heads H (must divide the width)", lo=1, hi=8),
-        lab.Flag("steps", 40, "Adam steps (one fresh masking per step)", lo=10, hi=400, step=10),
+        lab.Flag("steps", 60, "Adam steps (one fresh masking per step)", lo=10, hi=400, step=10),
         lab.Flag("learning_rate", 0.01, "Adam learning rate", lo=0.001, hi=0.05, step=0.001),
         lab.Flag("seed", 0, "PRNG seed (weights and masking)", lo=0, hi=9999),
         description="Masked language modeling: 80/10/10 masking, loss on selected positions, leakage audits.",
