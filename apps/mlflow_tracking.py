@@ -15,7 +15,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import checkpoint, curriculum, lab, recovery_demo, tracking
+    from core import checkpoint, curriculum, lab, recovery_demo, text, tracking
 
     lab.use_cpu_devices()
     LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)
@@ -90,7 +90,10 @@ def _(hidden, runs, seed, steps):
                 "checkpoint.latest": str(_checkpoint_dir / str(max(checkpoint.step_dirs(_checkpoint_dir)))),
             },
         )
-    mo.md(f"Logged **{len(trained)} runs** to `{tracker.uri}` (a temporary directory, deleted when this cell runs again).")
+    mo.md(
+        f"Logged **{text.plural(len(trained), 'run')}** to `{tracker.uri}` "
+        "(a temporary directory, deleted when this cell runs again)."
+    )
     return logged_ids, store_dir, tracker, trained
 
 
@@ -155,7 +158,9 @@ def _(logged_ids, summaries, tracker, trained):
     check_passed = not mismatches and len(summaries) == len(trained)
     lab.check_badge(
         check_passed,
-        f"{len(trained)} runs: loss histories read back from MLflow equal the in-memory losses exactly; params, data sha256 (recomputed with hashlib) and checkpoint paths match"
+        f"{text.plural(len(trained), 'run')}: loss histories read back from MLflow equal the "
+        "in-memory losses exactly; params, data sha256 (recomputed with hashlib) and checkpoint "
+        "paths match"
         + (f"; problems: {mismatches}" if mismatches else ""),
         float(len(mismatches)),
         None,

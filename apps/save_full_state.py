@@ -17,7 +17,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import checkpoint, lab, recovery_demo
+    from core import checkpoint, lab, recovery_demo, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -73,7 +73,8 @@ def _(async_save, dropout, hidden, seed, steps):
     trained = recovery_demo.train(config, checkpoint_dir, steps.value, save_every=steps.value, async_save=async_save.value)
     saved_state, saved_data_state = trained.state, trained.data_state
     mo.md(
-        f"Trained **{steps.value} steps** (last loss {trained.losses[steps.value]:.4f}) and saved step "
+        f"Trained **{text.plural(steps.value, 'step')}** "
+        f"(last loss {trained.losses[steps.value]:.4f}) and saved step "
         f"{steps.value} {'asynchronously' if async_save.value else 'synchronously'} to a temporary directory."
     )
     return checkpoint_dir, config, saved_data_state, saved_state
@@ -95,8 +96,24 @@ def _(checkpoint_dir, saved_state, steps):
         for name, tree, why in parts
     ]
     tree_rows = checkpoint.directory_tree(checkpoint_dir / str(steps.value))
-    size_frame = pd.DataFrame([{"item": r["path"].split("/")[0] if "/" in r["path"] else "(step)", "file": r["path"], "bytes": r["bytes"]} for r in tree_rows if r["kind"] == "file"])
-    size_chart = alt.Chart(size_frame, title="bytes on disk per item").mark_bar().encode(y=alt.Y("item:N", sort="-x"), x="sum(bytes):Q", tooltip=["item", "sum(bytes)"]).properties(width=420, height=120)
+    _item = lambda path: path.split("/")[0] if "/" in path else "top-level files"  # noqa: E731
+    size_frame = pd.DataFrame(
+        [
+            {"item": _item(r["path"]), "file": r["path"], "bytes": r["bytes"]}
+            for r in tree_rows
+            if r["kind"] == "file"
+        ]
+    )
+    size_chart = (
+        alt.Chart(size_frame, title="bytes on disk per item")
+        .mark_bar()
+        .encode(
+            y=alt.Y("item:N", sort="-x", title=None),
+            x=alt.X("sum(bytes):Q", title="bytes on disk"),
+            tooltip=["item", alt.Tooltip("sum(bytes):Q", title="bytes", format=",")],
+        )
+        .properties(width=420, height=120)
+    )
     manifest = json.loads((checkpoint_dir / str(steps.value) / checkpoint.MANIFEST).read_text())
     manifest_preview = {**manifest, "files": dict(list(manifest["files"].items())[:4]) | {"...": f"{len(manifest['files'])} files in all"}, "state_tree": manifest["state_tree"][:4] + [f"... {len(manifest['state_tree'])} leaves in all"]}
     mo.vstack(
