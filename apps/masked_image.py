@@ -13,7 +13,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import digits, lab, ssl_image
+    from core import digits, lab, ssl_image, ssl_masking
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -126,10 +126,43 @@ def _(hidden_per_image, hidden_units, mask_ratio, patch, seed):
     prediction, bit for bit.
     """
             ),
-            lab.table(pipeline_audit),
+            lab.table(ssl_masking.readable_rows(pipeline_audit)),
         ]
     )
     return initial_params, pipeline_audit, test_hidden, train_key
+
+
+@app.cell
+def _(hidden_per_image, patch, test_hidden):
+    # Before any training: one test image, what the model is shown, and what it must paint back.
+    _hidden_pixels = np.asarray(ssl_image.pixel_mask(test_hidden[:1], patch.value))
+    _panels = {"original": TEST_IMAGES[:1], "what the model sees": TEST_IMAGES[:1] * (1 - _hidden_pixels)}
+    _cells = pd.DataFrame(ssl_image.grid_rows(_panels, _hidden_pixels, mark_hidden_in=("what the model sees",), limit=1))
+    _picture = (
+        alt.Chart(_cells)
+        .mark_rect(stroke="white", strokeWidth=0.5)
+        .encode(
+            x=alt.X("col:O", axis=None),
+            y=alt.Y("row:O", axis=None),
+            color=alt.condition("datum.hidden", alt.value("#f58518"), alt.Color("ink:Q", scale=alt.Scale(scheme="greys", domain=[0, 1]), legend=None)),
+            tooltip=["panel", "row", "col", alt.Tooltip("ink:Q", format=".2f")],
+        )
+        .properties(width=150, height=150)
+        .facet(column=alt.Column("panel:N", title=None, sort=list(_panels)))
+    )
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ### The task, on test image 0
+    Orange: its **{hidden_per_image}** hidden {patch.value}x{patch.value} patches (set to 0 in the
+    input, flagged by the indicator). Training must predict their pixels from the rest.
+    """
+            ),
+            _picture,
+        ]
+    )
+    return
 
 
 @app.cell

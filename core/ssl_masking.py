@@ -551,6 +551,15 @@ def unigram_entropy(packed: tokenizer.Packed) -> float:
     return float(-(probs * np.log(probs)).sum())
 
 
+def readable_rows(rows: list[dict]) -> list[dict]:
+    """Rows for a table a learner reads: True/False shown as "yes"/"no" (the audits and
+    statistics keep their bools for the tests)."""
+    return [
+        {k: ("yes" if v else "no") if isinstance(v, (bool, np.bool_)) else v for k, v in r.items()}
+        for r in rows
+    ]
+
+
 def show_token(token: int) -> str:
     """A byte as readable text ('a', '\\n', '\\xe2'), MASK_ID as [MASK]."""
     token = int(token)

@@ -314,3 +314,12 @@ def test_lesson_claims_hold_with_margin_over_seeds_and_learning_rates():
     worst = {name: min(run[name] for run in runs) for name in runs[0]}
     print("worst margins (nats):", {name: f"{value:.3f}" for name, value in worst.items()})
     assert all(value > 0.1 for value in worst.values()), worst
+
+
+def test_readable_rows_show_yes_and_no():
+    rows = [{"check": "a", "passed": True, "n": 1}, {"check": "b", "passed": np.bool_(False)}]
+    assert ssl_masking.readable_rows(rows) == [
+        {"check": "a", "passed": "yes", "n": 1},
+        {"check": "b", "passed": "no"},
+    ]
+    assert rows[0]["passed"] is True  # the input rows keep their bools
