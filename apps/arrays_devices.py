@@ -54,7 +54,7 @@ def _():
     mo.vstack(
         [
             mo.md(f"JAX sees **{device_count}** {jax.default_backend().upper()} devices: `{jax.devices()}`"),
-            mo.hstack([rows, cols, dtype, seed], justify="start"),
+            mo.hstack([rows, cols, dtype, seed], justify="start", wrap=True),
             mo.hstack([device_a, device_b], justify="start"),
         ]
     )

@@ -55,7 +55,8 @@ def _():
     repeats = FLAGS.control("repeats", ARGS)
     warmup = FLAGS.control("warmup", ARGS, label="warm-up calls")
     seed = FLAGS.control("seed", ARGS)
-    mo.vstack([mo.hstack([size, repeats, warmup, seed], justify="start"), mo.md(f"Machine: **{MACHINE}**")])
+    _controls = mo.hstack([size, repeats, warmup, seed], justify="start", wrap=True)
+    mo.vstack([_controls, mo.md(f"Machine: **{MACHINE}**")])
     return repeats, seed, size, warmup
 
 

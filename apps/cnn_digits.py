@@ -64,7 +64,7 @@ def _():
     mo.vstack(
         [
             mo.hstack([epochs, batch_size, learning_rate], justify="start"),
-            mo.hstack([channels1, channels2, test_fraction, seed], justify="start"),
+            mo.hstack([channels1, channels2, test_fraction, seed], justify="start", wrap=True),
             train_button,
         ]
     )

@@ -56,7 +56,7 @@ def _():
     batch = FLAGS.control("batch", ARGS)
     microbatches = FLAGS.control("microbatches", ARGS, label="microbatches K")
     seed = FLAGS.control("seed", ARGS)
-    mo.hstack([mesh_size, length, batch, microbatches, seed], justify="start")
+    mo.hstack([mesh_size, length, batch, microbatches, seed], justify="start", wrap=True)
     return batch, length, mesh_size, microbatches, seed
 
 

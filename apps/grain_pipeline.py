@@ -60,7 +60,7 @@ def _():
     seed = FLAGS.control("seed", ARGS)
     epochs = FLAGS.control("epochs", ARGS)
     process_count = FLAGS.control("process_count", ARGS, label="process count")
-    mo.hstack([examples, batch_size, seed, epochs, process_count], justify="start")
+    mo.hstack([examples, batch_size, seed, epochs, process_count], justify="start", wrap=True)
     return batch_size, epochs, examples, process_count, seed
 
 

@@ -55,7 +55,7 @@ def _():
     size = FLAGS.control("size", ARGS, label="size (x is size x size)")
     repeats = FLAGS.control("repeats", ARGS)
     seed = FLAGS.control("seed", ARGS)
-    mo.hstack([function, size, repeats, seed], justify="start")
+    mo.hstack([function, size, repeats, seed], justify="start", wrap=True)
     return function, repeats, seed, size
 
 

@@ -50,7 +50,7 @@ def _():
     x_min = FLAGS.control("x_min", ARGS, label="x min")
     x_max = FLAGS.control("x_max", ARGS, label="x max")
     points = FLAGS.control("points", ARGS)
-    mo.hstack([x, x_min, x_max, points], justify="start")
+    mo.hstack([x, x_min, x_max, points], justify="start", wrap=True)
     return points, x, x_max, x_min
 
 

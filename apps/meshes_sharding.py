@@ -62,7 +62,7 @@ def _():
     mo.vstack(
         [
             mo.md(f"JAX sees **{jax.device_count()}** devices; a mesh uses a divisor of that many: {', '.join(map(str, MESH_SIZES))}."),
-            mo.hstack([mesh_size, batch, features, hidden, seed], justify="start"),
+            mo.hstack([mesh_size, batch, features, hidden, seed], justify="start", wrap=True),
         ]
     )
     return batch, features, hidden, mesh_size, seed

@@ -57,7 +57,7 @@ def _():
     steps = FLAGS.control("steps", ARGS)
     hidden = FLAGS.control("hidden", ARGS)
     seed = FLAGS.control("seed", ARGS)
-    mo.hstack([runs, steps, hidden, seed], justify="start")
+    mo.hstack([runs, steps, hidden, seed], justify="start", wrap=True)
     return hidden, runs, seed, steps
 
 

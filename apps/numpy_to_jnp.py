@@ -50,7 +50,7 @@ def _():
     kind = FLAGS.control("kind", ARGS, label="normalization")
     seed = FLAGS.control("seed", ARGS)
     matmul_size = FLAGS.control("matmul_size", ARGS, label="timed matmul size N")
-    mo.hstack([rows, cols, kind, seed], justify="start")
+    mo.hstack([rows, cols, kind, seed], justify="start", wrap=True)
     return cols, kind, matmul_size, rows, seed
 
 

@@ -61,7 +61,7 @@ def _():
     run_button = mo.ui.run_button(label="Run the rehearsal (N processes, then 1)")
     mo.vstack(
         [
-            mo.hstack([processes, devices_per_process, batch, steps], justify="start"),
+            mo.hstack([processes, devices_per_process, batch, steps], justify="start", wrap=True),
             mo.hstack([accelerator_type, run_button], justify="start"),
         ]
     )

@@ -59,7 +59,7 @@ def _():
     k_max = FLAGS.control("k_max", ARGS, label="largest K")
     channel_spread = FLAGS.control("channel_spread", ARGS, label="column scale spread of w")
     seed = FLAGS.control("seed", ARGS)
-    mo.hstack([rows, k_max, channel_spread, seed], justify="start")
+    mo.hstack([rows, k_max, channel_spread, seed], justify="start", wrap=True)
     return channel_spread, k_max, rows, seed
 
 

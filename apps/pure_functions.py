@@ -79,7 +79,7 @@ def _():
     ```
     """
             ),
-            mo.hstack([calls, distinct_shapes, size, seed], justify="start"),
+            mo.hstack([calls, distinct_shapes, size, seed], justify="start", wrap=True),
         ]
     )
     return calls, distinct_shapes, seed, size

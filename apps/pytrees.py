@@ -60,8 +60,8 @@ def _():
     seed = FLAGS.control("seed", ARGS)
     mo.vstack(
         [
-            mo.hstack([inputs, width, depth, outputs], justify="start"),
-            mo.hstack([taper, dtype, batch, seed], justify="start"),
+            mo.hstack([inputs, width, depth, outputs], justify="start", wrap=True),
+            mo.hstack([taper, dtype, batch, seed], justify="start", wrap=True),
         ]
     )
     return batch, depth, dtype, inputs, outputs, seed, taper, width

@@ -62,8 +62,8 @@ def _():
     mo.vstack(
         [
             mo.md(f"JAX sees **{device_count}** {jax.default_backend().upper()} devices."),
-            mo.hstack([seed, fanout, depth, steps], justify="start"),
-            mo.hstack([devices, per_device, samples, bins], justify="start"),
+            mo.hstack([seed, fanout, depth, steps], justify="start", wrap=True),
+            mo.hstack([devices, per_device, samples, bins], justify="start", wrap=True),
         ]
     )
     return (

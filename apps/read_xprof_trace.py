@@ -61,7 +61,7 @@ def _():
     mo.vstack(
         [
             mo.md("`train_step(params)`: one SGD step of a GELU MLP on a mean-squared-error loss, jitted."),
-            mo.hstack([batch, width, depth, steps, seed], justify="start"),
+            mo.hstack([batch, width, depth, steps, seed], justify="start", wrap=True),
             capture_button,
         ]
     )

@@ -67,8 +67,12 @@ def _():
     run_button = mo.ui.run_button(label="train, interrupt, restore, continue")
     mo.vstack(
         [
-            mo.hstack([devices_before, devices_after, optimizer, learning_rate, seed], justify="start"),
-            mo.hstack([examples, batch, steps, stop_at], justify="start"),
+            mo.hstack(
+                [devices_before, devices_after, optimizer, learning_rate, seed],
+                justify="start",
+                wrap=True,
+            ),
+            mo.hstack([examples, batch, steps, stop_at], justify="start", wrap=True),
             run_button,
         ]
     )

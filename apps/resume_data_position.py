@@ -55,7 +55,7 @@ def _():
     seed = FLAGS.control("seed", ARGS)
     dropout = FLAGS.control("dropout", ARGS)
     batch_size = FLAGS.control("batch_size", ARGS, label="batch size")
-    mo.hstack([steps, seed, dropout, batch_size], justify="start")
+    mo.hstack([steps, seed, dropout, batch_size], justify="start", wrap=True)
     return batch_size, dropout, seed, steps
 
 

@@ -60,7 +60,7 @@ def _():
     dropout = FLAGS.control("dropout", ARGS)
     seed = FLAGS.control("seed", ARGS)
     async_save = FLAGS.control("async_save", ARGS, label="asynchronous save")
-    mo.hstack([steps, hidden, dropout, seed, async_save], justify="start")
+    mo.hstack([steps, hidden, dropout, seed, async_save], justify="start", wrap=True)
     return async_save, dropout, hidden, seed, steps
 
 

@@ -60,8 +60,8 @@ def _():
     seed = FLAGS.control("seed", ARGS)
     mo.vstack(
         [
-            mo.hstack([mesh_size, optimizer, learning_rate, seed], justify="start"),
-            mo.hstack([batch, features, hidden, classes], justify="start"),
+            mo.hstack([mesh_size, optimizer, learning_rate, seed], justify="start", wrap=True),
+            mo.hstack([batch, features, hidden, classes], justify="start", wrap=True),
             lab.table([{"strategy": s, "what is split": distributed.STRATEGY_WORDS[s], "parameter specs": ", ".join(f"{k}: `{sharding.spec_name(v)}`" for k, v in distributed.param_specs(s).items())} for s in distributed.STRATEGIES]),
         ]
     )

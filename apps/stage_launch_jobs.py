@@ -63,7 +63,7 @@ def _():
     run_button = mo.ui.run_button(label="Run export + interrupted job (subprocesses)")
     mo.vstack(
         [
-            mo.hstack([name, accelerator_type, zone, spot], justify="start"),
+            mo.hstack([name, accelerator_type, zone, spot], justify="start", wrap=True),
             mo.hstack([steps, kill_after, run_button], justify="start"),
         ]
     )

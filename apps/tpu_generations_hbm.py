@@ -104,10 +104,10 @@ def _():
             mo.md("## Your model and setup"),
             model_name,
             mo.md("**Training**"),
-            mo.hstack([batch, seq, chips, strategy], justify="start"),
+            mo.hstack([batch, seq, chips, strategy], justify="start", wrap=True),
             mo.hstack([remat, optimizer, param_dtype], justify="start"),
             mo.md("**Serving**"),
-            mo.hstack([serve_batch, context, kv_dtype, serve_chips], justify="start"),
+            mo.hstack([serve_batch, context, kv_dtype, serve_chips], justify="start", wrap=True),
         ]
     )
     return (

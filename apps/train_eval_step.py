@@ -67,7 +67,7 @@ def _():
     mo.vstack(
         [
             mo.hstack([optimizer_name, learning_rate, batch_size], justify="start"),
-            mo.hstack([steps, eval_every, hidden, seed], justify="start"),
+            mo.hstack([steps, eval_every, hidden, seed], justify="start", wrap=True),
         ]
     )
     return (

@@ -70,7 +70,7 @@ def _():
                 f"`{jax.devices()}`. A mesh uses a divisor of that many: "
                 f"{', '.join(map(str, MESH_SIZES))}."
             ),
-            mo.hstack([mesh_size, rows, cols, hidden, seed], justify="start"),
+            mo.hstack([mesh_size, rows, cols, hidden, seed], justify="start", wrap=True),
         ]
     )
     return cols, hidden, mesh_size, rows, seed
