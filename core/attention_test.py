@@ -178,3 +178,37 @@ def test_jacobian_of_a_row_sum_product(t, d):
     fn = lambda x: x * jnp.sum(x, axis=-1, keepdims=True)  # noqa: E731
     for result in (attention.jacobian(fn, x), jax.jit(attention.jacobian, static_argnums=0)(fn, x)):
         np.testing.assert_allclose(np.asarray(result), closed, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", attention.DTYPES)
+def test_causality_claims_hold_over_seeds_and_the_lesson_extremes(dtype):
+    """apps/attention.py's gradient claims on 6 seeds, at its defaults (T 8, H 2, K 4) and
+    at the end of its controls with the most peaked softmax (T 24, H 1, K 1), drawn as the
+    app draws them: with the causal mask every d out[t] / d x[s], s > t, is exactly 0;
+    without it every one is nonzero. The smallest one is printed relative to the median on
+    or below the diagonal (it is exactly 0 only once a probability underflows, < 1e-45)."""
+    worst = np.inf
+    for seq_len, heads, head_dim in [(8, 2, 4), (24, 1, 1)]:
+        config = attention.AttentionConfig(
+            seq_len=seq_len, num_heads=heads, head_dim=head_dim, dtype=dtype
+        )
+
+        @jax.jit
+        def jacobian(projections, x_TD, mask_TS):
+            return attention.jacobian(
+                lambda z: attention.self_attention_BTHK(projections, z[None], mask=mask_TS)[0],
+                x_TD,
+            )
+
+        later = np.triu(np.ones((seq_len, seq_len), bool), k=1)
+        causal = np.asarray(attention.causal_mask_TS(seq_len))
+        for seed in range(6):
+            key = jax.random.key(seed)
+            x = attention.example_inputs_BTD(jax.random.fold_in(key, 0), config)[0]
+            projections = attention.init_projections(jax.random.fold_in(key, 1), config)
+            masked = attention.norms_of_jacobian_TS(jacobian(projections, x, causal))
+            assert np.all(masked[later] == 0.0), (seq_len, heads, head_dim, seed)
+            free = attention.norms_of_jacobian_TS(jacobian(projections, x, np.ones_like(causal)))
+            worst = min(worst, free[later].min() / np.median(free[~later]))
+    print(f"{dtype}: smallest later gradient without the mask / median {worst:.2e}")
+    assert worst > 0
