@@ -26,7 +26,10 @@ with app.setup:
         lab.Flag("batch_size", 128, "images per step N (2N views)", choices=(32, 64, 128, 256)),
         lab.Flag("steps", 200, "Adam steps", lo=50, hi=2000, step=50),
         lab.Flag("learning_rate", 0.003, "Adam learning rate", lo=0.0005, hi=0.02, step=0.0005),
-        lab.Flag("feature_width", 16, "encoder output width F (what the probe reads)", choices=(8, 16, 32, 64)),
+        lab.Flag(
+            "feature_width", 16, "encoder output width F (what the probe reads)",
+            choices=(8, 16, 32, 64),
+        ),
         lab.Flag("shown", 6, "images in the views picture", lo=2, hi=12),
         lab.Flag("seed", 0, "PRNG seed (weights, views, batches)", lo=0, hi=9999),
         description="Contrastive learning: two views per digit, NT-Xent, pair identity, a linear probe.",
@@ -261,8 +264,10 @@ def _(initial_params, result):
     labels (the first time any label is used), scored on the {len(TEST_IMAGES)} held-out test images.
     Same encoder, same width, before and after contrastive training: the trained features are
     **{100 * probe_gap:+.1f} percentage points** better on the test images. For scale, the probe on the raw 64 pixels is shown too: digits are
-    nearly linearly separable already (even {initial_params['enc1_w'].shape[1]} random features reach most of the way), so the honest claim is that
-    the label-free training turned a random {initial_params['enc1_w'].shape[1]}-number summary into a much better one, a few points short of all 64 pixels.
+    nearly linearly separable already (even {initial_params['enc1_w'].shape[1]} random features
+    go a long way), so the honest claim is that the label-free training turned a random
+    {initial_params['enc1_w'].shape[1]}-number summary into a much better one, a few points
+    short of all 64 pixels.
     """
             ),
             mo.hstack([lab.table(probe_rows), probe_chart], justify="start", gap=2),
@@ -330,7 +335,8 @@ def test_pairing_matters_after_training(
     if defaults_in_use:
         assert result.loss[-1] < chance_loss and result.loss[-20:].mean() < result.loss[:20].mean()
         # A wrong pairing is at least 0.5 less similar (cosine): its loss is 0.5 / t higher.
-        assert wrong_pair_loss > float(check_loss) + 0.5 / temperature.value, (wrong_pair_loss, float(check_loss))
+        _threshold = float(check_loss) + 0.5 / temperature.value
+        assert wrong_pair_loss > _threshold, (wrong_pair_loss, float(check_loss))
         assert retrieval_trained > retrieval_random
     return
 

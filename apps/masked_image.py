@@ -136,15 +136,19 @@ def _(hidden_per_image, hidden_units, mask_ratio, patch, seed):
 def _(hidden_per_image, patch, test_hidden):
     # Before any training: one test image, what the model is shown, and what it must paint back.
     _hidden_pixels = np.asarray(ssl_image.pixel_mask(test_hidden[:1], patch.value))
-    _panels = {"original": TEST_IMAGES[:1], "what the model sees": TEST_IMAGES[:1] * (1 - _hidden_pixels)}
-    _cells = pd.DataFrame(ssl_image.grid_rows(_panels, _hidden_pixels, mark_hidden_in=("what the model sees",), limit=1))
+    _seen = "what the model sees"
+    _panels = {"original": TEST_IMAGES[:1], _seen: TEST_IMAGES[:1] * (1 - _hidden_pixels)}
+    _cells = pd.DataFrame(
+        ssl_image.grid_rows(_panels, _hidden_pixels, mark_hidden_in=(_seen,), limit=1)
+    )
+    _ink = alt.Color("ink:Q", scale=alt.Scale(scheme="greys", domain=[0, 1]), legend=None)
     _picture = (
         alt.Chart(_cells)
         .mark_rect(stroke="white", strokeWidth=0.5)
         .encode(
             x=alt.X("col:O", axis=None),
             y=alt.Y("row:O", axis=None),
-            color=alt.condition("datum.hidden", alt.value("#f58518"), alt.Color("ink:Q", scale=alt.Scale(scheme="greys", domain=[0, 1]), legend=None)),
+            color=alt.condition("datum.hidden", alt.value("#f58518"), _ink),
             tooltip=["panel", "row", "col", alt.Tooltip("ink:Q", format=".2f")],
         )
         .properties(width=150, height=150)

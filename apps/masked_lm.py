@@ -159,7 +159,12 @@ def _(packed, probs, seed):
             mo.hstack(
                 [
                     mo.vstack([mo.md("**Selected positions of row 0**"), lab.table(ssl_masking.example_rows(packed, first_batch, row=0, limit=12))]),
-                    mo.vstack([mo.md("**Leakage audit** (NumPy, every position of the batch)"), lab.table(ssl_masking.readable_rows(first_audit))]),
+                    mo.vstack(
+                        [
+                            mo.md("**Leakage audit** (NumPy, every position of the batch)"),
+                            lab.table(ssl_masking.readable_rows(first_audit)),
+                        ]
+                    ),
                 ],
                 justify="start",
                 gap=2,
@@ -250,8 +255,16 @@ def _(honest, packed, probs, real_tokens, steps):
     mo.vstack(
         [
             mo.md("## 4 · Audits of the trained model and of all the masks it saw"),
-            lab.table(ssl_masking.readable_rows(model_audit), caption="No path from the answers to the logits (perturbation tests, exact equality):"),
-            lab.table(ssl_masking.readable_rows(statistics), caption=f"Masking statistics over all {steps.value} steps (tolerance: {ssl_masking.BINOMIAL_Z} binomial standard deviations):"),
+            lab.table(
+                ssl_masking.readable_rows(model_audit),
+                caption="No path from the answers to the logits "
+                "(perturbation tests, exact equality):",
+            ),
+            lab.table(
+                ssl_masking.readable_rows(statistics),
+                caption=f"Masking statistics over all {steps.value} steps "
+                f"(tolerance: {ssl_masking.BINOMIAL_Z} binomial standard deviations):",
+            ),
         ]
     )
     return label_gap, model_audit, neighbour_gap, statistics

@@ -147,7 +147,10 @@ def _(channel_spread, rows, seed):
     if w_KN.shape[1] == 1:
         _note = "With a single column the two schemes are the same scheme."
     elif channel_spread.value < quantization.PER_CHANNEL_CLEAR_SPREAD:
-        _note = f"Columns this alike (spread below {quantization.PER_CHANNEL_CLEAR_SPREAD:g}x) leave per-channel little to gain: raise the spread."
+        _note = (
+            f"Columns this alike (spread below {quantization.PER_CHANNEL_CLEAR_SPREAD:g}x) "
+            "leave per-channel little to gain: raise the spread."
+        )
     mo.vstack(
         [
             mo.md(
@@ -239,19 +242,31 @@ def _(channel_spread, k_max, rows, schemes, seed, w_KN):
     _codes_x, _scale_x = quantization.quantize(_x, "per-channel", axis=1)
     _codes_w, _scale_w = schemes["per-channel"]
     _integer_reference = (np.asarray(_codes_x, np.int64) @ np.asarray(_codes_w, np.int64)) * np.asarray(_scale_x, np.float64) * np.asarray(_scale_w, np.float64)
-    int8_error = quantization.relative_error(quantization.int8_matmul(_x, w_KN, "per-channel"), _integer_reference)
+    _int8 = quantization.int8_matmul(_x, w_KN, "per-channel")
+    int8_error = quantization.relative_error(_int8, _integer_reference)
     # The float products at the largest K (the sweep's operands), entry by entry, against the
     # classical worst-case rounding bound (2u + u^2 + gamma_K (1 + u)^2) * (|x| @ |w|): unlike
     # a relative error it holds even where an entry of x @ w cancels to nearly zero.
-    _xs, _ws = quantization.example_operands(jax.random.key(seed.value), rows.value, int(k_max.value), rows.value, channel_spread.value)
+    _m, _k = rows.value, int(k_max.value)
+    _xs, _ws = quantization.example_operands(
+        jax.random.key(seed.value), _m, _k, _m, channel_spread.value
+    )
     _units = {"float32": 0.0, "bf16 inputs, f32 accumulate": quantization.BF16_UNIT_ROUNDOFF}
-    bound_ratios = {kind: quantization.bound_ratio(quantization.matmul(kind, _xs, _ws), _xs, _ws, unit) for kind, unit in _units.items()}
-    check_errors = {"int8 matmul vs NumPy int64 product of its codes (relative)": int8_error, **{f"{kind}: worst |error| / rounding bound": ratio for kind, ratio in bound_ratios.items()}}
+    bound_ratios = {
+        kind: quantization.bound_ratio(quantization.matmul(kind, _xs, _ws), _xs, _ws, unit)
+        for kind, unit in _units.items()
+    }
+    check_errors = {
+        "int8 matmul vs NumPy int64 product of its codes (relative)": int8_error,
+        **{f"{kind}: worst |error| / rounding bound": r for kind, r in bound_ratios.items()},
+    }
     check_passed = int8_error <= 1e-6 and max(bound_ratios.values()) <= 1.0
     lab.check_badge(
         check_passed,
-        f"int8 matmul = exact integer product of its codes (NumPy int64; error {int8_error:.2g}); float32 and bf16-input products at K = {int(k_max.value)} within their worst-case rounding bounds vs NumPy float64 "
-        f"(worst |error| / bound: float32 {bound_ratios['float32']:.2g}, bf16 inputs {bound_ratios['bf16 inputs, f32 accumulate']:.2g}; the limit is 1)",
+        f"int8 matmul = exact integer product of its codes (NumPy int64; error {int8_error:.2g}); "
+        f"float32 and bf16-input products at K = {_k} within their worst-case rounding bounds "
+        f"vs NumPy float64 (worst |error| / bound: float32 {bound_ratios['float32']:.2g}, "
+        f"bf16 inputs {bound_ratios['bf16 inputs, f32 accumulate']:.2g}; the limit is 1)",
         max(bound_ratios.values()),
         1.0,
     )
@@ -265,7 +280,9 @@ def test_check_passes(check_errors, check_passed):
 
 
 @app.cell
-def test_per_channel_fits_columns_better(channel_spread, column_errors, per_channel_gain, schemes, w_KN):
+def test_per_channel_fits_columns_better(
+    channel_spread, column_errors, per_channel_gain, schemes, w_KN
+):
     # Always: each column's scale is at most the shared one (so is its error bound, scale / 2).
     assert np.all(np.asarray(schemes["per-channel"][1]) <= float(schemes["per-tensor"][1]))
     # Where the columns differ enough for it to matter, a clear gain (measured over seeds and

@@ -134,7 +134,8 @@ def _(heads, layers, seq_len, text_corpus, width):
 def _(heldout_batch, model_config, seed):
     # The training claim's baseline: the held-out loss of the weights Train starts from (same
     # key), before any step. A fresh model is a little worse than a uniform guess (ln 256).
-    initial_heldout_loss = transformer.heldout_loss(transformer.TinyLM(model_config, jax.random.key(seed.value)), heldout_batch)[0]
+    _untrained = transformer.TinyLM(model_config, jax.random.key(seed.value))
+    initial_heldout_loss = transformer.heldout_loss(_untrained, heldout_batch)[0]
     return (initial_heldout_loss,)
 
 
@@ -402,9 +403,13 @@ def test_cached_decode_equals_full_forward(
 @app.cell
 def _(batch, files, heads, layers, learning_rate, max_bytes, seed, seq_len, steps, width):
     # The "beats a uniform guess by a nat" claim was measured at the default controls.
+    _controls = {
+        "batch": batch, "files": files, "heads": heads, "layers": layers,
+        "learning_rate": learning_rate, "max_bytes": max_bytes, "seed": seed,
+        "seq_len": seq_len, "steps": steps, "width": width,
+    }
     defaults_in_use = all(
-        str(control.value) == str(FLAGS.flags[name].default)
-        for name, control in {"batch": batch, "files": files, "heads": heads, "layers": layers, "learning_rate": learning_rate, "max_bytes": max_bytes, "seed": seed, "seq_len": seq_len, "steps": steps, "width": width}.items()
+        str(control.value) == str(FLAGS.flags[name].default) for name, control in _controls.items()
     )
     return (defaults_in_use,)
 
@@ -414,7 +419,10 @@ def test_training_lowers_the_heldout_loss(defaults_in_use, history, initial_held
     evaluated = [r["held-out loss"] for r in history if "held-out loss" in r]
     # Any controls, 20+ steps: at least 0.25 nats below the untrained model (measured: 0.69 or
     # more at the weakest corner, learning rate 0.001 with 1 row per step; transformer_test).
-    assert len(history) < 20 or evaluated[-1] < initial_heldout_loss - 0.25, (evaluated[-1], initial_heldout_loss)
+    assert len(history) < 20 or evaluated[-1] < initial_heldout_loss - 0.25, (
+        evaluated[-1],
+        initial_heldout_loss,
+    )
     # The defaults: more than 1 nat below a uniform guess, ln 256 (measured: 1.9 or more).
     assert not defaults_in_use or evaluated[-1] < np.log(256) - 1.0, evaluated[-1]
     return

@@ -120,13 +120,17 @@ def _(block, policy, policy_block, policy_config, weights, x_BTD):
     y_reference_BTD = transformer.block_reference(weights, x_BTD)
     # The check runs the block under the policy you picked, against NumPy float64 with the
     # weights that block stores (bf16 weights upcast exactly), to that policy's tolerance.
-    y_policy_reference_BTD = transformer.block_reference(transformer.block_weights(policy_block), x_BTD)
+    _stored = transformer.block_weights(policy_block)
+    y_policy_reference_BTD = transformer.block_reference(_stored, x_BTD)
     check_error = transformer.relative_error(y_policy_BTD, y_policy_reference_BTD)
     check_tolerance = transformer.policy_tolerance(policy_config.precision)
     check_passed = check_error <= check_tolerance
     lab.check_badge(
         check_passed,
-        f"Flax NNX block under the policy '{policy.value}' (params {policy_config.precision.params}, compute {policy_config.precision.compute}) vs the same block in NumPy float64 (same stored weights, causal); error relative to max(max |reference|, 1)",
+        f"Flax NNX block under the policy '{policy.value}' "
+        f"(params {policy_config.precision.params}, compute {policy_config.precision.compute}) "
+        "vs the same block in NumPy float64 (same stored weights, causal); "
+        "error relative to max(max |reference|, 1)",
         check_error,
         check_tolerance,
     )
@@ -275,7 +279,7 @@ def _():
 
 @app.cell
 def test_check_passes(check_error, check_passed, policy):
-    assert check_passed, f"the block under '{policy.value}' differs from NumPy float64 by {check_error}"
+    assert check_passed, f"the block under '{policy.value}' is {check_error} off NumPy float64"
     return
 
 

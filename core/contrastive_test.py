@@ -244,7 +244,8 @@ def lesson_claims(seed, temperature=0.5, feature_width=16, steps=200, batch=128,
         "loss below chance": math.log(2 * batch - 1) - result.loss[-1],
         "loss falls": result.loss[:20].mean() - result.loss[-20:].mean(),
         "wrong pairing cost - 0.5/t": wrong - loss - 0.5 / temperature,
-        "retrieval gain": contrastive.positive_retrieval(z) - contrastive.positive_retrieval(random_z),
+        "retrieval gain": contrastive.positive_retrieval(z)
+        - contrastive.positive_retrieval(random_z),
     }
     if probe:
 
@@ -265,7 +266,7 @@ def test_lesson_claims_hold_with_margin_over_seeds_and_temperatures():
     feature width 32 the probe's gain over the random encoder was as low as +3.9 points
     (seed 2): a random 32-feature encoder already reaches 82-89% on digits."""
     runs = [lesson_claims(seed) for seed in range(5)]
-    runs += [lesson_claims(seed, temperature=t, probe=False) for t in (0.25, 1.0) for seed in (0, 1)]
+    runs += [lesson_claims(s, temperature=t, probe=False) for t in (0.25, 1.0) for s in (0, 1)]
     worst = {name: min(run[name] for run in runs if name in run) for name in runs[0]}
     print("worst margins:", {name: f"{value:.3f}" for name, value in worst.items()})
     assert all(value > 0 for value in worst.values()), worst

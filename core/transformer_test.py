@@ -256,7 +256,7 @@ def test_bf16_accumulator_stalls_and_f32_does_not():
         assert errors["float32"].shape == errors["bfloat16"].shape == (4096,)
         f32_worst = max(f32_worst, float(errors["float32"][-1]))
         bf16_best = min(bf16_best, float(errors["bfloat16"][-1]))
-    print(f"dot of 4096: f32 accumulator worst {f32_worst:.2e} (bound 1e-5), bf16 best {bf16_best:.2f}")
+    print(f"dot of 4096: f32 accumulator worst {f32_worst:.2e} (< 1e-5), bf16 best {bf16_best:.2f}")
     assert f32_worst < 1e-5
     assert bf16_best > 100 * f32_worst
     assert bf16_best > 0.1, "1024 products of mean 1/4 reach ~1000: bf16 steps of 4 or 8"
@@ -367,7 +367,9 @@ def lesson_heldout_losses(seed, steps=30, learning_rate=0.01, batch=8, files=8, 
     same keys and batches: (held-out loss before training, after the last step)."""
     from core import corpus
 
-    text = corpus.load_corpus(max_files=files, max_bytes=max_bytes, heldout_fraction=0.25, seed=seed)
+    text = corpus.load_corpus(
+        max_files=files, max_bytes=max_bytes, heldout_fraction=0.25, seed=seed
+    )
     config = transformer.TransformerConfig(
         width=width, num_heads=heads, num_layers=layers, max_len=seq_len
     )
@@ -408,5 +410,5 @@ def test_lesson_training_claims_hold_with_margin_over_seeds_and_corners():
     weak += [lesson_heldout_losses(seed, 20, 0.001, 1, **tiny) for seed in range(2)]
     uniform_margin = min(np.log(256) - 1.0 - after for _, after in defaults)
     drop_margin = min(before - after - 0.25 for before, after in defaults + weak)
-    print(f"worst margins (nats): below ln 256 - 1 {uniform_margin:.3f}, drop - 0.25 {drop_margin:.3f}")
+    print(f"worst margins (nats): ln 256 - 1 - loss {uniform_margin:.3f}, drop {drop_margin:.3f}")
     assert uniform_margin > 0 and drop_margin > 0
