@@ -10,23 +10,26 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, mlp, stability
+    from core import claims, lab, mlp, stability
 
     lab.use_cpu_devices()
+    # Defaults: stability.DEBUG_UNSTABLE_LESSON, where stability_test proves the lesson's claim
+    # (the unstable run diverges, every fix trains) over seeds with margin.
     FLAGS = lab.Flags(
-        lab.Flag("learning_rate", 0.5, "SGD (momentum 0.9) learning rate of the unstable run", lo=0.01, hi=2.0, step=0.01),
-        lab.Flag("init_scale", 1.1, "multiplier on the He init std", lo=0.25, hi=3.0, step=0.05),
+        lab.Flag("learning_rate", 0.25, "SGD (momentum 0.9) learning rate of the unstable run", lo=0.01, hi=2.0, step=0.01),
+        lab.Flag("init_scale", 1.4, "multiplier on the He init std", lo=0.25, hi=3.0, step=0.05),
         lab.Flag("depth", 6, "hidden layers", lo=2, hi=8),
         lab.Flag("hidden", 32, "units per hidden layer", lo=8, hi=64, step=8),
-        lab.Flag("clip_norm", 1.0, "fix 1: clip the global gradient norm to this", lo=0.1, hi=10.0, step=0.1),
-        lab.Flag("safe_learning_rate", 0.05, "fix 3: a lower learning rate", lo=0.001, hi=0.5, step=0.001),
+        lab.Flag("clip_norm", 0.5, "fix 1: clip the global gradient norm to this", lo=0.1, hi=10.0, step=0.1),
+        lab.Flag("safe_learning_rate", 0.003, "fix 3: a lower learning rate", lo=0.001, hi=0.5, step=0.001),
         lab.Flag("steps", 150, "training steps (full batch)", lo=20, hi=500, step=10),
         lab.Flag("seed", 0, "PRNG seed (data and init)", lo=0, hi=9999),
         description="Debug unstable learning: divergence, per-layer diagnostics, first NaN, fixes.",
     )
     ARGS = FLAGS.parse()
-    POINTS, CLASSES = 256, 3
-    EXPLODE_FACTOR = 10.0
+    DATA = stability.DEBUG_UNSTABLE_DATA  # 256 points in 3 Gaussian clusters
+    POINTS, CLASSES = DATA["points"], DATA["classes"]
+    EXPLODE_FACTOR = stability.DIVERGENCE_FACTOR
 
 
 @app.cell(hide_code=True)
@@ -92,19 +95,14 @@ def _(
     steps,
 ):
     _data_key, _init_key = jax.random.split(jax.random.key(seed.value))
-    x_ND, y_N = mlp.make_dataset(_data_key, "spirals", POINTS, 0.1, CLASSES)
+    x_ND, y_N = mlp.make_dataset(_data_key, DATA["dataset"], POINTS, DATA["noise"], CLASSES)
     base_params = mlp.init_params(_init_key, mlp.layer_sizes(2, hidden.value, depth.value, CLASSES), "he")
-    _lr, _scale = learning_rate.value, init_scale.value
-    configs = [
-        stability.Config("unstable", _lr, _scale),
-        stability.Config(f"clip to {clip_norm.value}", _lr, _scale, clip_norm=clip_norm.value),
-        stability.Config("layer norm", _lr, _scale, layernorm=True),
-        stability.Config(f"lr {safe_learning_rate.value}", safe_learning_rate.value, _scale),
-        stability.Config("all three", safe_learning_rate.value, _scale, clip_norm.value, True),
-    ]
+    # unstable, clip, layer norm (both at the unstable rate), lower rate, all three
+    configs = stability.lesson_configs(learning_rate.value, init_scale.value, clip_norm.value, safe_learning_rate.value)
     # One compiled program trains all five: learning rate, clip and layer norm are its arguments.
     runs = stability.train(configs, base_params, x_ND, y_N, steps.value)
-    diverged_at = {run.config.name: stability.divergence_step(run.loss_S, EXPLODE_FACTOR) for run in runs}
+    outcomes = [stability.outcome(run.config.name, run.loss_S, CLASSES) for run in runs]
+    diverged_at = {o.name: o.diverged_at for o in outcomes}
     summary_rows = [
         {
             "run": run.config.name,
@@ -114,23 +112,26 @@ def _(
             "first loss": f"{run.loss_S[0]:.3f}",
             "final loss": f"{run.loss_S[-1]:.3f}",
             "diverged at step": "-" if diverged_at[run.config.name] is None else diverged_at[run.config.name],
+            "trains": "yes" if outcome.trains else "no",
             "largest grad norm": f"{np.nanmax(np.where(np.isfinite(run.global_grad_norm_S), run.global_grad_norm_S, np.nan)):.3g}" if np.isfinite(run.global_grad_norm_S).any() else "inf",
         }
-        for run in runs
+        for run, outcome in zip(runs, outcomes, strict=True)
     ]
     mo.vstack(
         [
             mo.md(
                 f"## Five runs from the same weights\n"
                 f"{depth.value} hidden layers of {hidden.value} ReLUs, He init × {init_scale.value}, "
-                f"full-batch SGD with momentum 0.9 on {POINTS} spiral points ({CLASSES} classes). "
+                f"full-batch SGD with momentum 0.9 on {POINTS} points in {CLASSES} Gaussian clusters. "
                 f"A run **diverged** at the first step whose loss is not finite or exceeds "
-                f"{EXPLODE_FACTOR:.0f}× its first loss."
+                f"{EXPLODE_FACTOR:.0f}× its first loss; it **trains** when it never diverges and ends "
+                f"below {stability.TRAINS_BELOW:g} × ln {CLASSES} = {outcomes[0].trains_below:.3f}, "
+                f"a quarter of the loss of a model that learned nothing."
             ),
             lab.table(summary_rows),
         ]
     )
-    return diverged_at, runs, x_ND, y_N
+    return diverged_at, outcomes, runs, x_ND, y_N
 
 
 @app.cell
@@ -241,7 +242,7 @@ def _(debug_nans_button, nan_report, runs, x_ND, y_N):
 
 
 @app.cell
-def _(diverged_at, runs, x_ND, y_N):
+def _(diverged_at, outcomes, runs, x_ND, y_N):
     # Independent references. (1) Gradient norms: recompute the gradients at the recorded
     # weights of the first steps (a separately compiled program) and take their norms in
     # NumPy float64; compare with the norms recorded inside the compiled training loop.
@@ -267,11 +268,12 @@ def _(diverged_at, runs, x_ND, y_N):
             _at = mlp.loss_reference(runs[0].params_at(_step), x_ND, y_N)
             _before = mlp.loss_reference(runs[0].params_at(_step - 1), x_ND, y_N) if _step > 0 else _first
         divergence_confirmed = bool((not np.isfinite(_at) or _at > EXPLODE_FACTOR * _first) and np.isfinite(_before) and _before <= EXPLODE_FACTOR * _first)
-    # (3) The combined fix trains: finite, and below where it started.
-    _fixed = runs[-1].loss_S
-    fix_works = bool(np.isfinite(_fixed[-1]) and _fixed[-1] < _fixed[0])
+    # (3) Shown, not checked here: does the combined fix train (never diverges, ends below a
+    # quarter of ln C)? It is a claim about training dynamics, made for the defaults: the test
+    # cell below asserts it there, and stability_test proves it over seeds with margin.
+    fix_works = outcomes[-1].trains
     check_tolerance = 1e-5
-    check_passed = grad_norm_error <= check_tolerance and divergence_confirmed is not False and fix_works
+    check_passed = grad_norm_error <= check_tolerance and divergence_confirmed is not False
     _divergence_text = (
         f"the unstable run diverged at step {_step} (confirmed in NumPy float64: {divergence_confirmed})"
         if _step is not None
@@ -279,7 +281,7 @@ def _(diverged_at, runs, x_ND, y_N):
     )
     lab.check_badge(
         check_passed,
-        f"recorded gradient norms vs NumPy float64 norms of recomputed gradient leaves; {_divergence_text}; 'all three' ends at loss {_fixed[-1]:.3f} < {_fixed[0]:.3f}",
+        f"recorded gradient norms vs NumPy float64 norms of recomputed gradient leaves; {_divergence_text}; 'all three' ends at loss {outcomes[-1].final_loss:.3f} ({'trains' if fix_works else 'does not train'}: the line is {outcomes[-1].trains_below:.3f})",
         grad_norm_error,
         check_tolerance,
     )
@@ -298,12 +300,22 @@ def test_check_passes(
 
 
 @app.cell
-def test_defaults_diverge_and_every_fix_trains(diverged_at, runs):
-    if vars(ARGS) == {name: flag.default for name, flag in FLAGS.flags.items()}:
-        assert diverged_at["unstable"] is not None
-        for _run in runs[1:]:
-            assert np.isfinite(_run.loss_S[-1]) and _run.loss_S[-1] < _run.loss_S[0], _run.config.name
-            assert diverged_at[_run.config.name] is None, _run.config.name
+def test_defaults_diverge_and_every_fix_trains(
+    clip_norm,
+    depth,
+    hidden,
+    init_scale,
+    learning_rate,
+    outcomes,
+    safe_learning_rate,
+    seed,
+    steps,
+):
+    # The lesson's claim, made for its defaults (read from the controls: a served app keeps
+    # ARGS while the sliders move); stability_test proves it over seeds with margin >= 2.
+    _controls = dict(learning_rate=learning_rate, init_scale=init_scale, depth=depth, hidden=hidden, clip_norm=clip_norm, safe_learning_rate=safe_learning_rate, steps=steps, seed=seed)
+    if claims.at_defaults(FLAGS, {_name: _control.value for _name, _control in _controls.items()}):
+        assert stability.claim_problems(outcomes) == []
     return
 
 
