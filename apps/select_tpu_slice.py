@@ -116,14 +116,20 @@ def _(best, options):
     _problem = None if best else "no v5e, v5p or v6e slice offered here covers this workload: " + (
         "; ".join(o.reasoning[-1] for o in options)
     ) + ". Lower the model size or batch, or allow a longer step time."
+    _title = "No slice fits."
+    create_line = None
+    if _problem is None:
+        try:  # the VM name (--name) must be one gcloud accepts
+            create_line = slice_planner.create_command(best, name=ARGS.name)
+        except ValueError as _error:
+            _problem, _title = f"--name: {_error}", "No create command."
     if _problem and lab.mode() == "script":
         print(f"STOPPED: {_problem}")
-    mo.stop(_problem is not None, mo.callout(mo.md(f"**No slice fits.** {_problem}"), kind="warn"))
+    mo.stop(_problem is not None, mo.callout(mo.md(f"**{_title}** {_problem}"), kind="warn"))
     reasons = "\n".join(
         f"**{o.generation}**\n\n" + "\n".join(f"- {line}" for line in o.reasoning) for o in options
     )
     chosen = best  # cells that need a slice read `chosen`: they wait for this stop
-    create_line = slice_planner.create_command(chosen, name=ARGS.name)
     mo.vstack(
         [
             mo.md(f"## The reasoning\n{reasons}"),

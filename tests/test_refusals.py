@@ -25,6 +25,9 @@ REFUSALS = [
     ("communication_algorithms", ["--batch", "6", "--mesh-size", "8"], "K=4 does not divide 6"),
     # was a bug: the interrupted-job cell ran the job with the refused steps
     ("stage_launch_jobs", ["--kill-after", "6"], "killed after the last step"),
+    # was a bug: an invalid VM name raised in the create-command line
+    ("select_tpu_slice", ["--name", ""], "an empty TPU VM name"),
+    ("select_tpu_slice", ["--name", "My_TPU"], "a TPU VM name gcloud refuses"),
     # one refused combination per app whose guard a flag can trip
     ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
     ("attention", ["--head", "5"], "head 5 of 2"),
