@@ -17,7 +17,7 @@ with app.setup:
     import pandas as pd
     from flax import nnx
 
-    from core import lab, mlp, nnx_models, training
+    from core import claims, lab, mlp, nnx_models, training
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -287,10 +287,25 @@ def test_check_passes(check_errors, check_passed):
 
 
 @app.cell
-def test_training_learns(eval_rows, train_rows):
-    assert len(train_rows) == ARGS.steps and eval_rows[-1]["step"] == ARGS.steps
-    assert np.isfinite([r["loss"] for r in train_rows]).all()
-    if ARGS.optimizer == "adam" and ARGS.steps >= 200 and ARGS.learning_rate <= 0.05:
+def test_training_learns(
+    batch_size,
+    eval_every,
+    eval_rows,
+    hidden,
+    learning_rate,
+    optimizer_name,
+    seed,
+    steps,
+    train_rows,
+):
+    assert len(train_rows) == steps.value and eval_rows[-1]["step"] == steps.value
+    # "Training learns" is claimed at the defaults (read from the controls: a served app keeps
+    # ARGS while the sliders move); core/training_test.py proves it over seeds with margin.
+    # (It was claimed for any adam run of >= 200 steps at lr <= 0.05: false at lr 0.0001, and
+    # at lr 0.001 on some seeds.)
+    _controls = dict(optimizer=optimizer_name, learning_rate=learning_rate, batch_size=batch_size, steps=steps, eval_every=eval_every, hidden=hidden, seed=seed)
+    if claims.at_defaults(FLAGS, {_name: _control.value for _name, _control in _controls.items()}):
+        assert np.isfinite([r["loss"] for r in train_rows]).all()
         assert eval_rows[-1]["accuracy"] >= 0.9
         assert eval_rows[-1]["loss"] < train_rows[0]["loss"]
     return
