@@ -291,7 +291,8 @@ def test_async_run_overlapped_its_saves(runs):
     for _mode, _run in runs.items():
         _events = _run.checkpointer.events
         _manifests = {e.step: e.time for e in _events if e.event == "manifest written"}
-        assert sorted(_manifests) == sorted({e.step for e in _events if e.event == "save called"}), _mode
+        _saved = sorted({e.step for e in _events if e.event == "save called"})
+        assert sorted(_manifests) == _saved, _mode
         for _step, _written in _manifests.items():
             if _step + 1 in _run.step_times:
                 assert (_written > _run.step_times[_step + 1]) == (_mode == "async"), (_mode, _step)

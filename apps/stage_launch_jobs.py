@@ -99,7 +99,8 @@ def _(accelerator_type, kill_after, name, spot, steps, zone):
     if _problem and lab.mode() == "script":
         print(f"STOPPED: {_problem}")
     mo.stop(_problem is not None, mo.callout(mo.md(f"**Can't launch this way.** {_problem}"), kind="warn"))
-    job = {"steps": steps.value, "kill_after": kill_after.value}  # checked above: the job cells read this
+    # checked above: the job cells read these, so they wait for this stop
+    job = {"steps": steps.value, "kill_after": kill_after.value}
     mo.md(
         "## Stage, launch, fetch, delete (`--dry-run` output)\n"
         + "\n".join(f"`{cmd}`\n```bash\n{out}\n```" for cmd, out in dry_runs)
@@ -125,7 +126,9 @@ def _(run_button):
 def _(job, run_button):
     mo.stop(lab.interactive() and not run_button.value)
     with tempfile.TemporaryDirectory(prefix="ckpt_") as _tmp:
-        interrupted = launch.interrupted_and_resumed(rehearse.EXAMPLE, f"{_tmp}/ckpt", job["steps"], job["kill_after"], ("--batch", "16"))
+        interrupted = launch.interrupted_and_resumed(
+            rehearse.EXAMPLE, f"{_tmp}/ckpt", job["steps"], job["kill_after"], ("--batch", "16")
+        )
     mo.vstack(
         [
             mo.md(f"## A preempted job\nKilled (exit {interrupted.killed_returncode}, SIGKILL) after:\n```\n{interrupted.killed_stdout.strip()}\n```"),
