@@ -18,6 +18,22 @@ import numpy as np
 CLASSES = 10
 IMAGE_SIZE = 8
 
+# The defaults of the lesson "Train a small CNN on the digits" (apps/cnn_digits.py) and the
+# test accuracy it claims for them. Measured over 8 seeds (split, init, batch order): 97.2%
+# to 99.2%. A 97% target sat one test image above the worst seeds (349 of 359 right, 349
+# needed); 95% leaves 8 images. digits_test proves it over seeds; tests/test_app_claims.py
+# keeps these equal to the app's flag defaults.
+CNN_LESSON = {
+    "epochs": 6,
+    "batch_size": 32,
+    "learning_rate": 0.01,
+    "channels1": 16,
+    "channels2": 32,
+    "test_fraction": 0.2,
+    "seed": 0,
+}
+TARGET_ACCURACY = 0.95
+
 
 @dataclasses.dataclass(frozen=True)
 class Split:

@@ -68,27 +68,34 @@ def test_pixel_rows_cover_each_image():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_lesson_cnn_reaches_97_percent(seed):
-    # The cnn_digits lesson's defaults: channels (16, 32), Adam 0.01 with cosine decay,
-    # 6 epochs of batches of 32, rbg PRNG. Measured here: 97.2% (seed 0), 98.1% (seed 1).
+def test_the_lesson_cnn_reaches_its_target_on_every_seed():
+    # apps/cnn_digits.py claims its defaults reach digits.TARGET_ACCURACY (95%). Proven here
+    # over 5 seeds (split, init, batch order), each at least a point above it (measured:
+    # 97.2% worst of 8 seeds). One optimizer object for all seeds: nnx.jit compiles once.
     from sklearn import metrics
 
-    split = digits.load(0.2, seed)
-    epochs, batch_size = 6, 32
-    schedule = optax.cosine_decay_schedule(0.01, epochs * (len(split.y_train) // batch_size))
-    model = nnx_models.CNN(
-        rngs=nnx.Rngs(params=jax.random.key(seed, impl="rbg")), channels=(16, 32)
+    lesson = digits.CNN_LESSON
+    epochs, batch_size = lesson["epochs"], lesson["batch_size"]
+    train_size = digits.load(lesson["test_fraction"], 0).sizes()[0]
+    schedule = optax.cosine_decay_schedule(
+        lesson["learning_rate"], epochs * (train_size // batch_size)
     )
-    optimizer = nnx.Optimizer(model, training.make_optimizer("adam", schedule), wrt=nnx.Param)
-    training.fit(
-        model,
-        optimizer,
-        split.x_train,
-        split.y_train,
-        epochs=epochs,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    logits = np.asarray(training.eval_step(model, split.x_test, split.y_test)["logits"])
-    assert metrics.accuracy_score(split.y_test, logits.argmax(axis=1)) >= 0.97
+    tx = training.make_optimizer("adam", schedule)
+    accuracies = []
+    for seed in range(5):
+        split = digits.load(lesson["test_fraction"], seed)
+        assert split.sizes()[0] == train_size  # stratified: the same sizes for every seed
+        model = nnx_models.CNN(
+            rngs=nnx.Rngs(params=jax.random.key(seed, impl="rbg")),
+            channels=(lesson["channels1"], lesson["channels2"]),
+        )
+        optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        training.fit(
+            model, optimizer, split.x_train, split.y_train,
+            epochs=epochs, batch_size=batch_size, seed=seed,
+        )
+        logits = np.asarray(training.eval_step(model, split.x_test, split.y_test)["logits"])
+        accuracies.append(metrics.accuracy_score(split.y_test, logits.argmax(axis=1)))
+    print(f"cnn_digits defaults, 5 seeds: worst test accuracy {min(accuracies):.4f} "
+          f"(claim >= {digits.TARGET_ACCURACY})")
+    assert min(accuracies) >= digits.TARGET_ACCURACY + 0.01
