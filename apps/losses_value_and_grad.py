@@ -194,9 +194,12 @@ def test_grads_have_the_structure_of_params(grads, params):
 
 
 @app.cell
-def test_loss_decreases_against_the_gradient(along):
-    actual = along[along["curve"].str.startswith("loss(")].sort_values("t")["loss"].to_numpy()
-    assert actual[1] < actual[0]
+def test_loss_decreases_against_the_gradient(loss, params, x_BD, y):
+    # "A little" is relative to the curvature: a fixed t = 0.1 overshoots a sharp problem (one
+    # example, 64 features). At t = 1 / smoothness the descent lemma guarantees a decrease of
+    # t |g|^2 / 2; assert half of it (core/losses_test.py: >= 99% over a grid and seeds).
+    _descent = losses.descent_at_safe_step(params, x_BD, y, loss.value)
+    assert _descent.decrease >= 0.5 * _descent.guaranteed > 0, _descent
     return
 
 
