@@ -24,7 +24,9 @@ with app.setup:
         lab.Flag("steps", 5, "steps in the whole run", lo=2, hi=40),
         lab.Flag("stop_at", 2, "step after which the run is interrupted and saved", lo=1, hi=39),
         lab.Flag("optimizer", "adam", "optax optimizer", choices=distributed.OPTIMIZERS),
-        lab.Flag("learning_rate", 0.05, "learning rate", lo=0.001, hi=0.5, step=0.001),
+        # hi 0.1: above it float32 training drifts from the float64 reference past the check's
+        # tolerance (1.3e-3 after 40 adam steps at lr 0.5); at <= 0.1 the worst seen is 5e-6.
+        lab.Flag("learning_rate", 0.05, "learning rate", lo=0.001, hi=0.1, step=0.001),
         lab.Flag("seed", 0, "PRNG seed (data, shuffle and init)", lo=0, hi=9999),
         description="Resilient distributed training: save a sharded state, restore it onto another mesh, continue.",
     )
@@ -147,10 +149,12 @@ def _(config, learning_rate, optimizer, run):
         "same examples in every step": run.ids_resumed == run.ids_straight,
     }
     check_tolerance = 1e-4
-    check_passed = check_errors["resumed losses vs uninterrupted"] <= 1e-6 and max(check_errors.values()) <= check_tolerance and all(check_exact.values())
+    # resumed vs uninterrupted: another mesh sums in another order, and the float32 difference
+    # grows with the steps (worst seen at lr <= 0.1, 40 steps: 2.4e-7): 1e-5 leaves 40x
+    check_passed = check_errors["resumed losses vs uninterrupted"] <= 1e-5 and max(check_errors.values()) <= check_tolerance and all(check_exact.values())
     mo.vstack(
         [
-            lab.check_badge(check_passed, "the run restored onto another mesh matches the uninterrupted run (losses to 1e-6, state bitwise at restore, same batches) and NumPy float64", max(check_errors.values()), check_tolerance),
+            lab.check_badge(check_passed, "the run restored onto another mesh matches the uninterrupted run (losses to 1e-5, state bitwise at restore, same batches) and NumPy float64", max(check_errors.values()), check_tolerance),
             lab.table([{"comparison": k, "result": f"{v:.3g}"} for k, v in check_errors.items()] + [{"comparison": k, "result": str(v)} for k, v in check_exact.items()]),
         ]
     )
