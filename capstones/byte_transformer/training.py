@@ -392,7 +392,7 @@ def train(
         records: list[dict] = []
         preemption = _Preemption()
         began = time.perf_counter()
-        step = start
+        step, stop_now = start, False
         with preemption.installed(), open(metrics_path, "a") as metrics_file:
             for step in range(start + 1, config.steps + 1):
                 batch = stream.next_batch()
@@ -418,7 +418,10 @@ def train(
                 metrics_file.flush()
                 records.append(record)
                 emit({"event": "step", "step": step, "loss": loss})
-                final = step == config.steps or preemption.requested
+                # read the flag once: a SIGTERM landing after this line is honoured after
+                # the next step, never by a break past a step that was not saved
+                stop_now = preemption.requested
+                final = step == config.steps or stop_now
                 ckpt.save(
                     step,
                     state,
@@ -441,10 +444,10 @@ def train(
                         f"{rate:,.0f} tok/s eta {_format_eta(eta)}"
                         + (" (includes compile)" if step == start + 1 else "")
                     )
-                if preemption.requested:
+                if stop_now:
                     break
         ckpt.wait_until_finished()
-    preempted = preemption.requested
+    preempted = stop_now
     emit({"event": "preempted" if preempted else "done", "step": step})
     if preempted:
         progress(f"SIGTERM: saved step {step} and stopped; run the same command to resume")

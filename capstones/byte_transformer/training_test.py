@@ -8,6 +8,8 @@ import dataclasses
 import functools
 import json
 import math
+import os
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -287,6 +289,24 @@ def test_train_resume_and_eval_in_process(tmp_path, corpus):
     assert result["tokens"] == count
     assert abs(result["loss"] - total / count) <= 1e-4 * total / count
     assert result["bits_per_byte"] == pytest.approx(result["loss"] / math.log(2))
+
+
+def test_a_sigterm_late_in_a_step_is_saved_before_the_run_stops(tmp_path):
+    """SIGTERM delivered after a step's save decision (here: while its progress line is
+    printed) must not stop the run past an unsaved step: the run saves the next one."""
+    events = []
+
+    def progress(line):
+        if line.startswith("step 1/"):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler sets the flag right here
+
+    config = dataclasses.replace(TINY, ckpt_every=100)  # no interval save before the signal
+    result = training.train(config, tmp_path, log_mlflow=False, emit=events.append,
+                            progress=progress)
+    assert result.preempted and result.last_step == 2
+    committed = [e["step"] for e in events if e["event"] == "committed"]
+    assert events[-1] == {"event": "preempted", "step": 2} and committed == [2]
+    assert training.load_state(tmp_path)[1].step == 2
 
 
 def test_resume_refuses_a_different_model(tmp_path):
