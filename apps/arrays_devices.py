@@ -10,13 +10,14 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import arrays, lab
+    from core import lab
+    from core.lessons.setup import arrays_devices
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag("rows", 6, "rows of the array", lo=1, hi=64),
         lab.Flag("cols", 10, "columns of the array", lo=1, hi=64),
-        lab.Flag("dtype", "float32", "element type", choices=arrays.DTYPES),
+        lab.Flag("dtype", "float32", "element type", choices=arrays_devices.DTYPES),
         lab.Flag("device_a", 1, "device index to commit the array to", lo=0, hi=63),
         lab.Flag("device_b", 0, "a second device index, for the clash", lo=0, hi=63),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
@@ -63,9 +64,9 @@ def _():
 
 @app.cell
 def _(cols, dtype, rows, seed):
-    x = arrays.example_matrix(jax.random.key(seed.value), rows.value, cols.value, dtype.value)
-    info = arrays.describe(x)
-    stats = arrays.row_stats_RC(x)
+    x = arrays_devices.example_matrix(jax.random.key(seed.value), rows.value, cols.value, dtype.value)
+    info = arrays_devices.describe(x)
+    stats = arrays_devices.row_stats_RC(x)
     mo.vstack(
         [
             mo.md(f"## The array `x`: `{info.shape}` of `{info.dtype}`, {info.nbytes} bytes"),
@@ -77,7 +78,7 @@ def _(cols, dtype, rows, seed):
 
 @app.cell
 def _(device_a, device_b, x):
-    steps = arrays.placement_walkthrough(x, device_a.value, device_b.value)
+    steps = arrays_devices.placement_walkthrough(x, device_a.value, device_b.value)
     placement_rows = [
         {
             "step": step.description,
@@ -103,9 +104,9 @@ def _(device_a, device_b, x):
 @app.cell
 def _(dtype, stats, x):
     # Independent reference: the same statistics in NumPy float64 on the same values.
-    reference = arrays.row_stats_reference(np.asarray(x.astype("float32")))
-    check_error = arrays.relative_error(stats, reference)
-    check_tolerance = arrays.RELATIVE_TOLERANCE[dtype.value] * max(1, x.shape[1]) ** 0.5 + 1e-6
+    reference = arrays_devices.row_stats_reference(np.asarray(x.astype("float32")))
+    check_error = arrays_devices.relative_error(stats, reference)
+    check_tolerance = arrays_devices.RELATIVE_TOLERANCE[dtype.value] * max(1, x.shape[1]) ** 0.5 + 1e-6
     check_passed = check_error <= check_tolerance
     lab.check_badge(
         check_passed,

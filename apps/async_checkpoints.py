@@ -17,7 +17,8 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import checkpoint, curriculum, lab, recovery_demo
+    from core import curriculum, lab
+    from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -164,7 +165,7 @@ def _(save_every, steps):
     mo.vstack(
         [
             mo.md(
-                "## A crash in the middle of a save\n`python -m core.recovery_demo --async-save "
+                "## A crash in the middle of a save\n`python -m core.state.recovery_demo --async-save "
                 "--kill-after-save-call STEP` sends itself `SIGKILL` right after the save call for "
                 "STEP returns: the background threads are still writing. No `finally`, no atexit: "
                 "what is on disk is what a power cut or an OOM kill would leave."

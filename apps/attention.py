@@ -10,7 +10,9 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import attention, charts, lab
+    from core import lab
+    from core.lab import charts
+    from core.lm import attention
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -113,7 +115,7 @@ def _(config):
 
 @app.function
 def heatmap(matrix, title, row_title="query t", col_title="key s", scheme="redblue", hidden=None):
-    """core.charts.heatmap with this lesson's axis names: values written in (white on dark
+    """core.lab.charts.heatmap with this lesson's axis names: values written in (white on dark
     cells) up to 12 positions, beyond that every k-th position labelled; ``hidden`` grey."""
     return charts.heatmap(matrix, title, row_title, col_title, scheme=scheme, hidden=hidden)
 
@@ -320,7 +322,7 @@ def _(config, k_BTHK, pieces, q_BTHK, v_BTHK):
         [
             mo.md(
                 "## 6 · Check: the pieces equal attention as others implement it\n"
-                "Assembled, the pieces are `core.attention.dot_product_attention(q, k, v, causal)`. "
+                "Assembled, the pieces are `core.lm.attention.dot_product_attention(q, k, v, causal)`. "
                 "Two implementations that share no code with it must agree, to within the "
                 f"precision of `{config.dtype}` (relative error ≤ {check_tolerance:g})."
             ),

@@ -18,7 +18,9 @@ with app.setup:
 
     from capstones.byte_transformer import config as config_lib
     from capstones.byte_transformer import data, kv_cache, report, training
-    from core import checkpoint, curriculum, lab, transformer
+    from core import curriculum, lab
+    from core.lm import transformer
+    from core.state import checkpoint
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(

@@ -12,7 +12,11 @@ with app.setup:
     import pandas as pd
     from flax import nnx
 
-    from core import arrays, claims, digits, lab, nnx_models, training
+    from core import lab
+    from core.data import digits
+    from core.lab import claims
+    from core.lessons.setup import arrays_devices
+    from core.nn import nnx_models, training
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -173,12 +177,12 @@ def _(
 @app.cell
 def _(confusion, model, split, test_accuracy, test_logits):
     # Independent references: NumPy recomputes accuracy and confusion counts from the
-    # logits and labels (scikit-learn's metrics agree: core/digits_test.py); a NumPy
+    # logits and labels (scikit-learn's metrics agree: core/data/digits_test.py); a NumPy
     # float64 convolution recomputes the logits themselves.
     numpy_accuracy = float(np.mean(test_logits.argmax(axis=1) == split.y_test))
     numpy_confusion = digits.confusion_matrix_reference(test_logits.argmax(axis=1), split.y_test)
     _probe = split.x_test[:32]
-    logits_error = arrays.relative_error(test_logits[:32], nnx_models.cnn_reference(nnx_models.cnn_params(model), _probe))
+    logits_error = arrays_devices.relative_error(test_logits[:32], nnx_models.cnn_reference(nnx_models.cnn_params(model), _probe))
     check_errors = {
         "accuracy: JAX eval_step vs NumPy from the logits": abs(test_accuracy - numpy_accuracy),
         "confusion matrix: JAX vs NumPy bincount (max |count difference|)": float(np.max(np.abs(confusion - numpy_confusion))),
@@ -268,7 +272,7 @@ def test_default_reaches_the_target(
     test_fraction,
 ):
     # Claimed at the defaults (the controls now, not ARGS: a served app keeps ARGS while the
-    # sliders move); core/digits_test.py proves it over seeds with margin.
+    # sliders move); core/data/digits_test.py proves it over seeds with margin.
     _controls = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, channels1=channels1, channels2=channels2, test_fraction=test_fraction, seed=seed)
     if claims.at_defaults(FLAGS, {_name: _control.value for _name, _control in _controls.items()}):
         assert test_accuracy >= TARGET_ACCURACY, f"default CNN reached only {test_accuracy:.2%}"

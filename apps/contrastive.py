@@ -15,7 +15,9 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import contrastive, digits, lab
+    from core import lab
+    from core.data import digits
+    from core.lessons.self_supervised import contrastive
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -348,7 +350,7 @@ def test_probe_beats_the_random_encoder(
     probe_scores,
 ):
     # Measured over seeds 0..10 at the defaults (feature width 16): +8.9 to +22.6 points
-    # (core/contrastive_test.py checks 5 seeds); at width 32 it fell to +3.9, so 16 it is.
+    # (core/lessons/self_supervised/contrastive_test.py checks 5 seeds); at width 32 it fell to +3.9, so 16 it is.
     if defaults_in_use:
         assert probe_gap > 0.02, probe_scores
     return

@@ -10,10 +10,13 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import claims, lab, mlp, stability
+    from core import lab
+    from core.lab import claims
+    from core.lessons.nn_training import debug_unstable
+    from core.nn import mlp
 
     lab.use_cpu_devices()
-    # Defaults: stability.DEBUG_UNSTABLE_LESSON, where stability_test proves the lesson's claim
+    # Defaults: debug_unstable.DEBUG_UNSTABLE_LESSON, where stability_test proves the lesson's claim
     # (the unstable run diverges, every fix trains) over seeds with margin.
     FLAGS = lab.Flags(
         lab.Flag("learning_rate", 0.25, "SGD (momentum 0.9) learning rate of the unstable run", lo=0.01, hi=2.0, step=0.01),
@@ -27,9 +30,9 @@ with app.setup:
         description="Debug unstable learning: divergence, per-layer diagnostics, first NaN, fixes.",
     )
     ARGS = FLAGS.parse()
-    DATA = stability.DEBUG_UNSTABLE_DATA  # 256 points in 3 Gaussian clusters
+    DATA = debug_unstable.DEBUG_UNSTABLE_DATA  # 256 points in 3 Gaussian clusters
     POINTS, CLASSES = DATA["points"], DATA["classes"]
-    EXPLODE_FACTOR = stability.DIVERGENCE_FACTOR
+    EXPLODE_FACTOR = debug_unstable.DIVERGENCE_FACTOR
 
 
 @app.cell(hide_code=True)
@@ -98,10 +101,10 @@ def _(
     x_ND, y_N = mlp.make_dataset(_data_key, DATA["dataset"], POINTS, DATA["noise"], CLASSES)
     base_params = mlp.init_params(_init_key, mlp.layer_sizes(2, hidden.value, depth.value, CLASSES), "he")
     # unstable, clip, layer norm (both at the unstable rate), lower rate, all three
-    configs = stability.lesson_configs(learning_rate.value, init_scale.value, clip_norm.value, safe_learning_rate.value)
+    configs = debug_unstable.lesson_configs(learning_rate.value, init_scale.value, clip_norm.value, safe_learning_rate.value)
     # One compiled program trains all five: learning rate, clip and layer norm are its arguments.
-    runs = stability.train(configs, base_params, x_ND, y_N, steps.value)
-    outcomes = [stability.outcome(run.config.name, run.loss_S, CLASSES) for run in runs]
+    runs = debug_unstable.train(configs, base_params, x_ND, y_N, steps.value)
+    outcomes = [debug_unstable.outcome(run.config.name, run.loss_S, CLASSES) for run in runs]
     diverged_at = {o.name: o.diverged_at for o in outcomes}
     summary_rows = [
         {
@@ -125,7 +128,7 @@ def _(
                 f"full-batch SGD with momentum 0.9 on {POINTS} points in {CLASSES} Gaussian clusters. "
                 f"A run **diverged** at the first step whose loss is not finite or exceeds "
                 f"{EXPLODE_FACTOR:.0f}× its first loss; it **trains** when it never diverges and ends "
-                f"below {stability.TRAINS_BELOW:g} × ln {CLASSES} = {outcomes[0].trains_below:.3f}, "
+                f"below {debug_unstable.TRAINS_BELOW:g} × ln {CLASSES} = {outcomes[0].trains_below:.3f}, "
                 f"a quarter of the loss of a model that learned nothing."
             ),
             lab.table(summary_rows),
@@ -202,7 +205,7 @@ def _(runs):
 def _(diverged_at, runs, steps, x_ND, y_N):
     # Re-run the unstable run's recorded steps under checkify(float_checks): every
     # floating-point primitive gets a NaN test, and the first failure comes back as a value.
-    nan_report = stability.first_nan(runs[0], x_ND, y_N)
+    nan_report = debug_unstable.first_nan(runs[0], x_ND, y_N)
     if nan_report is not None:
         nan_view = mo.vstack(
             [
@@ -236,7 +239,7 @@ def _(diverged_at, runs, steps, x_ND, y_N):
 @app.cell
 def _(debug_nans_button, nan_report, runs, x_ND, y_N):
     mo.stop(nan_report is None or not debug_nans_button.value)
-    _message = stability.debug_nans_message(runs[0], nan_report.step, x_ND, y_N)
+    _message = debug_unstable.debug_nans_message(runs[0], nan_report.step, x_ND, y_N)
     mo.md(f"`with jax.debug_nans(True):` re-runs the step op by op and raises `FloatingPointError: {_message}`.")
     return
 
@@ -249,11 +252,11 @@ def _(diverged_at, outcomes, runs, x_ND, y_N):
     _norm_errors = []
     for _run in [r for r in runs if not r.config.layernorm]:
         for _k in range(min(4, len(_run.loss_S))):
-            _error, _value, _grads = stability.checked_gradients(_run.params_at(_k), x_ND, y_N)
-            _global = stability.global_norm_reference(jax.tree.leaves(_grads))
+            _error, _value, _grads = debug_unstable.checked_gradients(_run.params_at(_k), x_ND, y_N)
+            _global = debug_unstable.global_norm_reference(jax.tree.leaves(_grads))
             if not np.isfinite(_global):
                 break  # the gradients themselves overflowed: nothing finite to compare
-            _per_layer = stability.layer_grad_norms_reference(_grads)
+            _per_layer = debug_unstable.layer_grad_norms_reference(_grads)
             _scale = max(_global, 1e-30)  # relative to the whole gradient: a vanished layer is ~0
             _norm_errors.append(abs(_run.global_grad_norm_S[_k] - _global) / _scale)
             _norm_errors.append(float(np.max(np.abs(_run.grad_norm_SL[_k] - _per_layer))) / _scale)
@@ -315,7 +318,7 @@ def test_defaults_diverge_and_every_fix_trains(
     # ARGS while the sliders move); stability_test proves it over seeds with margin >= 2.
     _controls = dict(learning_rate=learning_rate, init_scale=init_scale, depth=depth, hidden=hidden, clip_norm=clip_norm, safe_learning_rate=safe_learning_rate, steps=steps, seed=seed)
     if claims.at_defaults(FLAGS, {_name: _control.value for _name, _control in _controls.items()}):
-        assert stability.claim_problems(outcomes) == []
+        assert debug_unstable.claim_problems(outcomes) == []
     return
 
 

@@ -10,11 +10,12 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import autodiff, lab
+    from core import lab
+    from core.lessons.transformations import first_gradient
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("function", autodiff.NAMES[0], "the scalar function f", choices=autodiff.NAMES),
+        lab.Flag("function", first_gradient.NAMES[0], "the scalar function f", choices=first_gradient.NAMES),
         lab.Flag("x_lo", -3.0, "left end of the plotted range", lo=-8.0, hi=8.0, step=0.5),
         lab.Flag("x_hi", 3.0, "right end of the plotted range", lo=-8.0, hi=8.0, step=0.5),
         lab.Flag("points", 121, "points on the grid", lo=2, hi=801),
@@ -62,9 +63,9 @@ def _(function, points, x_hi, x_lo):
     if problem and lab.mode() == "script":
         print(f"STOPPED: {problem}")
     mo.stop(problem is not None, mo.callout(mo.md(f"**Pick a range.** {problem}"), kind="warn"))
-    chosen = autodiff.get(function.value)
-    x_grid = autodiff.grid(x_lo.value, x_hi.value, points.value)
-    comparison = autodiff.compare(function.value, x_grid)
+    chosen = first_gradient.get(function.value)
+    x_grid = first_gradient.grid(x_lo.value, x_hi.value, points.value)
+    comparison = first_gradient.compare(function.value, x_grid)
     mo.md(
         f"""
     ## f and its derivative
@@ -91,7 +92,7 @@ def _(comparison, function):
         "jax.grad vs closed form (relative)": comparison.error_vs_closed_form,
         "jax.grad vs central difference, NumPy float64 (relative)": comparison.error_vs_finite_difference,
     }
-    check_tolerance = autodiff.RELATIVE_TOLERANCE
+    check_tolerance = first_gradient.RELATIVE_TOLERANCE
     check_passed = max(check_errors.values()) <= check_tolerance
     mo.vstack(
         [
@@ -148,12 +149,12 @@ def _(comparison, function):
 
 @app.cell
 def _(function, x0):
-    sweep = pd.DataFrame(autodiff.step_size_sweep(function.value, x0.value, autodiff.SWEEP_STEPS))
+    sweep = pd.DataFrame(first_gradient.step_size_sweep(function.value, x0.value, first_gradient.SWEEP_STEPS))
     x0_references = {
-        "jax.grad (float32)": autodiff.jax_grad_at(function.value, x0.value),
-        "closed form (float64)": float(autodiff.closed_form_derivative(function.value, [x0.value])[0]),
+        "jax.grad (float32)": first_gradient.jax_grad_at(function.value, x0.value),
+        "closed form (float64)": float(first_gradient.closed_form_derivative(function.value, [x0.value])[0]),
         "central difference, h=1e-5 (float64)": float(
-            autodiff.central_difference(autodiff.get(function.value).numpy_f, [x0.value], autodiff.DEFAULT_STEP)[0]
+            first_gradient.central_difference(first_gradient.get(function.value).numpy_f, [x0.value], first_gradient.DEFAULT_STEP)[0]
         ),
     }
     sweep_chart = (
@@ -205,7 +206,7 @@ def test_float64_central_difference_beats_float32(function, sweep, x0):
     # Robust best errors (kept over 3 neighbouring h, not one lucky hit); "central beats
     # forward" is not claimed at an inflection point, where forward is as good (autodiff_test
     # proves both claims with margin over every function and x0).
-    for _claim in autodiff.difference_claims(function.value, x0.value, sweep.to_dict("records")):
+    for _claim in first_gradient.difference_claims(function.value, x0.value, sweep.to_dict("records")):
         assert _claim.holds, _claim
     return
 
@@ -213,7 +214,7 @@ def test_float64_central_difference_beats_float32(function, sweep, x0):
 @app.cell
 def test_grad_matches_closed_form_at_a_known_point(chosen, function):
     expected = float(chosen.numpy_df(np.array([0.25]))[0])
-    assert abs(autodiff.jax_grad_at(function.value, 0.25) - expected) <= 1e-5 * max(1.0, abs(expected))
+    assert abs(first_gradient.jax_grad_at(function.value, 0.25) - expected) <= 1e-5 * max(1.0, abs(expected))
     assert jax.grad(chosen.jax_f)(0.25).dtype == np.float32
     return
 

@@ -11,7 +11,9 @@ with app.setup:
     import pandas as pd
     from flax import nnx
 
-    from core import arrays, lab, mlp, nnx_models
+    from core import lab
+    from core.lessons.setup import arrays_devices
+    from core.nn import mlp, nnx_models
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -155,7 +157,7 @@ def _(graphdef, model, x_BD):
     doubled = jax.tree.map(lambda p: 2 * np.asarray(p), params_state)
     doubled_logits = np.asarray(forward_from_state(nnx.merge_state(doubled, rest_state), x_BD))
     model.train()
-    split_error = arrays.relative_error(merged_logits, direct_logits)
+    split_error = arrays_devices.relative_error(merged_logits, direct_logits)
     mo.md(
         f"""
     ## Split, transform, merge
@@ -232,7 +234,7 @@ def _(build_mlp, dropout_rate, dropout_seed, model, params_seed, x_BD):
 
 @app.cell
 def _(activation, model, params_seed, sizes, x_BD):
-    # Independent reference: the hand-written jnp MLP of the previous lesson (core.mlp) and
+    # Independent reference: the hand-written jnp MLP of the previous lesson (core.nn.mlp) and
     # its NumPy float64 twin, with the same weights copied into a clone of the module.
     hand_params = mlp.init_params(jax.random.key(params_seed.value), sizes, "he")
     clone = nnx_models.load_hand_params(nnx.clone(model), hand_params)
@@ -241,14 +243,14 @@ def _(activation, model, params_seed, sizes, x_BD):
     hand_logits = mlp.forward(hand_params, x_BD, activation.value)
     numpy_logits = mlp.forward_reference(hand_params, x_BD, activation.value)
     check_errors = {
-        "NNX module vs core.mlp.forward (jnp)": arrays.relative_error(nnx_logits, hand_logits),
-        "NNX module vs NumPy float64": arrays.relative_error(nnx_logits, numpy_logits),
+        "NNX module vs core.nn.mlp.forward (jnp)": arrays_devices.relative_error(nnx_logits, hand_logits),
+        "NNX module vs NumPy float64": arrays_devices.relative_error(nnx_logits, numpy_logits),
         "weights read back vs weights copied in": mlp.relative_error(nnx_models.to_hand_params(clone), hand_params),
     }
     check_tolerance = 1e-6
     # float32 vs float64 grows with depth and width: the NumPy comparison gets 10x room.
     check_passed = (
-        check_errors["NNX module vs core.mlp.forward (jnp)"] <= check_tolerance
+        check_errors["NNX module vs core.nn.mlp.forward (jnp)"] <= check_tolerance
         and check_errors["NNX module vs NumPy float64"] <= 10 * check_tolerance
         and check_errors["weights read back vs weights copied in"] == 0.0
     )
@@ -256,8 +258,8 @@ def _(activation, model, params_seed, sizes, x_BD):
         [
             lab.check_badge(
                 check_passed,
-                "NNX MLP (eval mode) with the hand-written weights copied in vs core.mlp.forward and NumPy float64",
-                check_errors["NNX module vs core.mlp.forward (jnp)"],
+                "NNX MLP (eval mode) with the hand-written weights copied in vs core.nn.mlp.forward and NumPy float64",
+                check_errors["NNX module vs core.nn.mlp.forward (jnp)"],
                 check_tolerance,
             ),
             lab.table([{"comparison": k, "max relative error": f"{v:.2g}"} for k, v in check_errors.items()]),

@@ -14,7 +14,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import data, lab, text
+    from core import data, lab
+    from core.lab import text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(

@@ -13,7 +13,8 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import charts, lab
+    from core import lab
+    from core.lab import charts
     from core.perf import machine, roofline, timing
     from core.tpu import specs, topology_compile
 

@@ -10,14 +10,15 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import indexing, lab
+    from core import lab
+    from core.lessons.arrays import immutable_updates
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag("n", 8, "length N of x", lo=1, hi=32),
-        lab.Flag("indices", "0, 2, 2, 5, -1, 9", f"indices to update/read, comma-separated (at most {indexing.MAX_INDICES}, each within +-{indexing.MAX_ABS_INDEX})"),
-        lab.Flag("op", "add", "the .at[] update", choices=indexing.OPS),
-        lab.Flag("mode", "default", "out-of-bounds mode of the update", choices=indexing.UPDATE_MODES),
+        lab.Flag("indices", "0, 2, 2, 5, -1, 9", f"indices to update/read, comma-separated (at most {immutable_updates.MAX_INDICES}, each within +-{immutable_updates.MAX_ABS_INDEX})"),
+        lab.Flag("op", "add", "the .at[] update", choices=immutable_updates.OPS),
+        lab.Flag("mode", "default", "out-of-bounds mode of the update", choices=immutable_updates.UPDATE_MODES),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         description="Immutable updates and indexing: .at[], duplicates, out-of-bounds indices.",
     )
@@ -61,16 +62,16 @@ def _():
 @app.cell
 def _(indices_text, n, seed):
     try:
-        indices_K = indexing.parse_indices(indices_text.value)
+        indices_K = immutable_updates.parse_indices(indices_text.value)
         indices_problem = None
     except ValueError as _error:
         indices_K, indices_problem = None, str(_error)
     if indices_problem and lab.mode() == "script":
         print(f"STOPPED: {indices_problem}")
     mo.stop(indices_problem is not None, mo.callout(mo.md(f"**Can't use these indices.** {indices_problem}"), kind="warn"))
-    x_N, values_K = indexing.example_arrays(jax.random.key(seed.value), n.value, len(indices_K))
-    _normalized = indexing.normalized(indices_K, n.value)
-    _inside = indexing.in_bounds(indices_K, n.value)
+    x_N, values_K = immutable_updates.example_arrays(jax.random.key(seed.value), n.value, len(indices_K))
+    _normalized = immutable_updates.normalized(indices_K, n.value)
+    _inside = immutable_updates.in_bounds(indices_K, n.value)
     _counts = {int(i): int(c) for i, c in zip(*np.unique(_normalized[_inside], return_counts=True), strict=True)}
     _notes = []
     if any(c > 1 for c in _counts.values()):
@@ -96,10 +97,10 @@ def _(indices_text, n, seed):
 @app.cell
 def _(indices_K, mode, n, op, values_K, x_N):
     _x_before = np.array(x_N)  # a host copy, to show that x survives the update
-    updated_N = indexing.at_update(x_N, indices_K, values_K, op.value, mode.value)
-    reference_N = indexing.update_reference(x_N, indices_K, values_K, op.value, mode.value)
+    updated_N = immutable_updates.at_update(x_N, indices_K, values_K, op.value, mode.value)
+    reference_N = immutable_updates.update_reference(x_N, indices_K, values_K, op.value, mode.value)
     x_unchanged = bool(np.array_equal(np.asarray(x_N), _x_before))
-    _targets, _sources = indexing.update_targets(indices_K, n.value, mode.value)
+    _targets, _sources = immutable_updates.update_targets(indices_K, n.value, mode.value)
     _landing = {p: [] for p in range(n.value)}
     for _p, _s in zip(_targets, _sources, strict=True):
         _landing[int(_p)].append(f"{float(values_K[_s]):g}")
@@ -122,7 +123,7 @@ def _(indices_K, mode, n, op, values_K, x_N):
     _mode_text = "" if mode.value == "default" else f', mode="{mode.value}"'
     mo.vstack(
         [
-            mo.md(f"## `y = x.at[idx].{op.value}(v{_mode_text})`\nBars: before and after; black ticks: the NumPy float64 reference (`{indexing.reference_spelling(op.value)}` after the same out-of-bounds rule)."),
+            mo.md(f"## `y = x.at[idx].{op.value}(v{_mode_text})`\nBars: before and after; black ticks: the NumPy float64 reference (`{immutable_updates.reference_spelling(op.value)}` after the same out-of-bounds rule)."),
             (_bars + _reference_ticks).properties(width=max(260, 44 * n.value), height=220, title=f"x.at[idx].{op.value}(v{_mode_text})"),
             lab.table(
                 [
@@ -138,12 +139,12 @@ def _(indices_K, mode, n, op, values_K, x_N):
 
 @app.cell
 def _(indices_K, n, op, values_K, x_N):
-    _fancy, _statement, _fancy_error = indexing.numpy_fancy_update(x_N, indices_K, values_K, op.value)
-    _inside = indexing.in_bounds(indices_K, n.value)
+    _fancy, _statement, _fancy_error = immutable_updates.numpy_fancy_update(x_N, indices_K, values_K, op.value)
+    _inside = immutable_updates.in_bounds(indices_K, n.value)
     _idx_inside, _values_inside = np.asarray(indices_K)[_inside], np.asarray(values_K)[_inside]
-    _fancy_inside, _, _ = indexing.numpy_fancy_update(x_N, _idx_inside, _values_inside, op.value)
-    _at_inside = indexing.at_update(x_N, _idx_inside, _values_inside, op.value, "default")
-    _ufunc_inside = indexing.update_reference(x_N, _idx_inside, _values_inside, op.value, "default")
+    _fancy_inside, _, _ = immutable_updates.numpy_fancy_update(x_N, _idx_inside, _values_inside, op.value)
+    _at_inside = immutable_updates.at_update(x_N, _idx_inside, _values_inside, op.value, "default")
+    _ufunc_inside = immutable_updates.update_reference(x_N, _idx_inside, _values_inside, op.value, "default")
     _differs = [p for p in range(n.value) if _fancy_inside[p] != _ufunc_inside[p]]
     _error_note = mo.callout(mo.md(f"**NumPy `{_statement}` with all of `idx` raises `IndexError`:** {_fancy_error}. The table uses the in-bounds indices only."), kind="info") if _fancy_error else mo.md("")
     mo.vstack(
@@ -166,7 +167,7 @@ def _(indices_K, n, op, values_K, x_N):
                         "position": p,
                         "x": f"{float(x_N[p]):g}",
                         f"NumPy {_statement}": f"{_fancy_inside[p]:g}",
-                        f"NumPy {indexing.reference_spelling(op.value)}": f"{_ufunc_inside[p]:g}",
+                        f"NumPy {immutable_updates.reference_spelling(op.value)}": f"{_ufunc_inside[p]:g}",
                         f"jax.numpy .at[idx].{op.value}": f"{float(_at_inside[p]):g}",
                     }
                     for p in range(n.value)
@@ -183,12 +184,12 @@ def _(indices_K, n, op, values_K, x_N):
 
 @app.cell
 def _(indices_K, n, op, values_K, x_N):
-    gathered = {_m: np.asarray(indexing.gather(x_N, indices_K, _m)) for _m in indexing.GET_MODES}
-    updates_by_mode = {_m: np.asarray(indexing.at_update(x_N, indices_K, values_K, op.value, _m)) for _m in indexing.UPDATE_MODES}
-    _, _numpy_error = indexing.numpy_gather(x_N, indices_K)
-    _numpy_each = [indexing.numpy_gather(x_N, (i,)) for i in indices_K]  # x[i], one index at a time
-    _normalized = indexing.normalized(indices_K, n.value)
-    _inside = indexing.in_bounds(indices_K, n.value)
+    gathered = {_m: np.asarray(immutable_updates.gather(x_N, indices_K, _m)) for _m in immutable_updates.GET_MODES}
+    updates_by_mode = {_m: np.asarray(immutable_updates.at_update(x_N, indices_K, values_K, op.value, _m)) for _m in immutable_updates.UPDATE_MODES}
+    _, _numpy_error = immutable_updates.numpy_gather(x_N, indices_K)
+    _numpy_each = [immutable_updates.numpy_gather(x_N, (i,)) for i in indices_K]  # x[i], one index at a time
+    _normalized = immutable_updates.normalized(indices_K, n.value)
+    _inside = immutable_updates.in_bounds(indices_K, n.value)
     mo.vstack(
         [
             mo.md(
@@ -198,7 +199,7 @@ def _(indices_K, n, op, values_K, x_N):
     Checking every index on an accelerator would cost a device-to-host round trip, so JAX
     never raises for an out-of-bounds index. **Reads** (`x[idx]`, `x.at[idx].get()`) clamp
     to the nearest valid position by default; `mode="fill"` returns a fill value instead
-    (here `{indexing.GET_FILL_VALUE:g}`; NaN by default for floats). **Updates** drop
+    (here `{immutable_updates.GET_FILL_VALUE:g}`; NaN by default for floats). **Updates** drop
     out-of-bounds writes by default (`mode="drop"`, alias `"fill"`); `mode="clip"` clamps
     them onto the first or last element. NumPy raises:
     """
@@ -219,7 +220,7 @@ def _(indices_K, n, op, values_K, x_N):
                 caption="Reads",
             ),
             lab.table(
-                [{"position": p, "x": f"{float(x_N[p]):g}"} | {f'.{op.value}(v{"" if m == "default" else f", mode={m!r}"})': f"{updates_by_mode[m][p]:g}" for m in indexing.UPDATE_MODES} for p in range(n.value)],
+                [{"position": p, "x": f"{float(x_N[p]):g}"} | {f'.{op.value}(v{"" if m == "default" else f", mode={m!r}"})': f"{updates_by_mode[m][p]:g}" for m in immutable_updates.UPDATE_MODES} for p in range(n.value)],
                 caption=f"Updates with .at[idx].{op.value}",
             ),
         ]
@@ -242,10 +243,10 @@ def _(
 ):
     # Independent reference: NumPy float64 ufunc.at (np.add.at, np.minimum.at, ...) or in-order
     # assignment, after normalizing negative indices and dropping/clamping out-of-bounds ones.
-    _checks = {m: indexing.compare_update(updates_by_mode[m], x_N, indices_K, values_K, op.value, m) for m in indexing.UPDATE_MODES}
+    _checks = {m: immutable_updates.compare_update(updates_by_mode[m], x_N, indices_K, values_K, op.value, m) for m in immutable_updates.UPDATE_MODES}
     _scale = max(1.0, float(np.max(np.abs(reference_N))))
     check_errors = {f".{op.value} mode={m} vs NumPy (relative)": c.max_error / _scale for m, c in _checks.items()}
-    check_errors |= {f"get mode={m} vs NumPy clamp/fill": float(np.max(np.abs(gathered[m] - indexing.gather_reference(x_N, indices_K, m)))) for m in indexing.GET_MODES}
+    check_errors |= {f"get mode={m} vs NumPy clamp/fill": float(np.max(np.abs(gathered[m] - immutable_updates.gather_reference(x_N, indices_K, m)))) for m in immutable_updates.GET_MODES}
     check_tolerance = 1e-6  # exact for small whole numbers; multiply can exceed float32's 24 bits
     _ambiguous = _checks[mode.value].ambiguous_positions
     check_passed = (
@@ -272,10 +273,10 @@ def test_check_passes(check_errors, check_passed):
 
 @app.cell
 def test_add_accumulates_duplicates_like_np_add_at(indices_K, values_K, x_N):
-    _result = indexing.at_update(x_N, indices_K, values_K, "add", "drop")
+    _result = immutable_updates.at_update(x_N, indices_K, values_K, "add", "drop")
     _reference = np.array(x_N, dtype=np.float64)
-    _inside = indexing.in_bounds(indices_K, x_N.shape[0])
-    np.add.at(_reference, indexing.normalized(indices_K, x_N.shape[0])[_inside], np.asarray(values_K, np.float64)[_inside])
+    _inside = immutable_updates.in_bounds(indices_K, x_N.shape[0])
+    np.add.at(_reference, immutable_updates.normalized(indices_K, x_N.shape[0])[_inside], np.asarray(values_K, np.float64)[_inside])
     np.testing.assert_allclose(_result, _reference, rtol=1e-6)
     return
 
@@ -283,7 +284,7 @@ def test_add_accumulates_duplicates_like_np_add_at(indices_K, values_K, x_N):
 @app.cell
 def test_out_of_bounds_never_raises_in_jax(gathered, indices_K, x_N):
     assert all(v.shape == (len(indices_K),) for v in gathered.values())
-    _clamped = np.clip(indexing.normalized(indices_K, x_N.shape[0]), 0, x_N.shape[0] - 1)
+    _clamped = np.clip(immutable_updates.normalized(indices_K, x_N.shape[0]), 0, x_N.shape[0] - 1)
     np.testing.assert_array_equal(gathered["default"], np.asarray(x_N)[_clamped])
     return
 

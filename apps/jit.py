@@ -9,7 +9,8 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import compilation, lab
+    from core import lab
+    from core.perf import compilation
 
     lab.use_cpu_devices()
     SWEEP_MAXIMA = (32, 128, 512, 2048)  # the sweep runs sizes 8, 32, ... up to this

@@ -11,7 +11,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import branches, lab
+    from core import lab
+    from core.lessons.control_flow import lax_cond
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -67,7 +68,7 @@ def _():
         return jnp.zeros_like(x)
     ```
 
-    raises `{branches.python_if_error()}`: the tracer has no truth value yet.
+    raises `{lax_cond.python_if_error()}`: the tracer has no truth value yet.
     The branch has to become part of the program.
     """)
     return
@@ -75,7 +76,7 @@ def _():
 
 @app.cell
 def _(x):
-    logs = {construct: branches.branch_log(construct, x.value) for construct in branches.CONSTRUCTS}
+    logs = {construct: lax_cond.branch_log(construct, x.value) for construct in lax_cond.CONSTRUCTS}
     log_rows = [
         {
             "construct": f"`{c}`",
@@ -124,10 +125,10 @@ def _(x):
 @app.cell
 def _():
     primitive_rows = [
-        {"program": "`lax.cond(x > 0, jnp.sqrt, jnp.zeros_like, x)`", "top-level primitives": ", ".join(branches.primitive_names(branches.sqrt_cond, 1.0))},
-        {"program": "`jax.vmap(that)(xs)`", "top-level primitives": ", ".join(branches.primitive_names(jax.vmap(branches.sqrt_cond), jnp.ones(3)))},
-        {"program": "`jnp.where(x > 0, jnp.sqrt(x), 0.0)`", "top-level primitives": ", ".join(branches.primitive_names(branches.sqrt_where_naive, 1.0))},
-        {"program": "`lax.switch(index(x), [sin, square, exp], x)`", "top-level primitives": ", ".join(branches.primitive_names(branches.piecewise_switch, 1.0))},
+        {"program": "`lax.cond(x > 0, jnp.sqrt, jnp.zeros_like, x)`", "top-level primitives": ", ".join(lax_cond.primitive_names(lax_cond.sqrt_cond, 1.0))},
+        {"program": "`jax.vmap(that)(xs)`", "top-level primitives": ", ".join(lax_cond.primitive_names(jax.vmap(lax_cond.sqrt_cond), jnp.ones(3)))},
+        {"program": "`jnp.where(x > 0, jnp.sqrt(x), 0.0)`", "top-level primitives": ", ".join(lax_cond.primitive_names(lax_cond.sqrt_where_naive, 1.0))},
+        {"program": "`lax.switch(index(x), [sin, square, exp], x)`", "top-level primitives": ", ".join(lax_cond.primitive_names(lax_cond.piecewise_switch, 1.0))},
     ]
     mo.vstack([mo.md("The jaxprs say the same (`jax.make_jaxpr`): one `cond` equation holds the branches; under `vmap` it is gone, replaced by `select_n`."), lab.table(primitive_rows)])
     return
@@ -137,13 +138,13 @@ def _():
 def _(points, x_max, x_min):
     grid_problem = None
     try:
-        xs_N = branches.grid(x_min.value, x_max.value, points.value)
+        xs_N = lax_cond.grid(x_min.value, x_max.value, points.value)
     except ValueError as error:
         xs_N, grid_problem = None, str(error)
     if grid_problem and lab.mode() == "script":
         print(f"STOPPED: {grid_problem}")
     mo.stop(grid_problem is not None, mo.callout(mo.md(f"**No grid to evaluate.** {grid_problem}: move x min or x max."), kind="warn"))
-    evaluations = branches.evaluate(xs_N)
+    evaluations = lax_cond.evaluate(xs_N)
     mo.vstack(
         [
             mo.md(
@@ -186,13 +187,13 @@ def _(evaluations, xs_N):
     naive = evaluations["sqrt: where (naive)"]
     # The bug, detected: NaN gradients exactly at the points x <= 0, finite elsewhere.
     naive_nan_where_expected = bool(np.array_equal(~np.isfinite(naive.grad), xs_N <= 0))
-    check_passed = check_error <= branches.RELATIVE_TOLERANCE and naive_nan_where_expected and naive.value_error <= branches.RELATIVE_TOLERANCE
+    check_passed = check_error <= lax_cond.RELATIVE_TOLERANCE and naive_nan_where_expected and naive.value_error <= lax_cond.RELATIVE_TOLERANCE
     lab.check_badge(
         check_passed,
         "values and gradients of cond / double where / switch / nested cond / where vs NumPy float64 and "
         f"the closed-form derivative; naive where's gradient is NaN at exactly the {naive.nan_grads} points x <= 0",
         check_error,
-        branches.RELATIVE_TOLERANCE,
+        lax_cond.RELATIVE_TOLERANCE,
     )
     return check_error, check_passed, naive_nan_where_expected
 
@@ -206,7 +207,7 @@ def _(evaluations):
             + [pd.DataFrame({"x": x_N, "value": getattr(evaluations[names[0]], f"{field}_reference"), "version": "closed form (float64)"})]
         )
         # One line per smooth piece, so the jumps are not drawn as steep lines.
-        frame["piece"] = np.tile(branches.segment(names[0], x_N), len(names) + 1)
+        frame["piece"] = np.tile(lax_cond.segment(names[0], x_N), len(names) + 1)
         frame["NaN"] = ~np.isfinite(frame["value"])
         lines = alt.Chart(frame[~frame["NaN"]]).mark_line(point=alt.OverlayMarkDef(size=14)).encode(
             x="x:Q", y=alt.Y("value:Q", title=field), color=alt.Color("version:N"), detail="piece:N",

@@ -10,7 +10,9 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, loops, text
+    from core import lab
+    from core.lab import text
+    from core.lessons.control_flow import lax_scan
 
     lab.use_cpu_devices()
     SWEEP_MAX_LENGTHS = (8, 16, 32, 64, 128, 256)
@@ -22,7 +24,7 @@ with app.setup:
         description="Compiled loops with lax.scan: scan vs fori_loop vs an unrolled Python loop.",
     )
     ARGS = FLAGS.parse()
-    LOOP_COLORS = alt.Scale(domain=list(loops.IMPLEMENTATIONS), range=["#4c78a8", "#54a24b", "#e45756"])
+    LOOP_COLORS = alt.Scale(domain=list(lax_scan.IMPLEMENTATIONS), range=["#4c78a8", "#54a24b", "#e45756"])
 
 
 @app.cell(hide_code=True)
@@ -89,18 +91,18 @@ def _():
 
 @app.cell
 def _(hidden, length, seed):
-    w_HH, h0_H, xs_TH = loops.example_inputs(jax.random.key(seed.value), length.value, hidden.value)
-    reference = loops.rnn_reference(w_HH, h0_H, xs_TH)
-    results = {name: fn(w_HH, h0_H, xs_TH) for name, fn in loops.JITTED.items()}
-    errors = {name: loops.max_error(result, reference) for name, result in results.items()}
-    equations = {name: loops.jaxpr_equation_count(fn, w_HH, h0_H, xs_TH) for name, fn in loops.IMPLEMENTATIONS.items()}
+    w_HH, h0_H, xs_TH = lax_scan.example_inputs(jax.random.key(seed.value), length.value, hidden.value)
+    reference = lax_scan.rnn_reference(w_HH, h0_H, xs_TH)
+    results = {name: fn(w_HH, h0_H, xs_TH) for name, fn in lax_scan.JITTED.items()}
+    errors = {name: lax_scan.max_error(result, reference) for name, result in results.items()}
+    equations = {name: lax_scan.jaxpr_equation_count(fn, w_HH, h0_H, xs_TH) for name, fn in lax_scan.IMPLEMENTATIONS.items()}
     mo.vstack(
         [
             mo.md(f"## Same numbers, different programs (T = {length.value}, H = {hidden.value})"),
             lab.table(
                 [
                     {"loop": name, "max abs difference from NumPy float64": f"{errors[name]:.2e}", "jaxpr equations": equations[name]}
-                    for name in loops.IMPLEMENTATIONS
+                    for name in lax_scan.IMPLEMENTATIONS
                 ]
             ),
         ]
@@ -110,14 +112,14 @@ def _(hidden, length, seed):
 
 @app.cell
 def _(errors, length):
-    # Independent reference: the recurrence stepped in NumPy float64 (loops.rnn_reference).
+    # Independent reference: the recurrence stepped in NumPy float64 (lax_scan.rnn_reference).
     check_error = max(errors.values())
-    check_passed = check_error <= loops.TOLERANCE
+    check_passed = check_error <= lax_scan.TOLERANCE
     lab.check_badge(
         check_passed,
         f"lax.scan, lax.fori_loop and the unrolled Python loop (T = {length.value}) vs a NumPy float64 loop",
         check_error,
-        loops.TOLERANCE,
+        lax_scan.TOLERANCE,
     )
     return check_error, check_passed
 
@@ -148,9 +150,9 @@ def _(h0_H, w_HH, xs_TH):
     `jax.make_jaxpr(rnn_python)` at T = {short_xs.shape[0]}: every step is written out.
     """
             ),
-            mo.md(f"```text\n{jax.make_jaxpr(loops.rnn_python)(w_HH, h0_H, short_xs)}\n```"),
+            mo.md(f"```text\n{jax.make_jaxpr(lax_scan.rnn_python)(w_HH, h0_H, short_xs)}\n```"),
             mo.md("`jax.make_jaxpr(rnn_scan)` at any T: one `scan` equation holding the body once."),
-            mo.md(f"```text\n{jax.make_jaxpr(loops.rnn_scan)(w_HH, h0_H, xs_TH)}\n```"),
+            mo.md(f"```text\n{jax.make_jaxpr(lax_scan.rnn_scan)(w_HH, h0_H, xs_TH)}\n```"),
         ]
     )
     return
@@ -180,16 +182,16 @@ def _():
 
 @app.cell
 def _(h0_H, max_length, w_HH):
-    sweep = loops.sweep_lengths(int(max_length.value))
+    sweep = lax_scan.sweep_lengths(int(max_length.value))
     equation_rows = pd.DataFrame(
         [
             {
                 "length T": n,
                 "loop": name,
-                "equations": loops.jaxpr_equation_count(fn, w_HH, h0_H, np.zeros((n, w_HH.shape[0]), np.float32)),
+                "equations": lax_scan.jaxpr_equation_count(fn, w_HH, h0_H, np.zeros((n, w_HH.shape[0]), np.float32)),
             }
             for n in sweep
-            for name, fn in loops.IMPLEMENTATIONS.items()
+            for name, fn in lax_scan.IMPLEMENTATIONS.items()
         ]
     )
     alt.Chart(equation_rows, title="equations in the jaxpr (deterministic)").mark_line(point=True).encode(
@@ -209,8 +211,8 @@ def _(hidden, seed, sweep, sweep_button):
         mo.callout(mo.md(f"Press **Measure compile and run times** to time T = {', '.join(map(str, sweep))}."), kind="info"),
     )
     timings = []
-    for sweep_args in mo.status.progress_bar(loops.sweep_inputs(jax.random.key(seed.value), sweep, hidden.value), title="compiling", subtitle="three loops per length", remove_on_exit=True):
-        timings += [loops.measure(name, *sweep_args) for name in loops.IMPLEMENTATIONS]
+    for sweep_args in mo.status.progress_bar(lax_scan.sweep_inputs(jax.random.key(seed.value), sweep, hidden.value), title="compiling", subtitle="three loops per length", remove_on_exit=True):
+        timings += [lax_scan.measure(name, *sweep_args) for name in lax_scan.IMPLEMENTATIONS]
     timing_frame = pd.DataFrame(
         [{"length T": t.length, "loop": t.implementation, "compile s": t.total_compile_s, "run µs": t.run_s * 1e6, "equations": t.equations} for t in timings]
     )

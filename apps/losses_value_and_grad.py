@@ -10,16 +10,17 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, losses
+    from core import lab
+    from core.lessons.transformations import losses_value_and_grad
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("loss", "cross_entropy", "the loss", choices=losses.LOSSES),
+        lab.Flag("loss", "cross_entropy", "the loss", choices=losses_value_and_grad.LOSSES),
         lab.Flag("batch", 16, "examples in the batch (B)", lo=1, hi=512),
         lab.Flag("features", 6, "input features (D)", lo=1, hi=64),
         lab.Flag("classes", 4, "outputs K: classes (cross-entropy) or targets (mse)", lo=1, hi=32),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
-        lab.Flag("torch_dtype", "float64", "dtype of the PyTorch reference", choices=losses.TORCH_DTYPES),
+        lab.Flag("torch_dtype", "float64", "dtype of the PyTorch reference", choices=losses_value_and_grad.TORCH_DTYPES),
         description="Losses and value_and_grad: MSE and cross-entropy, has_aux metrics, checked against PyTorch.",
     )
     ARGS = FLAGS.parse()
@@ -61,12 +62,12 @@ def _():
 
 @app.cell
 def _(batch, classes, features, loss, seed):
-    problem = losses.problem(loss.value, classes.value)
+    problem = losses_value_and_grad.problem(loss.value, classes.value)
     if problem and lab.mode() == "script":
         print(f"STOPPED: {problem}")
     mo.stop(problem is not None, mo.callout(mo.md(f"**This loss cannot work here.** {problem}."), kind="warn"))
-    params, x_BD, y = losses.example_problem(jax.random.key(seed.value), loss.value, batch.value, features.value, classes.value)
-    (loss_value, metrics), grads = losses.value_and_grad(params, x_BD, y, loss.value)
+    params, x_BD, y = losses_value_and_grad.example_problem(jax.random.key(seed.value), loss.value, batch.value, features.value, classes.value)
+    (loss_value, metrics), grads = losses_value_and_grad.value_and_grad(params, x_BD, y, loss.value)
     target_text = f"targets `y`: {tuple(y.shape)} float32" if loss.value == "mse" else f"labels `y`: {tuple(y.shape)} int32 in [0, {classes.value})"
     mo.vstack(
         [
@@ -92,7 +93,7 @@ def _(batch, classes, features, loss, seed):
             ),
             mo.md(
                 "Without `has_aux=True`, `jax.value_and_grad(loss_fn)` refuses the tuple:\n"
-                f"```\n{losses.has_aux_error_message(params, x_BD, y, loss.value)}\n```"
+                f"```\n{losses_value_and_grad.has_aux_error_message(params, x_BD, y, loss.value)}\n```"
             ),
         ]
     )
@@ -103,15 +104,15 @@ def _(batch, classes, features, loss, seed):
 def _(batch, grads, loss, loss_value, params, torch_dtype, x_BD, y):
     # Independent references: PyTorch autograd (F.mse_loss / F.cross_entropy) and the
     # gradients written out by hand in NumPy float64. JAX runs in float32.
-    torch_loss, torch_grads = losses.torch_value_and_grad(params, x_BD, y, loss.value, torch_dtype.value)
-    numpy_loss, numpy_grads = losses.numpy_value_and_grad(params, x_BD, y, loss.value)
+    torch_loss, torch_grads = losses_value_and_grad.torch_value_and_grad(params, x_BD, y, loss.value, torch_dtype.value)
+    numpy_loss, numpy_grads = losses_value_and_grad.numpy_value_and_grad(params, x_BD, y, loss.value)
     check_errors = {
         f"loss vs PyTorch {torch_dtype.value} (relative)": abs(float(loss_value) - torch_loss) / max(1.0, abs(torch_loss)),
-        f"grads vs PyTorch autograd {torch_dtype.value} (relative)": losses.max_relative_error(grads, torch_grads),
+        f"grads vs PyTorch autograd {torch_dtype.value} (relative)": losses_value_and_grad.max_relative_error(grads, torch_grads),
         "loss vs closed form, NumPy float64 (relative)": abs(float(loss_value) - numpy_loss) / max(1.0, abs(numpy_loss)),
-        "grads vs closed form, NumPy float64 (relative)": losses.max_relative_error(grads, numpy_grads),
+        "grads vs closed form, NumPy float64 (relative)": losses_value_and_grad.max_relative_error(grads, numpy_grads),
     }
-    check_tolerance = losses.tolerance(batch.value)
+    check_tolerance = losses_value_and_grad.tolerance(batch.value)
     check_passed = max(check_errors.values()) <= check_tolerance
     mo.vstack(
         [
@@ -158,7 +159,7 @@ def _(grads, torch_grads):
 @app.cell
 def _(loss, params, x_BD, y):
     steps = np.linspace(0.0, 2.0, 21)
-    along = pd.DataFrame(losses.loss_along_gradient(params, x_BD, y, loss.value, steps))
+    along = pd.DataFrame(losses_value_and_grad.loss_along_gradient(params, x_BD, y, loss.value, steps))
     along_chart = (
         alt.Chart(along, title="loss along the negative gradient, and the tangent the gradient predicts")
         .mark_line(point=True)
@@ -197,8 +198,8 @@ def test_grads_have_the_structure_of_params(grads, params):
 def test_loss_decreases_against_the_gradient(loss, params, x_BD, y):
     # "A little" is relative to the curvature: a fixed t = 0.1 overshoots a sharp problem (one
     # example, 64 features). At t = 1 / smoothness the descent lemma guarantees a decrease of
-    # t |g|^2 / 2; assert half of it (core/losses_test.py: >= 99% over a grid and seeds).
-    _descent = losses.descent_at_safe_step(params, x_BD, y, loss.value)
+    # t |g|^2 / 2; assert half of it (core/lessons/transformations/losses_value_and_grad_test.py: >= 99% over a grid and seeds).
+    _descent = losses_value_and_grad.descent_at_safe_step(params, x_BD, y, loss.value)
     assert _descent.decrease >= 0.5 * _descent.guaranteed > 0, _descent
     return
 

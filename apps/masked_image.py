@@ -13,7 +13,10 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import digits, lab, ssl_image, ssl_masking
+    from core import lab
+    from core.data import digits
+    from core.lessons.self_supervised import masked_image
+    from core.lm import ssl_masking
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -87,12 +90,12 @@ def _():
 
 @app.cell
 def _(mask_ratio, patch):
-    problem = ssl_image.mask_ratio_problem(patch.value, mask_ratio.value)
+    problem = masked_image.mask_ratio_problem(patch.value, mask_ratio.value)
     if problem and lab.mode() == "script":
         print(f"STOPPED: {problem}")
     mo.stop(problem is not None, mo.callout(mo.md(f"**Can't mask this way.** {problem}"), kind="warn"))
-    patches_per_image = ssl_image.num_patches(patch.value)
-    hidden_per_image = ssl_image.num_hidden(patches_per_image, mask_ratio.value)
+    patches_per_image = masked_image.num_patches(patch.value)
+    hidden_per_image = masked_image.num_hidden(patches_per_image, mask_ratio.value)
     pixels_per_patch = patch.value**2
     mo.md(
         f"""
@@ -111,10 +114,10 @@ def _(mask_ratio, patch):
 def _(hidden_per_image, hidden_units, mask_ratio, patch, seed):
     root_key = jax.random.key(seed.value)
     init_key, train_key, eval_key = (jax.random.fold_in(root_key, i) for i in range(3))
-    initial_params = ssl_image.init_model(init_key, int(hidden_units.value))
+    initial_params = masked_image.init_model(init_key, int(hidden_units.value))
     # One fixed set of hidden patches for the test images: the check and the pictures use it.
-    test_hidden = ssl_image.hidden_patches(eval_key, len(TEST_IMAGES), patch.value, mask_ratio.value)
-    pipeline_audit = ssl_image.leakage_audit(initial_params, TEST_IMAGES, test_hidden, patch.value, seed=seed.value)
+    test_hidden = masked_image.hidden_patches(eval_key, len(TEST_IMAGES), patch.value, mask_ratio.value)
+    pipeline_audit = masked_image.leakage_audit(initial_params, TEST_IMAGES, test_hidden, patch.value, seed=seed.value)
     mo.vstack(
         [
             mo.md(
@@ -135,11 +138,11 @@ def _(hidden_per_image, hidden_units, mask_ratio, patch, seed):
 @app.cell
 def _(hidden_per_image, patch, test_hidden):
     # Before any training: one test image, what the model is shown, and what it must paint back.
-    _hidden_pixels = np.asarray(ssl_image.pixel_mask(test_hidden[:1], patch.value))
+    _hidden_pixels = np.asarray(masked_image.pixel_mask(test_hidden[:1], patch.value))
     _seen = "what the model sees"
     _panels = {"original": TEST_IMAGES[:1], _seen: TEST_IMAGES[:1] * (1 - _hidden_pixels)}
     _cells = pd.DataFrame(
-        ssl_image.grid_rows(_panels, _hidden_pixels, mark_hidden_in=(_seen,), limit=1)
+        masked_image.grid_rows(_panels, _hidden_pixels, mark_hidden_in=(_seen,), limit=1)
     )
     _ink = alt.Color("ink:Q", scale=alt.Scale(scheme="greys", domain=[0, 1]), legend=None)
     _picture = (
@@ -188,7 +191,7 @@ def _(
     train_key,
 ):
     mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md("Press **Train** (a second or two: one compile, every step inside one `lax.scan`)."), kind="info"))
-    result = ssl_image.train(initial_params, TRAIN_IMAGES, train_key, patch.value, mask_ratio.value, steps.value, int(batch_size.value), learning_rate.value)
+    result = masked_image.train(initial_params, TRAIN_IMAGES, train_key, patch.value, mask_ratio.value, steps.value, int(batch_size.value), learning_rate.value)
     mo.md(
         f"""
     ## 3 · Training: {steps.value} Adam steps of {batch_size.value} images
@@ -202,10 +205,10 @@ def _(
 
 @app.cell
 def _(patch, result, test_hidden):
-    test_loss, test_count, test_everywhere, test_predicted = ssl_image.evaluate(result.params, TEST_IMAGES, test_hidden, patch.value)
+    test_loss, test_count, test_everywhere, test_predicted = masked_image.evaluate(result.params, TEST_IMAGES, test_hidden, patch.value)
     # Independent reference: NumPy float64 from the raw images: inputs built patch by patch,
     # the MLP in float64, squared errors gathered from the hidden patches by explicit loops.
-    reference_loss, reference_count = ssl_image.hidden_mse_reference(result.params, TEST_IMAGES, test_hidden, patch.value)
+    reference_loss, reference_count = masked_image.hidden_mse_reference(result.params, TEST_IMAGES, test_hidden, patch.value)
     check_error = abs(float(test_loss) - reference_loss) / max(reference_loss, 1e-3)
     check_passed = bool(check_error <= LOSS_TOLERANCE and int(test_count) == reference_count)
     lab.check_badge(
@@ -227,7 +230,7 @@ def _(patch, result, test_hidden):
 
 @app.cell
 def _(patch, result, test_everywhere, test_hidden, test_loss):
-    baseline_scores = ssl_image.baselines(TRAIN_IMAGES, TEST_IMAGES, test_hidden, patch.value)
+    baseline_scores = masked_image.baselines(TRAIN_IMAGES, TEST_IMAGES, test_hidden, patch.value)
     score_rows = [{"prediction of the hidden pixels": name, "test MSE": f"{value:.4f}"} for name, value in baseline_scores.items()]
     score_rows.append({"prediction of the hidden pixels": "**the trained model**", "test MSE": f"**{float(test_loss):.4f}**"})
     curve = pd.DataFrame({"step": np.arange(len(result.loss)), "hidden-pixel MSE": result.loss})
@@ -257,14 +260,14 @@ def _(patch, result, test_everywhere, test_hidden, test_loss):
 
 @app.cell
 def _(patch, shown, test_hidden, test_predicted):
-    hidden_pixels = np.asarray(ssl_image.pixel_mask(test_hidden, patch.value))
+    hidden_pixels = np.asarray(masked_image.pixel_mask(test_hidden, patch.value))
     masked_view = TEST_IMAGES * (1 - hidden_pixels)
     panels = {
         "1 original": TEST_IMAGES,
         "2 masked input": masked_view,
-        "3 reconstruction": ssl_image.composite(TEST_IMAGES, test_predicted, test_hidden, patch.value),
+        "3 reconstruction": masked_image.composite(TEST_IMAGES, test_predicted, test_hidden, patch.value),
     }
-    cells = pd.DataFrame(ssl_image.grid_rows(panels, hidden_pixels, mark_hidden_in=("2 masked input",), limit=shown.value))
+    cells = pd.DataFrame(masked_image.grid_rows(panels, hidden_pixels, mark_hidden_in=("2 masked input",), limit=shown.value))
     pixels = alt.Chart(cells).mark_rect().encode(
         x=alt.X("col:O", axis=None),
         y=alt.Y("row:O", axis=None),
@@ -296,7 +299,7 @@ def test_check_passes(check_error, check_passed):
 @app.cell
 def test_leakage_audit_passes(patch, pipeline_audit, result, test_hidden):
     assert all(row["passed"] for row in pipeline_audit), pipeline_audit
-    trained_audit = ssl_image.leakage_audit(result.params, TEST_IMAGES, test_hidden, patch.value)
+    trained_audit = masked_image.leakage_audit(result.params, TEST_IMAGES, test_hidden, patch.value)
     assert all(row["passed"] for row in trained_audit), trained_audit
     return
 

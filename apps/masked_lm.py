@@ -15,7 +15,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import corpus, lab, ssl_masking, tokenizer
+    from core import lab
+    from core.lm import corpus, ssl_masking, tokenizer
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -48,7 +49,7 @@ def _():
     something if the answers were really hidden, so in this lesson you will
 
     - build the **80/10/10 masking** on UTF-8 byte tokens (packed rows, segment ids, padding
-      from `core.tokenizer`) and check its statistics against binomial bounds;
+      from `core.lm.tokenizer`) and check its statistics against binomial bounds;
     - audit **leakage**: no target visible at its own position except the deliberately kept
       10%, padding never selected, labels `-100` elsewhere, and the model's output blind to
       the label array and to the other documents packed in its row;

@@ -13,7 +13,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, tokenizer, transformer
+    from core import lab
+    from core.lm import tokenizer, transformer
 
     lab.use_cpu_devices()
     DEFAULT_DOCUMENTS = "x = 1\ndef add(a, b): return a + b\nprint('naïve ☕')\ny = x * 2\n# 日本語"

@@ -15,7 +15,9 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import checkpoint, curriculum, lab, recovery_demo, text, tracking
+    from core import curriculum, lab
+    from core.lab import text
+    from core.state import checkpoint, recovery_demo, tracking
 
     lab.use_cpu_devices()
     LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)
@@ -179,7 +181,7 @@ def _(store_dir):
     ```
 
     (`--host 127.0.0.1`: only this machine can connect. The directory is temporary; to keep
-    a store, give `core.tracking.Tracker` a directory of your own, beside its checkpoints.)
+    a store, give `core.state.tracking.Tracker` a directory of your own, beside its checkpoints.)
     """
     )
     return

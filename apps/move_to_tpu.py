@@ -12,7 +12,9 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import cloud_tpu, lab, text
+    from core import lab
+    from core.lab import text
+    from core.tpu import cloud_tpu
 
     lab.use_cpu_devices()
     APPS_DIR = pathlib.Path(__file__).resolve().parent

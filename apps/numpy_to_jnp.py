@@ -11,13 +11,14 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import jnp_basics, lab
+    from core import lab
+    from core.lessons.arrays import numpy_to_jnp
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag("rows", 4, "rows of x", lo=1, hi=64),
         lab.Flag("cols", 8, "columns of x (the normalized axis)", lo=1, hi=64),
-        lab.Flag("kind", "softmax", "row normalization", choices=jnp_basics.NORMALIZATIONS),
+        lab.Flag("kind", "softmax", "row normalization", choices=numpy_to_jnp.NORMALIZATIONS),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         lab.Flag("matmul_size", 256, "N of the N x N work timed for async dispatch", choices=(64, 128, 256, 512)),
         description="From NumPy to jax.numpy: the same code, and where the two libraries differ.",
@@ -56,8 +57,8 @@ def _():
 
 @app.cell
 def _(cols, kind, rows, seed):
-    x_RC = jnp_basics.example_rows(jax.random.key(seed.value), rows.value, cols.value)
-    side = jnp_basics.side_by_side(x_RC, kind.value)
+    x_RC = numpy_to_jnp.example_rows(jax.random.key(seed.value), rows.value, cols.value)
+    side = numpy_to_jnp.side_by_side(x_RC, kind.value)
     mo.vstack(
         [
             mo.md(
@@ -99,17 +100,17 @@ def _(cols, kind, side):
         "jax.numpy float32 vs NumPy float64": side.errors["jax.numpy (default float32)"],
         "jax.numpy in enable_x64 vs NumPy float64": side.errors["jax.numpy inside jax.enable_x64()"],
     }
-    check_tolerance = jnp_basics.float32_tolerance(cols.value)
+    check_tolerance = numpy_to_jnp.float32_tolerance(cols.value)
     check_passed = (
         check_errors["jax.numpy float32 vs NumPy float64"] <= check_tolerance
-        and check_errors["jax.numpy in enable_x64 vs NumPy float64"] <= jnp_basics.FLOAT64_TOLERANCE
+        and check_errors["jax.numpy in enable_x64 vs NumPy float64"] <= numpy_to_jnp.FLOAT64_TOLERANCE
         and side.dtypes["jax.numpy (default float32)"] == "float32"
         and side.dtypes["jax.numpy inside jax.enable_x64()"] == "float64"
     )
     lab.check_badge(
         check_passed,
         f"{kind.value} of each row in jax.numpy (float32, and float64 in enable_x64 to "
-        f"{jnp_basics.FLOAT64_TOLERANCE:.0e}) vs NumPy float64",
+        f"{numpy_to_jnp.FLOAT64_TOLERANCE:.0e}) vs NumPy float64",
         max(check_errors.values()),
         check_tolerance,
     )
@@ -148,7 +149,7 @@ def _(kind, side, x_RC):
 
 @app.cell
 def _(x_RC):
-    inplace = jnp_basics.inplace_assignment(x_RC, 0, 0, 100.0)
+    inplace = numpy_to_jnp.inplace_assignment(x_RC, 0, 0, 100.0)
     mo.vstack(
         [
             mo.md(
@@ -177,9 +178,9 @@ def _(x_RC):
 
 @app.cell
 def _(cols, kind, rows, seed):
-    dtype_rows = jnp_basics.default_dtypes()
-    lost = jnp_basics.lost_increment()
-    sweep = pd.DataFrame(jnp_basics.precision_sweep(jax.random.key(seed.value), rows.value, cols.value, kind.value))
+    dtype_rows = numpy_to_jnp.default_dtypes()
+    lost = numpy_to_jnp.lost_increment()
+    sweep = pd.DataFrame(numpy_to_jnp.precision_sweep(jax.random.key(seed.value), rows.value, cols.value, kind.value))
     sweep["offset"] = sweep["offset"].map(lambda v: f"{v:g}")
     sweep["error (floored at 1e-17)"] = sweep["error"].clip(lower=1e-17)
     _sweep_chart = (
@@ -222,7 +223,7 @@ def _(cols, kind, rows, seed):
 @app.cell
 def _(matmul_size, seed):
     with mo.status.spinner(title=f"timing {matmul_size.value} x {matmul_size.value} matmuls"):
-        timing = jnp_basics.dispatch_timing(jax.random.key(seed.value), int(matmul_size.value))
+        timing = numpy_to_jnp.dispatch_timing(jax.random.key(seed.value), int(matmul_size.value))
     _bars = pd.DataFrame(timing.rows())
     _bars["label"] = _bars["ms"].map(lambda v: f"{v:.3f} ms")
     _timing_base = alt.Chart(_bars, title=f"tanh(a @ a) @ a, N = {timing.size}: median of 5 calls on this machine's {jax.default_backend().upper()}").encode(
@@ -251,7 +252,7 @@ def _(matmul_size, seed):
                 f"The call returned after **{timing.jax_return_s * 1e3:.3f} ms**; the result was ready after "
                 f"**{timing.jax_ready_s * 1e3:.3f} ms**. (NumPy here: float32, one process's BLAS; numbers vary "
                 f"with load. The result agrees with NumPy float64 to "
-                f"{jnp_basics.relative_error(timing.jax_result, timing.reference):.2g} relative.)"
+                f"{numpy_to_jnp.relative_error(timing.jax_result, timing.reference):.2g} relative.)"
             ),
         ]
     )
@@ -282,7 +283,7 @@ def test_x64_stays_inside_its_context(dtype_rows, lost):
 
 @app.cell
 def test_timed_work_matches_numpy_float64(timing):
-    assert jnp_basics.relative_error(timing.jax_result, timing.reference) <= 1e-5
+    assert numpy_to_jnp.relative_error(timing.jax_result, timing.reference) <= 1e-5
     assert 0 < timing.jax_return_s <= timing.jax_ready_s
     return
 

@@ -11,7 +11,9 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import cloud_tpu, lab, text
+    from core import lab
+    from core.lab import text
+    from core.tpu import cloud_tpu
     from tpu_scripts import rehearse
 
     lab.use_cpu_devices()

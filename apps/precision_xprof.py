@@ -17,7 +17,8 @@ with app.setup:
     import pandas as pd
 
     from core import lab
-    from core.perf import quantization, trace
+    from core.lessons.tpu_systems import precision_xprof
+    from core.perf import trace
 
     lab.use_cpu_devices()
     K_CHOICES = (256, 1024, 4096, 16384)
@@ -67,7 +68,7 @@ def _():
 def _(channel_spread, k_max, rows, seed):
     sweep_ks = [k for k in (16, 64, 256, 1024, 4096, 16384) if k <= int(k_max.value)]
     sweep = pd.DataFrame(
-        quantization.error_sweep(jax.random.key(seed.value), rows.value, rows.value, sweep_ks, channel_spread=channel_spread.value)
+        precision_xprof.error_sweep(jax.random.key(seed.value), rows.value, rows.value, sweep_ks, channel_spread=channel_spread.value)
     )
     _error_chart = (
         alt.Chart(sweep, title="relative error vs NumPy float64 as K grows")
@@ -116,13 +117,13 @@ def _(channel_spread, k_max, rows, seed):
 
 @app.cell
 def _(channel_spread, rows, seed):
-    _x, w_KN = quantization.example_operands(jax.random.key(seed.value + 1), rows.value, 256, rows.value, channel_spread.value)
+    _x, w_KN = precision_xprof.example_operands(jax.random.key(seed.value + 1), rows.value, 256, rows.value, channel_spread.value)
     schemes = {}
-    for _scheme in quantization.SCHEMES:
-        _codes, _scale = quantization.quantize(w_KN, _scheme, axis=0)
+    for _scheme in precision_xprof.SCHEMES:
+        _codes, _scale = precision_xprof.quantize(w_KN, _scheme, axis=0)
         schemes[_scheme] = (_codes, _scale)
-    column_errors = quantization.column_round_trip_errors(w_KN)
-    per_channel_gain = quantization.per_channel_gain(column_errors)
+    column_errors = precision_xprof.column_round_trip_errors(w_KN)
+    per_channel_gain = precision_xprof.per_channel_gain(column_errors)
     per_column = pd.DataFrame(
         [
             {"column": j, "scheme": name, "relative error of the column": float(error)}
@@ -146,9 +147,9 @@ def _(channel_spread, rows, seed):
     _note = ""
     if w_KN.shape[1] == 1:
         _note = "With a single column the two schemes are the same scheme."
-    elif channel_spread.value < quantization.PER_CHANNEL_CLEAR_SPREAD:
+    elif channel_spread.value < precision_xprof.PER_CHANNEL_CLEAR_SPREAD:
         _note = (
-            f"Columns this alike (spread below {quantization.PER_CHANNEL_CLEAR_SPREAD:g}x) "
+            f"Columns this alike (spread below {precision_xprof.PER_CHANNEL_CLEAR_SPREAD:g}x) "
             "leave per-channel little to gain: raise the spread."
         )
     mo.vstack(
@@ -238,22 +239,22 @@ def _(logdir):
 @app.cell
 def _(channel_spread, k_max, rows, schemes, seed, w_KN):
     # Independent references: NumPy float64 (int64 for the integer product) on the same values.
-    _x, _ = quantization.example_operands(jax.random.key(seed.value + 2), rows.value, 256, rows.value)
-    _codes_x, _scale_x = quantization.quantize(_x, "per-channel", axis=1)
+    _x, _ = precision_xprof.example_operands(jax.random.key(seed.value + 2), rows.value, 256, rows.value)
+    _codes_x, _scale_x = precision_xprof.quantize(_x, "per-channel", axis=1)
     _codes_w, _scale_w = schemes["per-channel"]
     _integer_reference = (np.asarray(_codes_x, np.int64) @ np.asarray(_codes_w, np.int64)) * np.asarray(_scale_x, np.float64) * np.asarray(_scale_w, np.float64)
-    _int8 = quantization.int8_matmul(_x, w_KN, "per-channel")
-    int8_error = quantization.relative_error(_int8, _integer_reference)
+    _int8 = precision_xprof.int8_matmul(_x, w_KN, "per-channel")
+    int8_error = precision_xprof.relative_error(_int8, _integer_reference)
     # The float products at the largest K (the sweep's operands), entry by entry, against the
     # classical worst-case rounding bound (2u + u^2 + gamma_K (1 + u)^2) * (|x| @ |w|): unlike
     # a relative error it holds even where an entry of x @ w cancels to nearly zero.
     _m, _k = rows.value, int(k_max.value)
-    _xs, _ws = quantization.example_operands(
+    _xs, _ws = precision_xprof.example_operands(
         jax.random.key(seed.value), _m, _k, _m, channel_spread.value
     )
-    _units = {"float32": 0.0, "bf16 inputs, f32 accumulate": quantization.BF16_UNIT_ROUNDOFF}
+    _units = {"float32": 0.0, "bf16 inputs, f32 accumulate": precision_xprof.BF16_UNIT_ROUNDOFF}
     bound_ratios = {
-        kind: quantization.bound_ratio(quantization.matmul(kind, _xs, _ws), _xs, _ws, unit)
+        kind: precision_xprof.bound_ratio(precision_xprof.matmul(kind, _xs, _ws), _xs, _ws, unit)
         for kind, unit in _units.items()
     }
     check_errors = {
@@ -286,9 +287,9 @@ def test_per_channel_fits_columns_better(
     # Always: each column's scale is at most the shared one (so is its error bound, scale / 2).
     assert np.all(np.asarray(schemes["per-channel"][1]) <= float(schemes["per-tensor"][1]))
     # Where the columns differ enough for it to matter, a clear gain (measured over seeds and
-    # sizes in core/perf/quantization_test.py); with one column the schemes coincide.
-    if w_KN.shape[1] > 1 and channel_spread.value >= quantization.PER_CHANNEL_CLEAR_SPREAD:
-        assert per_channel_gain >= quantization.PER_CHANNEL_MIN_GAIN, column_errors
+    # sizes in core/lessons/tpu_systems/precision_xprof_test.py); with one column the schemes coincide.
+    if w_KN.shape[1] > 1 and channel_spread.value >= precision_xprof.PER_CHANNEL_CLEAR_SPREAD:
+        assert per_channel_gain >= precision_xprof.PER_CHANNEL_MIN_GAIN, column_errors
     return
 
 

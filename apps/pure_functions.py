@@ -13,7 +13,9 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, purity, text
+    from core import lab
+    from core.lab import text
+    from core.lessons.arrays import pure_functions
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -87,10 +89,10 @@ def _():
 
 @app.cell
 def _(calls, distinct_shapes, seed, size):
-    effects = purity.side_effects_demo(calls.value, distinct_shapes.value, size.value, seed.value)
+    effects = pure_functions.side_effects_demo(calls.value, distinct_shapes.value, size.value, seed.value)
     _counts = pd.DataFrame(
-        [{"call": c.call, "printed by": purity.PYTHON_PRINT + " (trace time)", "lines so far": c.python_prints} for c in effects.calls]
-        + [{"call": c.call, "printed by": purity.DEBUG_PRINT + " (every call)", "lines so far": c.debug_prints} for c in effects.calls]
+        [{"call": c.call, "printed by": pure_functions.PYTHON_PRINT + " (trace time)", "lines so far": c.python_prints} for c in effects.calls]
+        + [{"call": c.call, "printed by": pure_functions.DEBUG_PRINT + " (every call)", "lines so far": c.debug_prints} for c in effects.calls]
     )
     _calls = text.plural(calls.value, "call")
     _counter_chart = (
@@ -181,8 +183,8 @@ def _(new_scale, old_scale, seed, size):
         same_scale,
         mo.callout(mo.md(f"**Nothing to see.** SCALE stays {old_scale.value}, so nothing can go stale: pick two different values."), kind="warn"),
     )
-    x_N = purity.example_vector(jax.random.key(seed.value), size.value)
-    stale = purity.stale_global_demo(x_N, float(old_scale.value), float(new_scale.value))
+    x_N = pure_functions.example_vector(jax.random.key(seed.value), size.value)
+    stale = pure_functions.stale_global_demo(x_N, float(old_scale.value), float(new_scale.value))
     _series = {
         "jit, SCALE = old": stale.first,
         "jit, after SCALE = new (stale!)": stale.after_change,
@@ -222,9 +224,9 @@ def _(calls, distinct_shapes, effects, stale, x_N):
     # Independent reference: numpy float64 scale * tanh(x); counts worked out from the call list.
     _tolerance = 1e-6  # float32 tanh and one multiply
     check_errors = {
-        "pure jit(x, new) vs NumPy float64 new * tanh(x)": purity.relative_error(stale.pure_new, purity.scaled_tanh_reference(x_N, stale.new_scale)),
-        "impure jit after the change vs NumPy float64 OLD * tanh(x)": purity.relative_error(stale.after_change, purity.scaled_tanh_reference(x_N, stale.old_scale)),
-        "impure jit on a new shape vs NumPy float64 new * tanh(x[:-1])": purity.relative_error(stale.new_shape_after_change, purity.scaled_tanh_reference(x_N[:-1], stale.new_scale)),
+        "pure jit(x, new) vs NumPy float64 new * tanh(x)": pure_functions.relative_error(stale.pure_new, pure_functions.scaled_tanh_reference(x_N, stale.new_scale)),
+        "impure jit after the change vs NumPy float64 OLD * tanh(x)": pure_functions.relative_error(stale.after_change, pure_functions.scaled_tanh_reference(x_N, stale.old_scale)),
+        "impure jit on a new shape vs NumPy float64 new * tanh(x[:-1])": pure_functions.relative_error(stale.new_shape_after_change, pure_functions.scaled_tanh_reference(x_N[:-1], stale.new_scale)),
     }
     _expected_traces = min(calls.value, distinct_shapes.value)
     check_claims = {
@@ -268,7 +270,7 @@ def test_trace_count_is_one_per_shape(calls, distinct_shapes, effects):
 @app.cell
 def test_stale_value_is_the_old_global(stale, x_N):
     np.testing.assert_allclose(stale.after_change, stale.first, rtol=0)
-    np.testing.assert_allclose(stale.after_change, purity.scaled_tanh_reference(x_N, stale.old_scale), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(stale.after_change, pure_functions.scaled_tanh_reference(x_N, stale.old_scale), rtol=1e-6, atol=1e-7)
     assert not np.allclose(stale.after_change, stale.pure_new)
     return
 

@@ -9,7 +9,9 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab, pytrees, text
+    from core import lab
+    from core.lab import text
+    from core.lessons.control_flow import pytrees
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(

@@ -10,7 +10,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, randomness
+    from core import lab
+    from core.lessons.control_flow import random_keys
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -84,7 +85,7 @@ def _(seed):
     root_key = jax.random.key(seed.value)
     # One key per purpose, split once from the root: nothing below draws from the same key twice.
     purpose_keys = dict(zip(("tree", "reuse", "steps", "devices", "normal", "uniform"), jax.random.split(root_key, 6), strict=True))
-    root_words = randomness.key_words(root_key)
+    root_words = random_keys.key_words(root_key)
     mo.md(
         f"""
     ## A key is a value
@@ -101,7 +102,7 @@ def _(seed):
 
 @app.cell
 def _(depth, fanout, purpose_keys):
-    tree_nodes = randomness.key_tree(purpose_keys["tree"], fanout.value, depth.value)
+    tree_nodes = random_keys.key_tree(purpose_keys["tree"], fanout.value, depth.value)
     tree_frame = pd.DataFrame(
         [{"path": n.path, "level": n.level, "position": n.position, "key_data": f"[{n.words[0]}, {n.words[1]}]", "hex": n.hex} for n in tree_nodes]
     )
@@ -137,7 +138,7 @@ def _(depth, fanout, purpose_keys):
 
 @app.cell
 def _(purpose_keys, samples):
-    reuse = randomness.reuse_demo(purpose_keys["reuse"], samples.value)
+    reuse = random_keys.reuse_demo(purpose_keys["reuse"], samples.value)
     shown = min(8, samples.value)
     reuse_rows = [
         {
@@ -191,9 +192,9 @@ def _(purpose_keys, samples):
 
 @app.cell
 def _(purpose_keys, steps):
-    step_result = randomness.step_keys(purpose_keys["steps"], steps.value)
+    step_result = random_keys.step_keys(purpose_keys["steps"], steps.value)
     step_words = step_result.words
-    step_rows = [{"step": t, "step_key = fold_in(key, step): key data (hex)": randomness.key_hex(w)} for t, w in enumerate(step_words)]
+    step_rows = [{"step": t, "step_key = fold_in(key, step): key data (hex)": random_keys.key_hex(w)} for t, w in enumerate(step_words)]
     collide = step_result.split_equals_fold_in
     mo.vstack(
         [
@@ -231,8 +232,8 @@ def _(device_count, devices, per_device, purpose_keys):
         print(f"STOPPED: {device_problem}")
     mo.stop(device_problem is not None, mo.callout(mo.md(f"**Not enough devices.** {device_problem}"), kind="warn"))
 
-    device_samples_DN = randomness.per_device_samples_DN(purpose_keys["devices"], devices.value, per_device.value)
-    device_reference_DN = randomness.per_device_reference_DN(purpose_keys["devices"], devices.value, per_device.value)
+    device_samples_DN = random_keys.per_device_samples_DN(purpose_keys["devices"], devices.value, per_device.value)
+    device_reference_DN = random_keys.per_device_reference_DN(purpose_keys["devices"], devices.value, per_device.value)
     device_error = float(np.max(np.abs(np.asarray(device_samples_DN) - device_reference_DN)))
     device_rows_distinct = len({tuple(r) for r in np.asarray(device_samples_DN)}) == devices.value
     held_by = {int(range(devices.value)[s.index[0]][0]): s.device.id for s in device_samples_DN.addressable_shards}
@@ -273,8 +274,8 @@ def _(device_count, devices, per_device, purpose_keys):
 
 @app.cell
 def _(bins, purpose_keys, samples):
-    drawn = {d: randomness.sample(purpose_keys[d], d, samples.value) for d in randomness.DISTRIBUTIONS}
-    ks_results = {d: randomness.ks_test(x, d) for d, x in drawn.items()}
+    drawn = {d: random_keys.sample(purpose_keys[d], d, samples.value) for d in random_keys.DISTRIBUTIONS}
+    ks_results = {d: random_keys.ks_test(x, d) for d, x in drawn.items()}
     few_per_bin = samples.value < 5 * bins.value
     mo.vstack(
         [
@@ -284,14 +285,14 @@ def _(bins, purpose_keys, samples):
 
     The Kolmogorov-Smirnov statistic is the largest gap between the samples' empirical CDF
     and the true CDF; its p-value is the chance of a gap that large from a correct
-    generator. The check below asks for p > {randomness.KS_ALPHA:g}: a correct generator
-    fails it one seed in {1 / randomness.KS_ALPHA:.0f} (per distribution), so a pass on
+    generator. The check below asks for p > {random_keys.KS_ALPHA:g}: a correct generator
+    fails it one seed in {1 / random_keys.KS_ALPHA:.0f} (per distribution), so a pass on
     your seed is evidence, not proof.
     """
             ),
             lab.table(
                 [
-                    {"distribution": r.distribution, "samples": r.n, "KS statistic": f"{r.statistic:.4f}", "p-value": f"{r.pvalue:.3f}", f"p > {randomness.KS_ALPHA:g}": str(r.pvalue > randomness.KS_ALPHA)}
+                    {"distribution": r.distribution, "samples": r.n, "KS statistic": f"{r.statistic:.4f}", "p-value": f"{r.pvalue:.3f}", f"p > {random_keys.KS_ALPHA:g}": str(r.pvalue > random_keys.KS_ALPHA)}
                     for r in ks_results.values()
                 ]
             ),
@@ -309,13 +310,13 @@ def _(bins, purpose_keys, samples):
 def _(device_error, device_rows_distinct, ks_results, reuse):
     # Independent references: scipy.stats' CDFs for the KS tests, and np.array_equal on the
     # host for the reuse bug; the per-device streams redrawn on one device (vmap, no shard_map).
-    ks_pass = all(r.pvalue > randomness.KS_ALPHA for r in ks_results.values())
+    ks_pass = all(r.pvalue > random_keys.KS_ALPHA for r in ks_results.values())
     check_passed = ks_pass and reuse.reused_identical and not reuse.split_identical and device_rows_distinct and device_error <= 1e-6
     lab.check_badge(
         check_passed,
         "KS p-values vs scipy.stats ("
         + ", ".join(f"{d} {r.pvalue:.3f}" for d, r in ks_results.items())
-        + f", need > {randomness.KS_ALPHA:g}); reuse bug detected (reused key: identical draws "
+        + f", need > {random_keys.KS_ALPHA:g}); reuse bug detected (reused key: identical draws "
         f"{reuse.reused_identical}, split keys: {reuse.split_identical}); per-device streams distinct and equal to fold_in(key, d) drawn on one device",
         device_error,
         1e-6,
@@ -326,13 +327,13 @@ def _(device_error, device_rows_distinct, ks_results, reuse):
 @app.cell
 def _(bins, drawn):
     def histogram_chart(distribution):
-        rows = pd.DataFrame(randomness.histogram_vs_pdf(drawn[distribution], distribution, bins.value)).assign(zero=0.0)
+        rows = pd.DataFrame(random_keys.histogram_vs_pdf(drawn[distribution], distribution, bins.value)).assign(zero=0.0)
         bars = alt.Chart(rows).mark_rect(opacity=0.6, stroke="white", strokeWidth=0.5).encode(x=alt.X("bin_left:Q", title="value"), x2="bin_right:Q", y=alt.Y("density:Q", title="density"), y2="zero:Q")
         curve = alt.Chart(rows).mark_line(color="#e45756", strokeWidth=2).encode(x="centre:Q", y="pdf:Q")
         return (bars + curve).properties(title=f"{distribution}: histogram vs pdf (red)", width=300, height=200)
 
 
-    mo.hstack([histogram_chart(d) for d in randomness.DISTRIBUTIONS])
+    mo.hstack([histogram_chart(d) for d in random_keys.DISTRIBUTIONS])
     return
 
 

@@ -11,7 +11,8 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import charts, lab
+    from core import lab
+    from core.lab import charts
     from core.perf import machine, trace
 
     lab.use_cpu_devices()

@@ -15,7 +15,8 @@ with app.setup:
     import pandas as pd
 
     from core import lab
-    from core.perf import machine, recompile
+    from core.lessons.performance import recompilation_host_sync
+    from core.perf import machine
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -63,7 +64,7 @@ def _():
         np.float32(2.0),
     ]
     scenario_arguments = _arguments
-    scenario = recompile.count_compiles(lambda x: x * 2 + 1, _arguments)
+    scenario = recompilation_host_sync.count_compiles(lambda x: x * 2 + 1, _arguments)
     _rows = [
         {"call": i + 1, "argument": r.argument, "compiled": "**yes**" if r.compiled else "no", "cache entries": r.cache_size, "log": f"`{r.message}`" if r.message else ""}
         for i, r in enumerate(scenario)
@@ -102,7 +103,7 @@ def _():
 def _(calls, max_length, seed):
     lengths = np.random.default_rng(seed.value).integers(1, max_length.value + 1, size=calls.value)
     length_arguments = [np.ones(int(n), np.float32) for n in lengths]
-    length_records = recompile.count_compiles(lambda x: jnp.sum(x * x), length_arguments)
+    length_records = recompilation_host_sync.count_compiles(lambda x: jnp.sum(x * x), length_arguments)
     _df = pd.DataFrame({"call": np.arange(1, len(lengths) + 1), "length": lengths, "compiles so far": np.cumsum([r.compiled for r in length_records])})
     _chart = (
         alt.Chart(_df, title="cumulative compiles vs calls")
@@ -126,12 +127,12 @@ def _(calls, max_length, seed):
 
 @app.cell
 def _(seed):
-    w0, x_data, y_data = recompile.regression_problem(jax.random.key(seed.value))
+    w0, x_data, y_data = recompilation_host_sync.regression_problem(jax.random.key(seed.value))
     guard_rows = []
     guard_messages = {}
-    for _kind in recompile.LOOPS:
-        _all = recompile.guarded(_kind, w0, x_data, y_data)
-        _to_host = recompile.guarded(_kind, w0, x_data, y_data, guard="transfer_guard_device_to_host")
+    for _kind in recompilation_host_sync.LOOPS:
+        _all = recompilation_host_sync.guarded(_kind, w0, x_data, y_data)
+        _to_host = recompilation_host_sync.guarded(_kind, w0, x_data, y_data, guard="transfer_guard_device_to_host")
         guard_messages[_kind] = _all
         guard_rows.append(
             {
@@ -141,7 +142,7 @@ def _(seed):
             }
         )
     _backend = jax.default_backend().upper()
-    _catches = {d: recompile.guard_catches(d) for d in ("device-to-host", "host-to-device")}
+    _catches = {d: recompilation_host_sync.guard_catches(d) for d in ("device-to-host", "host-to-device")}
     mo.vstack(
         [
             mo.md(
@@ -189,7 +190,7 @@ def _():
 
 @app.cell
 def _(repeats, steps, w0, x_data, y_data):
-    loop_samples = {kind: recompile.time_loop(kind, w0, x_data, y_data, steps.value, repeats.value) for kind in recompile.LOOPS}
+    loop_samples = {kind: recompilation_host_sync.time_loop(kind, w0, x_data, y_data, steps.value, repeats.value) for kind in recompilation_host_sync.LOOPS}
     _df = pd.DataFrame([{"loop": k, "run": i, "us per step": s / steps.value * 1e6} for k, v in loop_samples.items() for i, s in enumerate(v)])
     _medians = {k: float(np.median(v)) / steps.value for k, v in loop_samples.items()}
     _chart = (
@@ -225,16 +226,16 @@ def _(
     # Independent references: (1) the set of distinct (kind, shape, dtype, weak type)
     # signatures, counted in plain Python; (2) the SGD loop in NumPy float64.
     def _distinct(arguments):
-        return len({recompile.signature(a) for a in arguments})
+        return len({recompilation_host_sync.signature(a) for a in arguments})
 
     _w, _x, _y = (np.asarray(a, np.float64) for a in (w0, x_data, y_data))
     _losses = []
     for _ in range(20):
         _residual = _x @ _w - _y
         _losses.append(np.mean(_residual**2))
-        _w = _w - recompile.LEARNING_RATE * 2 * _x.T @ _residual / len(_y)
-    _fixed_w, _fixed_best = recompile.run_loop("on device, fetch once", w0, x_data, y_data, 20)
-    _synced_w, _synced_best = recompile.run_loop("python compare each step", w0, x_data, y_data, 20)
+        _w = _w - recompilation_host_sync.LEARNING_RATE * 2 * _x.T @ _residual / len(_y)
+    _fixed_w, _fixed_best = recompilation_host_sync.run_loop("on device, fetch once", w0, x_data, y_data, 20)
+    _synced_w, _synced_best = recompilation_host_sync.run_loop("python compare each step", w0, x_data, y_data, 20)
     check_errors = {
         "compiles - distinct signatures (scenario)": abs(sum(r.compiled for r in scenario) - _distinct(scenario_arguments)),
         "compiles - distinct lengths": abs(sum(r.compiled for r in length_records) - _distinct(length_arguments)),
@@ -263,7 +264,7 @@ def test_guard_catches_the_synced_loop_and_passes_the_fix(guard_messages):
 
 @app.cell
 def test_each_loop_was_timed(loop_samples, repeats):
-    assert set(loop_samples) == set(recompile.LOOPS)
+    assert set(loop_samples) == set(recompilation_host_sync.LOOPS)
     assert all(len(v) == repeats.value for v in loop_samples.values())
     return
 

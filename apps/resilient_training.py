@@ -12,7 +12,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import data, distributed, lab, sharding
+    from core import data, distributed, lab
+    from core.distributed import sharding
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))
@@ -45,7 +46,7 @@ def _():
     exactly where it was. In this lesson you will
 
     - train data parallel on one mesh, then stop and save parameters, Adam state and the
-      Grain iterator position with the course's Orbax checkpointer (`core/checkpoint.py`);
+      Grain iterator position with the course's Orbax checkpointer (`core/state/checkpoint.py`);
     - restore the state straight onto a **smaller mesh** (Orbax reshards while loading: the
       abstract state's `ShapeDtypeStruct`s carry the target `NamedSharding`) and continue
       across an epoch boundary;

@@ -14,7 +14,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import checkpoint, curriculum, data, lab, recovery_demo
+    from core import curriculum, data, lab
+    from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -111,7 +112,7 @@ def _(batch_size, dropout, resume_at, seed, steps):
 def _(config, resume_at, resume_dir, run_button, steps):
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.callout(mo.md("Press **Resume in a fresh process** to start `python -m core.recovery_demo` on the step-K checkpoint (a few seconds: a new Python imports JAX and compiles)."), kind="info"),
+        mo.callout(mo.md("Press **Resume in a fresh process** to start `python -m core.state.recovery_demo` on the step-K checkpoint (a few seconds: a new Python imports JAX and compiles)."), kind="info"),
     )
     overrides = [f"{k}={v}" for k, v in config.to_dict().items()]
     child_command = recovery_demo.command(resume_dir, steps.value, "--save-every", str(resume_at.value), *overrides)

@@ -17,7 +17,9 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import checkpoint, lab, recovery_demo, text
+    from core import lab
+    from core.lab import text
+    from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -43,7 +45,7 @@ def _():
 
     - train a small MLP (dropout, Adam) for a few steps and save the **complete** state with
       Orbax: parameters, both Adam moments and the count, the step, the dropout key, the
-      Grain iterator position, the config and metadata (`core.checkpoint.Checkpointer`);
+      Grain iterator position, the config and metadata (`core.state.checkpoint.Checkpointer`);
     - look inside the checkpoint directory: Orbax's committed step, its items, file sizes,
       and the **manifest** (size and sha256 of every file, shape and dtype of every leaf)
       that is verified before anything is loaded;

@@ -11,7 +11,8 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab, slice_planner
+    from core import lab
+    from core.tpu import slice_planner
     from core.tpu import specs
 
     lab.use_cpu_devices()

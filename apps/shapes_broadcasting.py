@@ -10,20 +10,21 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import broadcasting, lab
+    from core import lab
+    from core.lessons.arrays import shapes_broadcasting
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("shape_a", "8, 1, 6, 1", f"shape of a: comma-separated sizes (at most {broadcasting.MAX_RANK} axes, each 0..{broadcasting.MAX_SIZE})"),
+        lab.Flag("shape_a", "8, 1, 6, 1", f"shape of a: comma-separated sizes (at most {shapes_broadcasting.MAX_RANK} axes, each 0..{shapes_broadcasting.MAX_SIZE})"),
         lab.Flag("shape_b", "7, 1, 5", "shape of b, same format"),
-        lab.Flag("dtype_a", "int32", "dtype of a, for the promotion example", choices=broadcasting.PROMOTION_DTYPES),
-        lab.Flag("dtype_b", "float16", "dtype of b (or a Python scalar)", choices=broadcasting.PROMOTION_DTYPES + broadcasting.PYTHON_SCALARS),
+        lab.Flag("dtype_a", "int32", "dtype of a, for the promotion example", choices=shapes_broadcasting.PROMOTION_DTYPES),
+        lab.Flag("dtype_b", "float16", "dtype of b (or a Python scalar)", choices=shapes_broadcasting.PROMOTION_DTYPES + shapes_broadcasting.PYTHON_SCALARS),
         lab.Flag("examples", 8, "N, examples in the MSE mistake (and the N x N centering example)", lo=2, hi=64),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         description="Shapes, broadcasting, and dtypes: the rule, the promotion table, and silent mistakes.",
     )
     ARGS = FLAGS.parse()
-    SHORT = {"bool": "bool", "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64", "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", broadcasting.NUMPY_MISSING: "n/a"}
+    SHORT = {"bool": "bool", "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64", "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", shapes_broadcasting.NUMPY_MISSING: "n/a"}
 
 
 @app.cell(hide_code=True)
@@ -67,7 +68,7 @@ def _():
 @app.cell
 def _(shape_a, shape_b):
     try:
-        a_shape, b_shape = broadcasting.parse_shape(shape_a.value), broadcasting.parse_shape(shape_b.value)
+        a_shape, b_shape = shapes_broadcasting.parse_shape(shape_a.value), shapes_broadcasting.parse_shape(shape_b.value)
         shape_problem = None
     except ValueError as _error:
         a_shape = b_shape = None
@@ -76,9 +77,9 @@ def _(shape_a, shape_b):
         print(f"STOPPED: {shape_problem}")
     mo.stop(shape_problem is not None, mo.callout(mo.md(f"**Not a shape.** {shape_problem}"), kind="warn"))
 
-    result = broadcasting.broadcast(a_shape, b_shape)
-    numpy_shape, numpy_message = broadcasting.numpy_broadcast(a_shape, b_shape)
-    jax_shape, jax_message = broadcasting.jax_broadcast(a_shape, b_shape)
+    result = shapes_broadcasting.broadcast(a_shape, b_shape)
+    numpy_shape, numpy_message = shapes_broadcasting.numpy_broadcast(a_shape, b_shape)
+    jax_shape, jax_message = shapes_broadcasting.jax_broadcast(a_shape, b_shape)
     if result.shape is not None:
         _verdict = mo.callout(
             mo.md(f"`a{a_shape} + b{b_shape}` → shape **`{result.shape}`** (`np.broadcast_shapes` says `{numpy_shape}`, `jnp.add` makes `{jax_shape}`)."),
@@ -152,26 +153,26 @@ def _():
 
 @app.cell
 def _(dtype_a, dtype_b):
-    promotions = broadcasting.promotion_table()
+    promotions = shapes_broadcasting.promotion_table()
     # Vega reads a dot in a field name as a nested field: rename "jax.numpy" for the chart.
     _frame = pd.DataFrame(promotions).rename(columns={"jax.numpy": "jnp"})
-    _frame["agreement"] = np.where(_frame["numpy"] == broadcasting.NUMPY_MISSING, "no bfloat16 in NumPy", np.where(_frame["differs"], "differs", "same"))
+    _frame["agreement"] = np.where(_frame["numpy"] == shapes_broadcasting.NUMPY_MISSING, "no bfloat16 in NumPy", np.where(_frame["differs"], "differs", "same"))
     _frame["label"] = [
         SHORT[j] if not d else f"{SHORT[j]} | {SHORT[n]}"
         for j, n, d in zip(_frame["jnp"], _frame["numpy"], _frame["differs"], strict=True)
     ]
     _frame["selected"] = (_frame["a"] == dtype_a.value) & (_frame["b"] == dtype_b.value)
-    _order_b = list(broadcasting.PROMOTION_DTYPES + broadcasting.PYTHON_SCALARS)
+    _order_b = list(shapes_broadcasting.PROMOTION_DTYPES + shapes_broadcasting.PYTHON_SCALARS)
     _base = alt.Chart(_frame, title="a + b: result dtype (jax.numpy | NumPy where they differ)").encode(
         x=alt.X("b:N", sort=_order_b, axis=alt.Axis(orient="top", labelAngle=0)),
-        y=alt.Y("a:N", sort=list(broadcasting.PROMOTION_DTYPES)),
+        y=alt.Y("a:N", sort=list(shapes_broadcasting.PROMOTION_DTYPES)),
         tooltip=["a", "b", alt.Tooltip("jnp:N", title="jax.numpy"), "numpy", alt.Tooltip("lattice:N", title="JAX lattice")],
     )
     _heatmap = (
         _base.mark_rect(stroke="white").encode(color=alt.Color("agreement:N", scale=alt.Scale(domain=["same", "differs", "no bfloat16 in NumPy"], range=["#e8f1e4", "#f4a6a3", "#e6e6e6"])))
         + _base.mark_rect(fill=None, stroke="black", strokeWidth=3).transform_filter("datum.selected")
         + _base.mark_text(fontSize=11).encode(text="label:N")
-    ).properties(width=66 * len(_order_b), height=30 * len(broadcasting.PROMOTION_DTYPES))
+    ).properties(width=66 * len(_order_b), height=30 * len(shapes_broadcasting.PROMOTION_DTYPES))
     _pair = next(r for r in promotions if r["a"] == dtype_a.value and r["b"] == dtype_b.value)
     _b_text = {"python int": "1", "python float": "1.0"}.get(dtype_b.value, f"np.ones(2, {dtype_b.value})")
     mo.vstack(
@@ -212,8 +213,8 @@ def _():
 
 @app.cell
 def _(examples, seed):
-    prediction_N, target_N1 = broadcasting.example_regression(jax.random.key(seed.value), examples.value)
-    mse_case = broadcasting.mse_mistake(prediction_N, target_N1)
+    prediction_N, target_N1 = shapes_broadcasting.example_regression(jax.random.key(seed.value), examples.value)
+    mse_case = shapes_broadcasting.mse_mistake(prediction_N, target_N1)
     _numbers = pd.DataFrame(
         [
             {"loss": f"mean over {mse_case.intermediate_shape} (broadcast)", "value": mse_case.wrong},
@@ -230,7 +231,7 @@ def _(examples, seed):
                 f"Broadcast MSE = **{mse_case.wrong:.4f}**; the real MSE = **{mse_case.right:.4f}**."
             ),
             _bars,
-            mo.md("**Catch it.** An explicit shape contract at the top of the loss (`broadcasting.require_same_shape`) names both shapes:"),
+            mo.md("**Catch it.** An explicit shape contract at the top of the loss (`shapes_broadcasting.require_same_shape`) names both shapes:"),
             mo.callout(mo.md(f"`ValueError`: {mse_case.contract_error}"), kind="warn"),
             mo.md("...or ask JAX to refuse implicit rank promotion inside a block: `with jax.numpy_rank_promotion(\"raise\"): loss(prediction, target)`"),
             mo.callout(mo.md(f"`ValueError`: {mse_case.rank_promotion_error}"), kind="warn"),
@@ -241,8 +242,8 @@ def _(examples, seed):
 
 @app.cell
 def _(examples, seed):
-    x_NN = broadcasting.example_square(jax.random.key(seed.value + 1), examples.value)
-    centering_case = broadcasting.centering_mistake(x_NN)
+    x_NN = shapes_broadcasting.example_square(jax.random.key(seed.value + 1), examples.value)
+    centering_case = shapes_broadcasting.centering_mistake(x_NN)
     mo.vstack(
         [
             mo.md(
@@ -275,8 +276,8 @@ def _(
     # Independent references: np.broadcast_shapes, JAX's documented promotion lattice, and
     # float64 closed forms of both MSE numbers.
     _lattice_mismatches = [(r["a"], r["b"]) for r in promotions if r["lattice"] != r["jax.numpy"]]
-    _wrong_reference = broadcasting.broadcast_mse_closed_form(prediction_N, target_N1)
-    _right_reference = broadcasting.mse_reference(prediction_N, target_N1)
+    _wrong_reference = shapes_broadcasting.broadcast_mse_closed_form(prediction_N, target_N1)
+    _right_reference = shapes_broadcasting.mse_reference(prediction_N, target_N1)
     check_errors = {
         "broadcast rule vs np.broadcast_shapes and jnp.add": 0.0 if result.shape == numpy_shape == jax_shape else 1.0,
         "jnp.promote_types cells that differ from the lattice": float(len(_lattice_mismatches)),
@@ -314,7 +315,7 @@ def test_check_passes(check_errors, check_passed):
 
 @app.cell
 def test_shapes_broadcast_like_numpy(result):
-    assert result.shape == broadcasting.numpy_broadcast(result.a, result.b)[0]
+    assert result.shape == shapes_broadcasting.numpy_broadcast(result.a, result.b)[0]
     assert (result.reason is None) == (result.shape is not None)
     if result.shape is not None:
         assert (np.zeros(result.a) + np.zeros(result.b)).shape == result.shape
@@ -326,7 +327,7 @@ def test_promotion_differences_are_the_documented_ones(promotions):
     _rows = {(r["a"], r["b"]): r for r in promotions}
     assert _rows[("int32", "float16")]["jax.numpy"] == "float16"
     assert _rows[("int32", "float16")]["numpy"] == "float64"
-    assert all(r["numpy"] == str(np.promote_types(r["a"], r["b"])) for r in promotions if "bfloat16" not in (r["a"], r["b"]) and r["b"] not in broadcasting.PYTHON_SCALARS)
+    assert all(r["numpy"] == str(np.promote_types(r["a"], r["b"])) for r in promotions if "bfloat16" not in (r["a"], r["b"]) and r["b"] not in shapes_broadcasting.PYTHON_SCALARS)
     return
 
 

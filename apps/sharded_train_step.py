@@ -10,7 +10,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import distributed, lab, sharding
+    from core import distributed, lab
+    from core.distributed import sharding
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))

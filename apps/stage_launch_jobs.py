@@ -15,7 +15,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import cloud_tpu, curriculum, lab
+    from core import curriculum, lab
+    from core.tpu import cloud_tpu
     from tpu_scripts import __main__ as cli
     from tpu_scripts import launch, rehearse
 
@@ -46,7 +47,7 @@ def _():
       `gcloud` commands (shown here with `--dry-run`; with `gcloud` installed and logged in,
       the same command runs them and stops at the first failure);
     - **survive a preemption**: a tiny checkpointed job is killed with SIGKILL after a few
-      steps, restarted, resumes from its last checkpoint (`core/checkpoint.py`, Orbax with a
+      steps, restarted, resumes from its last checkpoint (`core/state/checkpoint.py`, Orbax with a
       verified manifest) and ends exactly where an uninterrupted run ends.
     """)
     return

@@ -13,7 +13,9 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import claims, lab, mlp
+    from core import lab
+    from core.lab import claims
+    from core.nn import mlp
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -316,7 +318,7 @@ def test_default_training_learns(
     train_accuracy,
 ):
     # Claimed at the defaults (the controls now, not ARGS: a served app keeps ARGS while the
-    # sliders move); core/mlp_test.py proves it over 8 seeds with 10x to spare.
+    # sliders move); core/nn/mlp_test.py proves it over 8 seeds with 10x to spare.
     _controls = dict(dataset=dataset, classes=classes, points=points, noise=noise, hidden=hidden, depth=depth, activation=activation, init=init, init_scale=init_scale, learning_rate=learning_rate, steps=steps, seed=seed)
     if claims.at_defaults(FLAGS, {_name: _control.value for _name, _control in _controls.items()}):
         assert final_loss < 0.1 * history.loss[0]

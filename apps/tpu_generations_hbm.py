@@ -11,7 +11,8 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import charts, lab, text
+    from core import lab
+    from core.lab import charts, text
     from core.tpu import budget, model, specs, topology_compile
 
     lab.use_cpu_devices()

@@ -18,7 +18,9 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import cloud_tpu, curriculum, lab, text
+    from core import curriculum, lab
+    from core.lab import text
+    from core.tpu import cloud_tpu
     from tpu_scripts import receipt
 
     lab.use_cpu_devices()

@@ -13,7 +13,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import compilation, lab
+    from core import lab
+    from core.perf import compilation
 
     lab.use_cpu_devices()
     MIN_BUCKETS = (1, 2, 4, 8, 16, 32, 64)

@@ -17,7 +17,9 @@ with app.setup:
     import pandas as pd
     from flax import nnx
 
-    from core import claims, lab, mlp, nnx_models, training
+    from core import lab
+    from core.lab import claims
+    from core.nn import mlp, nnx_models, training
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -107,7 +109,7 @@ def _(batch_size, hidden, learning_rate, optimizer_name, seed):
 
     {TRAIN_POINTS} training and {TEST_POINTS} test points, MLP {sizes},
     `optax.{optimizer_name.value}` (learning rate {learning_rate.value}), batches of
-    {batch_size.value}. The train step, from `core/training.py`:
+    {batch_size.value}. The train step, from `core/nn/training.py`:
     """
             ),
             mo.ui.code_editor(inspect.getsource(training._train_step) + "\n" + inspect.getsource(training._eval_step), language="python", disabled=True),
@@ -119,7 +121,7 @@ def _(batch_size, hidden, learning_rate, optimizer_name, seed):
 
 @app.cell
 def _(build, learning_rate, optimizer_name, seed, tx, x_batches, y_batches):
-    # One step, checked. The reference: jax.grad of core.mlp.loss (a pure function of a
+    # One step, checked. The reference: jax.grad of core.nn.mlp.loss (a pure function of a
     # params pytree, a different code path from the NNX module), then Optax by hand.
     probe_model, probe_optimizer = build(jax.random.key(seed.value, impl="rbg"))
     params_before = nnx_models.to_hand_params(probe_model)
@@ -144,7 +146,7 @@ def _(build, learning_rate, optimizer_name, seed, tx, x_batches, y_batches):
         [
             lab.check_badge(
                 check_passed,
-                f"one {optimizer_name.value} train_step equals Optax applied by hand to jax.grad of core.mlp.loss",
+                f"one {optimizer_name.value} train_step equals Optax applied by hand to jax.grad of core.nn.mlp.loss",
                 max(check_errors.values()),
                 check_tolerance,
             ),
@@ -300,7 +302,7 @@ def test_training_learns(
 ):
     assert len(train_rows) == steps.value and eval_rows[-1]["step"] == steps.value
     # "Training learns" is claimed at the defaults (read from the controls: a served app keeps
-    # ARGS while the sliders move); core/training_test.py proves it over seeds with margin.
+    # ARGS while the sliders move); core/nn/training_test.py proves it over seeds with margin.
     # (It was claimed for any adam run of >= 200 steps at lr <= 0.05: false at lr 0.0001, and
     # at lr 0.001 on some seeds.)
     _controls = dict(optimizer=optimizer_name, learning_rate=learning_rate, batch_size=batch_size, steps=steps, eval_every=eval_every, hidden=hidden, seed=seed)

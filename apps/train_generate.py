@@ -12,7 +12,10 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import checkpoint, corpus, generate, lab, text, tokenizer, transformer
+    from core import lab
+    from core.lab import text
+    from core.lm import corpus, generate, tokenizer, transformer
+    from core.state import checkpoint
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -241,7 +244,7 @@ def _(checkpoint_dir, checkpointer, history, model, model_config, optimizer):
                 f"""
     ### Checkpoint and restore
 
-    During training a `core.checkpoint.Checkpointer` saved the **complete** state every
+    During training a `core.state.checkpoint.Checkpointer` saved the **complete** state every
     {checkpointer.save_every} steps and at the end (asynchronously: the arrays are copied off
     the device, then written while training continues), keeping the newest
     {checkpointer.max_to_keep}: parameters, both Adam moments and the step count, the data

@@ -15,7 +15,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import attention, lab, transformer
+    from core import lab
+    from core.lm import attention, transformer
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -155,7 +156,7 @@ def _(policy, policy_config):
 
     In code: every product is `jnp.einsum(..., x.astype(compute), w.astype(compute),
     preferred_element_type=jnp.float32)`; LayerNorm upcasts to float32 before its mean and
-    variance; attention scores and softmax are float32 (see `core/attention.py`). Only the
+    variance; attention scores and softmax are float32 (see `core/lm/attention.py`). Only the
     block's inputs and outputs travel in the compute dtype.
     """
     )

@@ -13,7 +13,10 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import arrays, lab, sharding, text
+    from core import lab
+    from core.distributed import sharding
+    from core.lab import text
+    from core.lessons.setup import arrays_devices
 
     lab.use_cpu_devices()
     # Only mesh sizes that divide the device count; the lesson's default is four devices.
@@ -265,12 +268,12 @@ def _(run, w_CH, x_RC):
     # Independent references: NumPy float64 on the same inputs, and plain slicing of them.
     reference_RH = sharding.layer_reference(x_RC, w_CH)
     check_errors = {
-        "sharded y vs NumPy float64 (relative)": arrays.relative_error(run.y_RH, reference_RH),
-        "sharded y vs unsharded y (relative)": arrays.relative_error(run.y_RH, run.y_unsharded_RH),
+        "sharded y vs NumPy float64 (relative)": arrays_devices.relative_error(run.y_RH, reference_RH),
+        "sharded y vs unsharded y (relative)": arrays_devices.relative_error(run.y_RH, run.y_unsharded_RH),
         "each y shard vs its slice of NumPy y": sharding.max_shard_error(run.y_RH, reference_RH),
         "each x shard vs its slice of x (exact)": sharding.max_shard_error(run.x_RC, np.asarray(x_RC)),
     }
-    check_tolerance = arrays.RELATIVE_TOLERANCE["float32"]
+    check_tolerance = arrays_devices.RELATIVE_TOLERANCE["float32"]
     check_passed = max(check_errors.values()) <= check_tolerance and check_errors["each x shard vs its slice of x (exact)"] == 0.0
     mo.vstack(
         [

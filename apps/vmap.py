@@ -10,18 +10,19 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import batching, lab
+    from core import lab
+    from core.lessons.transformations import vmap
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("example", "affine", "the per-example function", choices=batching.NAMES),
+        lab.Flag("example", "affine", "the per-example function", choices=vmap.NAMES),
         lab.Flag("batch", 4, "examples in the batch (B)", lo=1, hi=64),
         lab.Flag("rows", 3, "rows R of each matrix (affine)", lo=1, hi=32),
         lab.Flag("cols", 5, "columns C (features)", lo=1, hi=32),
-        lab.Flag("in_axis_1", "0", "in_axes entry of the 1st argument (M or x)", choices=batching.AXIS_CHOICES),
-        lab.Flag("in_axis_2", "0", "in_axes entry of the 2nd argument (v or y)", choices=batching.AXIS_CHOICES),
-        lab.Flag("in_axis_3", "None", "in_axes entry of the 3rd argument (b or w)", choices=batching.AXIS_CHOICES),
-        lab.Flag("out_axes", "0", "where the batch axis goes in the output", choices=batching.OUT_AXIS_CHOICES),
+        lab.Flag("in_axis_1", "0", "in_axes entry of the 1st argument (M or x)", choices=vmap.AXIS_CHOICES),
+        lab.Flag("in_axis_2", "0", "in_axes entry of the 2nd argument (v or y)", choices=vmap.AXIS_CHOICES),
+        lab.Flag("in_axis_3", "None", "in_axes entry of the 3rd argument (b or w)", choices=vmap.AXIS_CHOICES),
+        lab.Flag("out_axes", "0", "where the batch axis goes in the output", choices=vmap.OUT_AXIS_CHOICES),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         lab.Flag("timing_batch", 32, "largest batch for the loop-vs-vmap timing", lo=2, hi=2048),
         description="Batch a function with vmap: in_axes/out_axes, vmap == a Python loop, and the speed-up.",
@@ -65,7 +66,7 @@ def _():
 
 @app.cell
 def _(example, out_axes):
-    chosen = batching.get(example.value)
+    chosen = vmap.get(example.value)
     # One dropdown per argument, labelled with its name: they reset when the function changes.
     axis_controls = [
         FLAGS.control(f"in_axis_{i}", ARGS, label=f"in_axes for {arg}")
@@ -82,8 +83,8 @@ def _(example, out_axes):
 
 @app.cell
 def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
-    args = batching.example_data(jax.random.key(seed.value), example.value, batch.value, rows.value, cols.value)
-    in_axes = tuple(batching.parse_axis(c.value) for c in axis_controls)
+    args = vmap.example_data(jax.random.key(seed.value), example.value, batch.value, rows.value, cols.value)
+    in_axes = tuple(vmap.parse_axis(c.value) for c in axis_controls)
     out_axis = int(out_axes.value)
     shapes = [tuple(a.shape) for a in args]
     shape_rows = [
@@ -91,12 +92,12 @@ def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
             "argument": arg,
             "data shape": str(shape),
             "in_axes entry": str(axis),
-            "one example sees": str(batching.per_example_shape(shape, axis)) if axis is None or axis < len(shape) else "-",
+            "one example sees": str(vmap.per_example_shape(shape, axis)) if axis is None or axis < len(shape) else "-",
         }
         for arg, shape, axis in zip(chosen.arg_names, shapes, in_axes, strict=True)
     ]
     call_text = f"jax.vmap(f, in_axes={in_axes}, out_axes={out_axis})({', '.join(chosen.arg_names)})"
-    problem = batching.problem(example.value, shapes, in_axes, out_axis)
+    problem = vmap.problem(example.value, shapes, in_axes, out_axis)
     if problem and lab.mode() == "script":
         print(f"STOPPED: {problem}")
     mo.stop(
@@ -107,14 +108,14 @@ def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
                 mo.callout(
                     mo.md(
                         f"**`{call_text}` cannot work.** {problem}.\n\n"
-                        f"JAX says: *{batching.jax_error(example.value, args, in_axes, out_axis)}*"
+                        f"JAX says: *{vmap.jax_error(example.value, args, in_axes, out_axis)}*"
                     ),
                     kind="warn",
                 ),
             ]
         ),
     )
-    result = batching.batched(example.value, in_axes, out_axis)(*args)
+    result = vmap.batched(example.value, in_axes, out_axis)(*args)
     mo.vstack(
         [
             lab.table(shape_rows),
@@ -138,9 +139,9 @@ def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
 def _(args, example, in_axes, out_axis, result):
     # Independent reference: the loop vmap stands for, in NumPy float64: take example i of
     # every mapped argument, call the NumPy version of f, np.stack along out_axes.
-    reference = batching.loop_reference(example.value, args, in_axes, out_axis)
-    check_error = batching.relative_error(result, reference)
-    check_tolerance = batching.RELATIVE_TOLERANCE
+    reference = vmap.loop_reference(example.value, args, in_axes, out_axis)
+    check_error = vmap.relative_error(result, reference)
+    check_tolerance = vmap.RELATIVE_TOLERANCE
     check_passed = result.shape == reference.shape and check_error <= check_tolerance
     lab.check_badge(
         check_passed,
@@ -204,7 +205,7 @@ def _(cols, rows, timing_batch, timing_button):
     )
     timing_batches = sorted({max(1, timing_batch.value // 16), max(1, timing_batch.value // 4), timing_batch.value})
     timings = [
-        batching.loop_vs_vmap(batch=b, rows=rows.value, cols=cols.value, repeats=7)
+        vmap.loop_vs_vmap(batch=b, rows=rows.value, cols=cols.value, repeats=7)
         for b in mo.status.progress_bar(timing_batches, title="timing loop vs vmap", remove_on_exit=True)
     ]
     bars = pd.DataFrame(

@@ -9,11 +9,12 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import environment, lab
+    from core import lab
+    from core.lessons.setup import workspace
 
     CPU_DEVICES = lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("group", "all", "which package group to show", choices=environment.GROUPS),
+        lab.Flag("group", "all", "which package group to show", choices=workspace.GROUPS),
         lab.Flag("include_env", True, "include the JAX/XLA environment variables in the receipt"),
         description="Set up your learning workspace: an environment receipt, checked.",
     )
@@ -51,8 +52,8 @@ def _():
 
 @app.cell
 def _(include_env):
-    receipt = environment.environment_receipt(include_env=include_env.value)
-    receipt_json = environment.to_json(receipt)
+    receipt = workspace.environment_receipt(include_env=include_env.value)
+    receipt_json = workspace.to_json(receipt)
     download = mo.download(
         data=receipt_json.encode("utf-8"),
         filename="environment_receipt.json",
@@ -84,7 +85,7 @@ def _(include_env):
                 "a receipt records all three."
             ),
             mo.ui.table(
-                pd.DataFrame(environment.receipt_rows(receipt)),
+                pd.DataFrame(workspace.receipt_rows(receipt)),
                 selection=None,
                 pagination=False,
                 label="environment receipt",
@@ -98,10 +99,10 @@ def _(include_env):
 @app.cell
 def _(group, receipt):
     # Pins come from the checkout's pyproject.toml; an installed copy of the lab has none.
-    pins = environment.pinned_versions() if environment.PYPROJECT.exists() else {}
-    package_rows = environment.package_table(receipt, pins)
+    pins = workspace.pinned_versions() if workspace.PYPROJECT.exists() else {}
+    package_rows = workspace.package_table(receipt, pins)
     shown_rows = [row for row in package_rows if group.value in ("all", row["group"])]
-    fix_lines = environment.fixes(package_rows)
+    fix_lines = workspace.fixes(package_rows)
     if fix_lines:
         fix_output = mo.vstack(
             [
@@ -134,7 +135,7 @@ def _(group, receipt):
             mo.md(
                 "### What to do when a piece is missing\n"
                 "- The whole pinned stack at once: `make lab`, or "
-                f"`{environment.REINSTALL_ALL}` in an existing `.venv`.\n"
+                f"`{workspace.REINSTALL_ALL}` in an existing `.venv`.\n"
                 "- **torch**: always `pip install torch==2.13.0` (the pinned CPU wheel). An "
                 "unpinned `pip install torch` pulls a multi-GB CUDA build.\n"
                 "- **tensorflow**: the lab pins `tensorflow-cpu`; a full `tensorflow` also works.\n"
@@ -152,13 +153,13 @@ def _(group, receipt):
 def _():
     # Independent reference: a new interpreter asks JAX itself, with the device count this
     # process asked for. It does not depend on the controls, so it runs once.
-    probe = environment.probe_fresh_process(CPU_DEVICES)
+    probe = workspace.probe_fresh_process(CPU_DEVICES)
     return (probe,)
 
 
 @app.cell
 def _(probe, receipt):
-    comparison = environment.compare_with_probe(receipt, probe)
+    comparison = workspace.compare_with_probe(receipt, probe)
     mismatched = [row["field"] for row in comparison if not row["match"]]
     check_passed = "error" not in probe and not mismatched
     what = (
@@ -187,13 +188,13 @@ def _(probe, receipt):
 @app.cell
 def _(shown_rows):
     status_colors = alt.Scale(
-        domain=list(environment.STATUSES), range=["#2e7d32", "#ef6c00", "#c62828", "#9e9e9e"]
+        domain=list(workspace.STATUSES), range=["#2e7d32", "#ef6c00", "#c62828", "#9e9e9e"]
     )
     status_chart = (
         alt.Chart(pd.DataFrame(shown_rows).fillna("-"), title="packages by status")
         .mark_bar()
         .encode(
-            y=alt.Y("status:N", sort=list(environment.STATUSES), title=None),
+            y=alt.Y("status:N", sort=list(workspace.STATUSES), title=None),
             x=alt.X("count():Q", title="packages"),
             color=alt.Color("status:N", scale=status_colors, legend=None),
             tooltip=["status", "count()"],
@@ -235,7 +236,7 @@ def _(receipt, uploaded):
         other_output = mo.md("*Upload an `environment_receipt.json` to compare it with this one.*")
     else:
         try:
-            other = environment.from_json(uploaded.contents())
+            other = workspace.from_json(uploaded.contents())
         except ValueError as error:
             other_output = mo.callout(mo.md(f"Not loaded: {error}"), kind="warn")
         else:
@@ -268,7 +269,7 @@ def test_check_passes(check_passed, comparison):
 
 @app.cell
 def test_download_is_a_valid_receipt(receipt, receipt_json):
-    assert environment.from_json(receipt_json) == receipt
+    assert workspace.from_json(receipt_json) == receipt
     assert receipt["jax"]["device_count"] == jax.device_count()
     return
 

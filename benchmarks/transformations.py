@@ -23,7 +23,9 @@ from core import lab  # noqa: E402
 lab.use_cpu_devices(1)  # one device: the lessons' claims are about a single device
 
 from benchmarks import _report  # noqa: E402
-from core import batching, compilation, loops  # noqa: E402
+from core.lessons.control_flow import lax_scan  # noqa: E402
+from core.lessons.transformations import vmap  # noqa: E402
+from core.perf import compilation  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = (8, 16) if args.quick else (8, 16, 32, 64)
 
     print("1/3 vmap vs Python loop ...", flush=True)
-    vmap_rows = [batching.loop_vs_vmap(batch=b, repeats=5) for b in batches]
+    vmap_rows = [vmap.loop_vs_vmap(batch=b, repeats=5) for b in batches]
     print(_report.format_table(vmap_rows, ["batch", "rows", "cols", "loop_s", "vmap_s", "speedup", "max_abs_difference"]))
 
     print("\n2/3 jit vs eager ...", flush=True)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_report.format_table(jit_rows, ["size", "trace_lower_s", "compile_s", "jit_s", "eager_s", "speedup", "break_even_calls"]))
 
     print("\n3/3 scan vs unrolled loop, compile time ...", flush=True)
-    scan_rows = loops.scan_vs_unrolled_compile(lengths)
+    scan_rows = lax_scan.scan_vs_unrolled_compile(lengths)
     for row in scan_rows:
         row["unrolled_over_scan"] = row["unrolled_compile_s"] / row["scan_compile_s"]
     print(_report.format_table(scan_rows, ["length", "scan_compile_s", "unrolled_compile_s", "unrolled_over_scan", "scan_equations", "unrolled_equations"]))

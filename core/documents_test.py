@@ -3,7 +3,7 @@ import json
 import pydantic
 import pytest
 
-from core import documents, environment
+from core import documents
 
 
 class _Inner(documents.Document):
@@ -49,9 +49,3 @@ def test_a_good_document_comes_back_as_given_with_unknown_fields_kept():
 def test_a_bad_document_names_its_first_bad_field(document, message):
     with pytest.raises(ValueError, match=message):
         documents.validate(_Outer, document, "test document")
-
-
-def test_the_environment_receipt_schema_is_exported_as_json_schema():
-    schema = documents.json_schema(environment.Receipt)
-    assert schema["type"] == "object"
-    assert {"schema_version", "packages", "jax", "host", "git"} <= set(schema["required"])

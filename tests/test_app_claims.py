@@ -1,7 +1,7 @@
 """Lesson claims about training dynamics and numerics hold where they are made (issue 12).
 
 Two kinds of checks. (1) A claim made for an app's defaults is proven over seeds in a core
-test that reads the defaults from a core dict (``stability.DEBUG_UNSTABLE_LESSON``, ...):
+test that reads the defaults from a core dict (``debug_unstable.DEBUG_UNSTABLE_LESSON``, ...):
 here those dicts must equal the app's flag defaults, read from its source, so the proof is
 about the settings a learner gets. (2) Control values at which a test cell once failed
 (the claim did not hold there) run headless and pass now, or are refused with exit 2.
@@ -15,14 +15,17 @@ import sys
 
 import pytest
 
-from core import curriculum, digits, lab, mlp, stability, training
+from core import curriculum, lab
+from core.data import digits
+from core.lessons.nn_training import debug_unstable
+from core.nn import mlp, training
 
 # app stem -> the core dict holding its defaults, proven over seeds by the named test
 LESSON_DEFAULTS = {
-    "debug_unstable": stability.DEBUG_UNSTABLE_LESSON,  # core/stability_test.py
-    "tiny_mlp": mlp.TINY_MLP_LESSON,  # core/mlp_test.py
-    "train_eval_step": training.TRAIN_EVAL_LESSON,  # core/training_test.py
-    "cnn_digits": digits.CNN_LESSON,  # core/digits_test.py
+    "debug_unstable": debug_unstable.DEBUG_UNSTABLE_LESSON,  # core/lessons/nn_training/debug_unstable_test.py
+    "tiny_mlp": mlp.TINY_MLP_LESSON,  # core/nn/mlp_test.py
+    "train_eval_step": training.TRAIN_EVAL_LESSON,  # core/nn/training_test.py
+    "cnn_digits": digits.CNN_LESSON,  # core/data/digits_test.py
 }
 LIMIT_S = 120  # a hang guard, not a speed assertion
 

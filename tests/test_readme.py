@@ -1,6 +1,7 @@
 """README opens with the two commands and shows the phase table of the course map."""
 
-from core import cloud_tpu, curriculum
+from core import curriculum
+from core.tpu import cloud_tpu
 
 README = (curriculum.REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -25,7 +26,7 @@ def test_makefile_targets_the_readme_names_exist():
         assert f"\n{target}:" in makefile
 
 def test_readme_tpu_commands_come_from_core():
-    """The TPU commands README shows are the ones core/cloud_tpu.py builds."""
+    """The TPU commands README shows are the ones core/tpu/cloud_tpu.py builds."""
     vm = cloud_tpu.TpuVm()  # the defaults README uses
     steps = cloud_tpu.workflow(vm, "out/virtual_devices_tpu.py", app="apps/virtual_devices.py")
     for step, command in steps:

@@ -1,6 +1,6 @@
-"""Reliability of the course's checkpointing (core/checkpoint.py) under real failures.
+"""Reliability of the course's checkpointing (core/state/checkpoint.py) under real failures.
 
-1. SIGKILL: a training process (``python -m core.recovery_demo``) is killed at seeded random
+1. SIGKILL: a training process (``python -m core.state.recovery_demo``) is killed at seeded random
    moments: during training steps, during synchronous saves, during asynchronous saves
    (after the save call returned, files still being written), and by its own SIGKILL right
    after an async save call. Each kill is followed by a fresh process that must resume from
@@ -29,7 +29,8 @@ import jax
 import numpy as np
 import pytest
 
-from core import checkpoint, curriculum, lab, recovery_demo
+from core import curriculum, lab
+from core.state import checkpoint, recovery_demo
 
 STEPS = 40
 SAVE_EVERY = 3
@@ -74,7 +75,7 @@ def _read_event(child: subprocess.Popen, log: pathlib.Path, eof_ok: bool = False
 
 
 def _verified_steps_on_disk(directory: pathlib.Path) -> list[int]:
-    """Independent of core.checkpoint: committed step directories that carry a manifest."""
+    """Independent of core.state.checkpoint: committed step directories that carry a manifest."""
     if not directory.is_dir():
         return []
     return sorted(

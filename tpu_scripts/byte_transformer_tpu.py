@@ -188,7 +188,7 @@ def _say(line: str) -> None:
 
 
 def _write_json(path: pathlib.Path, value) -> None:
-    from core import checkpoint
+    from core.state import checkpoint
 
     checkpoint.write_json_atomic(path, value)
 

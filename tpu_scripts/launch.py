@@ -1,6 +1,6 @@
 """``python -m tpu_scripts launch {create,stage,run,fetch,delete}``: gcloud, shown or run.
 
-Every command line comes from core/cloud_tpu.py (the builders the lessons show), so what a
+Every command line comes from core/tpu/cloud_tpu.py (the builders the lessons show), so what a
 learner reads is what runs. With ``--dry-run`` (the default when ``gcloud`` is not on PATH)
 the commands are only printed; otherwise they run one after another and the first failure
 stops the sequence with its output. ``delete`` needs the VM name spelled out and then checks
@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 
-from core import cloud_tpu
+from core.tpu import cloud_tpu
 
 VERBS = ("create", "stage", "run", "fetch", "delete")
 
@@ -40,7 +40,7 @@ def fetch_command(
 ) -> list[str]:
     """argv that copies ``~/jax-tpu-lab/remote_path`` from one worker back to ``local_dir``.
 
-    core/cloud_tpu.py builds the upload direction only; this is the same gcloud scp with the
+    core/tpu/cloud_tpu.py builds the upload direction only; this is the same gcloud scp with the
     source and target swapped, on one worker (a result file is the same on every worker).
     """
     if not remote_path.strip():

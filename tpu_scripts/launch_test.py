@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from core import cloud_tpu, curriculum, runtime
+from core import curriculum, runtime
+from core.tpu import cloud_tpu
 
 SCRIPT = "tpu_scripts/examples/sharded_step.py"
 

@@ -3,7 +3,7 @@
 Never asserts a wall-clock speed. References: FLOPs counted independently from the train
 step's jaxpr (every dot_general, forward and backward) and by hand in model_math_test.py
 (bench.flops_per_step is model_math's formula), MFU from its definition, greedy decoding
-from core.generate.greedy_without_cache, cache bytes from array sizes, profile totals
+from core.lm.generate.greedy_without_cache, cache bytes from array sizes, profile totals
 against the wall clock.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from capstones.byte_transformer import bench, cli, data, training
 from capstones.byte_transformer import config as config_lib
-from core import generate, tokenizer
+from core.lm import generate, tokenizer
 
 TINY = dict(
     d_model=32, num_layers=2, num_heads=2, seq_len=32, batch_size=2, max_files=4, max_bytes=2048
@@ -44,7 +44,7 @@ def test_interleaved_takes_one_sample_per_method_per_round():
 
 def test_decode_cached_equals_recompute_equals_reference():
     """The cached and recomputed greedy tokens are the same tokens, and both equal
-    core.generate.greedy_without_cache (an independent decoder)."""
+    core.lm.generate.greedy_without_cache (an independent decoder)."""
     config = tiny(d_model=32, num_heads=4, max_len=64)
     params = training.init_state(config)["params"]
     prompt = np.asarray(tokenizer.encode("def main(argv):\n    return "), np.int32)[None]

@@ -14,8 +14,8 @@ import pytest
 
 from capstones.byte_transformer import cli, export, training
 from capstones.byte_transformer import config as config_lib
-from core import corpus as corpus_lib
 from core import curriculum, runtime
+from core.lm import corpus as corpus_lib
 
 TINY = [
     "d_model=32",
@@ -170,7 +170,7 @@ def test_commands_that_read_a_run_refuse_one_that_is_not_there(tmp_path, capsys,
 
 
 def test_train_refuses_a_bad_config_before_writing_and_the_fix_then_works(tmp_path, capsys):
-    """max_bytes=1 passed the config, then core.corpus raised (a traceback) after
+    """max_bytes=1 passed the config, then core.lm.corpus raised (a traceback) after
     config.json was written, which locked the directory against the corrected config."""
     run_dir = tmp_path / "run"
     assert cli.main(["train", f"run_dir={run_dir}", "mlflow=false", *TINY, "max_bytes=1"]) == 2

@@ -1,7 +1,7 @@
 """The capstone's one configuration: a frozen, validated dataclass with ``key=value`` overrides.
 
     config = Config.from_overrides(["steps=50", "d_model=64"])   # ValueError on a bad key/value
-    config.model_config()                                        # core.transformer.TransformerConfig
+    config.model_config()                                        # core.lm.transformer.TransformerConfig
 
 The fields fall in two groups. IDENTITY fields define the model, the data and the
 optimizer: a run directory's checkpoints only make sense under the same values, so resuming
@@ -20,7 +20,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from core import transformer
+from core.lm import transformer
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
 CACHE_PRECISIONS = ("fp32", "bf16", "int8")
@@ -117,7 +117,7 @@ class Config:
             )
         if self.min_piece >= self.seq_len:
             raise ValueError(f"min_piece={self.min_piece} must be < seq_len={self.seq_len}")
-        # bounds that core.corpus / numpy / optax would otherwise enforce only later, after
+        # bounds that core.lm.corpus / numpy / optax would otherwise enforce only later, after
         # a training start had already written its run directory
         if self.max_bytes < 2:
             raise ValueError(
@@ -154,7 +154,7 @@ class Config:
         return self.mlp_width or 4 * self.d_model
 
     def model_config(self, cache: str | None = None) -> transformer.TransformerConfig:
-        """The core.transformer config of this model (params float32, compute_dtype
+        """The core.lm.transformer config of this model (params float32, compute_dtype
         activations, float32 accumulators; ``cache``: a KV cache dtype override)."""
         return transformer.TransformerConfig(
             width=self.d_model,

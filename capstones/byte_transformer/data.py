@@ -18,8 +18,8 @@ import dataclasses
 import numpy as np
 
 from capstones.byte_transformer import config as config_lib
-from core import corpus as corpus_lib
-from core import tokenizer, transformer
+from core.lm import corpus as corpus_lib
+from core.lm import tokenizer, transformer
 
 
 def load_corpus(config: config_lib.Config) -> corpus_lib.Corpus:
@@ -126,7 +126,7 @@ class DocumentStream:
         return tokenizer.Packed(tokens, segments, positions, tuple(placements))
 
     def next_batch(self) -> dict[str, np.ndarray]:
-        """The next training batch (core.transformer.batch_from_packed arrays)."""
+        """The next training batch (core.lm.transformer.batch_from_packed arrays)."""
         return transformer.batch_from_packed(self.next_packed())
 
 

@@ -38,7 +38,7 @@ shapes/dtypes and that the weights file matches. Each failure raises its own Art
 subclass with a message naming the file and the problem. Every call (Artifacts.call) checks its
 inputs' names, shapes and dtypes and their VALUES against the contract: token ids in
 [0, vocab_size), prefill lengths in [1, P], the decode slot cache/length_B in [0, S) (inside
-the compiled program such values would be clipped silently). Like core.checkpoint's manifest,
+the compiled program such values would be clipped silently). Like core.state.checkpoint's manifest,
 this detects damage and mistakes, not a deliberate forgery (whoever can rewrite the files
 can rewrite the manifest).
 """
@@ -61,7 +61,7 @@ import numpy as np
 from flax import nnx
 
 from capstones.byte_transformer import args, kv_cache
-from core import checkpoint
+from core.state import checkpoint
 
 FORMAT = "byte_transformer exported endpoints"
 FORMAT_VERSION = 1

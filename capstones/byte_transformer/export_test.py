@@ -16,7 +16,8 @@ import pytest
 
 from capstones.byte_transformer import cli, export, kv_cache
 from capstones.byte_transformer import config as config_lib
-from core import runtime, transformer
+from core import runtime
+from core.lm import transformer
 
 TINY = config_lib.Config(
     d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,

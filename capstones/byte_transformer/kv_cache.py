@@ -1,6 +1,6 @@
-"""KV caches in three precisions (fp32, bf16, int8) for core.transformer.TinyLM.
+"""KV caches in three precisions (fp32, bf16, int8) for core.lm.transformer.TinyLM.
 
-Glossary: see core/attention.py (B batch, P padded prompt length, S cache slots, H heads,
+Glossary: see core/lm/attention.py (B batch, P padded prompt length, S cache slots, H heads,
 K head dim, D width, V vocabulary, L layers).
 
 A cache stores, for every layer, the keys and values of slots 0 .. length-1:
@@ -16,7 +16,7 @@ and bf16 / fp32 = 1/2.
 
 ``prefill`` and ``decode`` are functional: they run the model's own layers (block.norm_attn,
 block.attn.wq/wk/wv/wo, block.norm_mlp, block.mlp, model.embed, model.unembed,
-core.attention.dot_product_attention) but write the new keys/values into the cache in its
+core.lm.attention.dot_product_attention) but write the new keys/values into the cache in its
 precision and attend over what the cache gives back (dequantized), so the logits carry
 exactly the cache's rounding. Prefill takes a fixed-shape padded prompt tokens_BP and each
 row's true length: causal masking makes the padding after a prompt invisible to it, one
@@ -59,8 +59,9 @@ from flax import nnx
 
 from capstones.byte_transformer import args
 from capstones.byte_transformer import config as config_lib
-from core import attention, checkpoint, tokenizer, transformer
-from core import generate as generate_lib
+from core.lm import attention, tokenizer, transformer
+from core.lm import generate as generate_lib
+from core.state import checkpoint
 
 PRECISIONS = config_lib.CACHE_PRECISIONS  # ("fp32", "bf16", "int8")
 STORAGE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "int8": jnp.int8}
@@ -151,7 +152,7 @@ def init_cache(
 def bytes_per_token_per_layer(config, precision: str) -> int:
     """Cache bytes one token costs in one layer: k + v (+ their int8 scales).
 
-    ``config``: a capstone Config or a core.transformer.TransformerConfig."""
+    ``config``: a capstone Config or a core.lm.transformer.TransformerConfig."""
     check_precision(precision)
     width = getattr(config, "d_model", None) or config.width
     values = 2 * width * BYTES_PER_ELEMENT[precision]
@@ -423,8 +424,8 @@ def generate_padded(
 ) -> Generated:
     """Prefill padded prompts, then pick and feed one token per row at a time.
 
-    New token i is drawn with ``fold_in(key, i)`` (as core.generate.generate), so fp32 greedy
-    equals core.generate's greedy decoding. ``capacity`` default: P + max_new_tokens.
+    New token i is drawn with ``fold_in(key, i)`` (as core.lm.generate.generate), so fp32 greedy
+    equals core.lm.generate's greedy decoding. ``capacity`` default: P + max_new_tokens.
     """
     check_precision(precision)
     tokens_BP = np.asarray(tokens_BP, np.int32)

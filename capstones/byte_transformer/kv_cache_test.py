@@ -9,8 +9,8 @@ import pytest
 
 from capstones.byte_transformer import cli, data, kv_cache
 from capstones.byte_transformer import config as config_lib
-from core import generate as generate_lib
-from core import tokenizer, transformer
+from core.lm import generate as generate_lib
+from core.lm import tokenizer, transformer
 
 TINY = config_lib.Config(
     d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,
@@ -163,7 +163,7 @@ def test_padded_prefill_equals_unpadded(model, precision):
 
 
 def test_decode_past_the_capacity_is_refused_row_by_row(model):
-    """issue 12.7 (the same pattern as core.transformer): a decode into a full row used to
+    """issue 12.7 (the same pattern as core.lm.transformer): a decode into a full row used to
     drop the write but still count it (length 13 of 12) and return wrong logits. Eagerly
     decode_apply raises; under jit the full row's logits are NaN and its cache row is
     unchanged, while the other rows decode as usual."""

@@ -22,7 +22,7 @@ work is recomputed).
 from __future__ import annotations
 
 from capstones.byte_transformer import config as config_lib
-from core import tokenizer
+from core.lm import tokenizer
 
 PARAM_FORMULA = "2 V D + S D + L (4 D^2 + 2 D F + F + 5 D) + 2 D"
 FLOP_FORMULA = (
@@ -40,7 +40,7 @@ REMAT_RECOMPUTE = {
 
 
 def param_counts(config: config_lib.Config) -> dict[str, int]:
-    """TinyLM's parameters by part (closed form; see core/transformer.py)."""
+    """TinyLM's parameters by part (closed form; see core/lm/transformer.py)."""
     v, d, f, s = tokenizer.VOCAB_SIZE, config.d_model, config.hidden, config.max_len
     per_block_attention = 4 * d * d  # wq, wk, wv (D, H, K) and wo (H, K, D); no biases
     per_block_mlp = d * f + f + f * d + d  # w_in, b_in, w_out, b_out

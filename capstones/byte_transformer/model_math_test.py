@@ -10,7 +10,7 @@ import pytest
 
 from capstones.byte_transformer import bench, data, model_math, plan, training
 from capstones.byte_transformer import config as config_lib
-from core import tokenizer
+from core.lm import tokenizer
 
 TINY = dict(
     d_model=32, num_layers=2, num_heads=2, seq_len=32, batch_size=2, max_files=4, max_bytes=2048

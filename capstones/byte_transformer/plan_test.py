@@ -9,8 +9,9 @@ import pytest
 
 from capstones.byte_transformer import cli, plan, training
 from capstones.byte_transformer import config as config_lib
-from core import checkpoint, transformer
+from core.lm import transformer
 from core.perf import remat
+from core.state import checkpoint
 from core.tpu import topology_compile
 
 TINY = [

@@ -22,7 +22,8 @@ import sys
 import pytest
 
 from capstones.byte_transformer import training
-from core import checkpoint, curriculum, runtime
+from core import curriculum, runtime
+from core.state import checkpoint
 
 STEPS = 30
 TINY = [

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from capstones.byte_transformer import args, data, rundir, training
-from core import checkpoint, tokenizer, transformer
+from core.lm import tokenizer, transformer
+from core.state import checkpoint
 
 REPORT_DIR = "report"
 PIECES = {

@@ -251,8 +251,8 @@ def parse_backend_events(text: str, limit: int = MAX_EVENTS) -> dict:
 
 def checkpoint_records(run_dir: pathlib.Path) -> dict:
     """sha256 of every file under ``run_dir`` (but the manifest itself), and every
-    committed checkpoint step verified against its core.checkpoint manifest."""
-    from core import checkpoint
+    committed checkpoint step verified against its core.state.checkpoint manifest."""
+    from core.state import checkpoint
 
     run_dir = pathlib.Path(run_dir)
     files = []
@@ -458,7 +458,7 @@ def verdict(manifest: dict) -> str:
 
 
 def write_manifest(manifest: dict, out: str | pathlib.Path) -> pathlib.Path:
-    from core import checkpoint
+    from core.state import checkpoint
 
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ import pytest
 
 from capstones.byte_transformer import cli, run_manifest, rundir, training
 from capstones.byte_transformer import config as config_lib
-from core import checkpoint, curriculum, runtime
+from core import curriculum, runtime
+from core.state import checkpoint
 
 DESCRIBE = {
     "name": "projects/lab-project-123/locations/us-west4-a/nodes/bt-lab",
@@ -59,7 +60,7 @@ def fake_tpu_runtime(count=4):
 
 
 def saved_checkpoint(run_dir):
-    """One verified core.checkpoint step under run_dir/run/checkpoints."""
+    """One verified core.state.checkpoint step under run_dir/run/checkpoints."""
     state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
     with checkpoint.Checkpointer(
         run_dir / "run" / run_manifest.CHECKPOINTS_DIR, save_every=1, async_save=False

@@ -69,7 +69,7 @@ from starlette import exceptions as starlette_exceptions
 from uvicorn.protocols.http import h11_impl
 
 from capstones.byte_transformer import args, export, kv_cache
-from core import tokenizer
+from core.lm import tokenizer
 
 LOGGER = logging.getLogger(__name__)
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -20,7 +20,7 @@ from schemathesis.specs.openapi import checks as openapi_checks
 
 from capstones.byte_transformer import cli, export, kv_cache, serve
 from capstones.byte_transformer import config as config_lib
-from core import tokenizer, transformer
+from core.lm import tokenizer, transformer
 
 TINY = config_lib.Config(
     d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,

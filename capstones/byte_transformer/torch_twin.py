@@ -1,6 +1,6 @@
 """A PyTorch twin of the capstone's TinyLM and its training step, for apples-to-apples speed.
 
-The twin computes the same function as ``core.transformer.TinyLM`` under the capstone's
+The twin computes the same function as ``core.lm.transformer.TinyLM`` under the capstone's
 training step (training.train_step), with the same parameters in the same layout:
 
     x = token_embed[tokens] + pos_embed[positions]            (dropout)

@@ -1,7 +1,7 @@
 """The PyTorch twin computes what the JAX model computes: logits, loss, one AdamW step.
 
-The reference is the JAX side (core.transformer.TinyLM under training.train_step), itself
-tested against numpy float64 in core/transformer_test.py; the twin is written
+The reference is the JAX side (core.lm.transformer.TinyLM under training.train_step), itself
+tested against numpy float64 in core/lm/transformer_test.py; the twin is written
 independently in torch. Dropout is off where values are compared (its random streams
 differ by construction); where it is on, the test checks where and how often it applies.
 """
@@ -16,7 +16,8 @@ import pytest
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import data, torch_twin, training
-from core import checkpoint, tokenizer, transformer
+from core.lm import tokenizer, transformer
+from core.state import checkpoint
 
 torch = pytest.importorskip("torch")
 
@@ -177,7 +178,7 @@ def test_dropout_where_the_jax_model_puts_it(setup, monkeypatch):
 
 
 def test_inverted_dropout_scaling_matches_jax():
-    """torch's F.dropout and core.transformer.dropout: same zero rate, same 1/(1-p) scale."""
+    """torch's F.dropout and core.lm.transformer.dropout: same zero rate, same 1/(1-p) scale."""
     x = np.ones((64, 512), np.float32)
     ours = np.asarray(transformer.dropout(x, 0.25, jax.random.key(0)))
     theirs = torch.nn.functional.dropout(torch.from_numpy(x), 0.25, True).numpy()

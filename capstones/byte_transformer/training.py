@@ -7,7 +7,7 @@ A run directory holds everything about one run:
     DIR/metrics.jsonl    one JSON object per step: step, loss, tokens, step_time_s,
                          grad_norm, tokens_per_s, elapsed_s (+ heldout_loss, heldout_bpb
                          every eval_every steps)
-    DIR/checkpoints/     core.checkpoint (Orbax + sha256 manifests): params, both Adam
+    DIR/checkpoints/     core.state.checkpoint (Orbax + sha256 manifests): params, both Adam
                          moments and count, step, dropout key; the data-stream position
                          and the config beside them
     DIR/mlflow.db        MLflow store: one run per training process (segment)
@@ -49,8 +49,9 @@ from flax import nnx
 
 from capstones.byte_transformer import args, data, rundir
 from capstones.byte_transformer import config as config_lib
-from core import checkpoint, transformer
-from core import corpus as corpus_lib
+from core.lm import corpus as corpus_lib
+from core.lm import transformer
+from core.state import checkpoint
 
 CONFIG_FILE = rundir.CONFIG_FILE
 CORPUS_FILE = rundir.CORPUS_FILE
@@ -457,7 +458,7 @@ def train(
 
 
 def _log_mlflow(run_dir, config, corpus_identity, start, records, preempted, moved_to) -> None:
-    from core import tracking
+    from core.state import tracking
 
     metrics: dict[str, dict[int, float]] = {}
     for record in records:

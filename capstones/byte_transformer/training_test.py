@@ -18,8 +18,9 @@ import pytest
 
 from capstones.byte_transformer import args, cli, data, rundir, training
 from capstones.byte_transformer import config as config_lib
-from core import checkpoint, tokenizer, transformer
-from core import corpus as corpus_lib
+from core.lm import corpus as corpus_lib
+from core.lm import tokenizer, transformer
+from core.state import checkpoint
 
 TINY = config_lib.Config(
     d_model=32,
@@ -82,7 +83,7 @@ def test_overrides_convert_and_validate():
 )
 def test_config_refuses_what_training_would_refuse_later(field, value, message):
     """issue 12.3: values the config accepted and training refused after writing the run
-    directory (core.corpus: max_bytes >= 2; numpy: seeds >= 0; optax: NaN/inf gave NaN
+    directory (core.lm.corpus: max_bytes >= 2; numpy: seeds >= 0; optax: NaN/inf gave NaN
     losses; a config.json edited by hand: wrong types) are refused by the config itself."""
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(TINY, **{field: value})
@@ -271,7 +272,7 @@ def test_train_resume_and_eval_in_process(tmp_path, corpus):
     for record in training.read_metrics(run_dir):
         assert {"step", "loss", "tokens", "step_time_s"} <= set(record)
     # MLflow: one run per process segment
-    from core import tracking
+    from core.state import tracking
 
     runs = tracking.Tracker(run_dir).runs()
     assert [r.name for r in runs] == ["steps 1-3", "steps 4-6"]
@@ -355,7 +356,7 @@ def test_a_fresh_start_moves_the_earlier_history_aside(tmp_path):
     new = training.read_metrics(run_dir)
     assert [r["step"] for r in new] == [1, 2, 3]
     assert [r["loss"] for r in new] == [json.loads(x)["loss"] for x in old_metrics.splitlines()]
-    from core import tracking
+    from core.state import tracking
 
     runs = tracking.Tracker(run_dir).runs()
     assert [r.name for r in runs] == ["steps 1-3", "steps 1-3"]

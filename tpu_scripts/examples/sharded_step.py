@@ -9,7 +9,7 @@ steady-state step time separately, then one JSON result line (loss and parameter
     python tpu_scripts/examples/sharded_step.py --steps 3 --batch 64
     python tpu_scripts/examples/sharded_step.py --steps 6 --checkpoint-dir ckpt  # resumable
 
-With ``--checkpoint-dir`` every step is saved with core/checkpoint.py (Orbax, verified
+With ``--checkpoint-dir`` every step is saved with core/state/checkpoint.py (Orbax, verified
 manifest); a restart with the same directory resumes after the newest good step, so a
 killed job (a preempted Spot VM) loses at most one step of work.
 """
@@ -66,7 +66,7 @@ def main():
 
     checkpointer, first_step = None, 1
     if args.checkpoint_dir:
-        from core import checkpoint
+        from core.state import checkpoint
 
         checkpointer = checkpoint.Checkpointer(args.checkpoint_dir, save_every=1, async_save=False)
         restored = checkpointer.restore_latest({"w": checkpoint.abstract_like(w)})

@@ -16,8 +16,8 @@ from capstones.byte_transformer.bench import cache as cache_lib
 from capstones.byte_transformer.bench import decode as decode_lib
 from capstones.byte_transformer.bench import flops as flops_lib
 from capstones.byte_transformer.bench import load, profile, report, steppers
-from core import checkpoint
 from core.perf import machine
+from core.state import checkpoint
 
 BENCH_FORMAT = "byte_transformer bench"
 TARGETS = {  # name: (op, threshold) from the issue

@@ -5,7 +5,7 @@ how much memory, and one tested hypothesis.
 
 1. Parameters: a closed form of TinyLM's parameter count, checked against the real
    training state (training.init_state).
-2. Precision policy: the dtype of every kind of number (core.transformer.Precision), its
+2. Precision policy: the dtype of every kind of number (core.lm.transformer.Precision), its
    bytes per element and why.
 3. Memory per chip, data parallel over a topology's chips: parameters, gradients, Adam
    moments, activations saved per layer (each tensor with its formula), logits, and the KV

@@ -13,8 +13,8 @@ from capstones.byte_transformer import args
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.plan import compile as plan_compile
 from capstones.byte_transformer.plan import memory, precision, recommend, remat, report
-from core import checkpoint
 from core.perf import machine
+from core.state import checkpoint
 from core.tpu import specs
 
 SCHEMA = "byte_transformer plan v1"

@@ -13,7 +13,7 @@ import numpy as np
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import model_math, training
-from core import tokenizer
+from core.lm import tokenizer
 from core.tpu import budget
 
 PARAM_FORMULA = model_math.PARAM_FORMULA

@@ -1,5 +1,5 @@
 """The precision policy of the plan: the dtype of every kind of number, its bytes per element
-and why (core.transformer.Precision)."""
+and why (core.lm.transformer.Precision)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ POLICY = (
         "float32",
         4,
         "scores, exp-sums, means and variances are long reductions (T keys, D channels); "
-        "core.attention and transformer.LayerNorm compute them in float32 and cast the result "
+        "core.lm.attention and transformer.LayerNorm compute them in float32 and cast the result "
         "back to the compute dtype.",
     ),
     (

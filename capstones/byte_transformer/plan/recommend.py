@@ -7,8 +7,7 @@ import math
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.plan import memory
-from core import cloud_tpu, slice_planner
-from core.tpu import specs
+from core.tpu import cloud_tpu, slice_planner, specs
 
 # On-demand list price per chip-hour (USD), Cloud TPU pricing page (us-central1) as of
 # late 2024. Prices change and differ by region and commitment: check before provisioning.
@@ -17,7 +16,7 @@ PRICE_SOURCE = (
     "on-demand list prices per chip-hour, cloud.google.com/tpu/pricing (us-central1, late "
     "2024): v5e $1.20, v6e $2.70, v5p $4.20; they change, check before provisioning"
 )
-# Slice sizes (chips) a single generation offers (core.cloud_tpu.ACCELERATOR_TYPES).
+# Slice sizes (chips) a single generation offers (core.tpu.cloud_tpu.ACCELERATOR_TYPES).
 SLICE_CHIPS = {
     generation: sorted(
         t.chips for t in cloud_tpu.ACCELERATOR_TYPES.values() if t.generation == generation

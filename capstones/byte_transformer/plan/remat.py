@@ -15,7 +15,7 @@ from flax import nnx
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import data, training
-from core import tokenizer, transformer
+from core.lm import tokenizer, transformer
 from core.perf import machine, timing
 from core.perf import remat as remat_lib
 from core.tpu import topology_compile

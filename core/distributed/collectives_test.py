@@ -1,0 +1,220 @@
+import jax
+import numpy as np
+import pytest
+
+from core import distributed
+from core.distributed import sharding
+
+P = jax.sharding.PartitionSpec
+
+
+def mesh(n):
+    return sharding.make_mesh((n,), ("x",))
+
+
+@pytest.mark.parametrize(
+    ("x_spec", "w_spec", "y_spec"),
+    [
+        (P("x"), P(), "P('x', None)"),
+        (P(None, "x"), P("x"), "P()"),
+        (P(), P(None, "x"), "P(None, 'x')"),
+    ],
+)
+def test_propagation_reads_shardings_and_matches_numpy(x_spec, w_spec, y_spec):
+    rng = np.random.default_rng(0)
+    x, w = (
+        rng.standard_normal((16, 8)).astype(np.float32),
+        rng.standard_normal((8, 4)).astype(np.float32),
+    )
+    rows = distributed.propagation_steps(x, w, mesh(4), x_spec, w_spec)
+    assert [r["value"] for r in rows] == ["x", "W", "y = x @ W", "sum(y)"]
+    assert sharding.spec_name(x_spec) == rows[0]["spec"]
+    assert rows[2]["spec"].replace("P('x')", "P('x', None)") == y_spec
+    reference = x.astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(rows[2]["result"], reference, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rows[3]["result"], reference.sum(), rtol=1e-4)
+
+
+@pytest.mark.parametrize(("batch", "features", "hidden", "classes"), [(4, 3, 5, 2), (16, 8, 16, 4)])
+def test_loss_and_grads_match_numpy_float64(batch, features, hidden, classes):
+    params = distributed.init_mlp(jax.random.key(1), features, hidden, classes)
+    data = distributed.example_batch(jax.random.key(2), batch, features, classes)
+    data["mask"] = data["mask"].at[-1].set(False)  # a padded row must not count
+    loss, grads = jax.value_and_grad(distributed.loss_fn)(params, data)
+    ref_loss, ref_grads = distributed.reference_loss_and_grads(params, data)
+    assert abs(float(loss) - ref_loss) < 1e-5
+    assert distributed.max_tree_error(grads, ref_grads) < 1e-5
+
+
+@pytest.mark.parametrize("optimizer", distributed.OPTIMIZERS)
+@pytest.mark.parametrize("strategy", distributed.STRATEGIES)
+@pytest.mark.parametrize("devices", [2, 8])
+def test_sharded_step_equals_single_device(strategy, optimizer, devices):
+    params = distributed.init_mlp(jax.random.key(0), 8, 16, 4)
+    batch = distributed.example_batch(jax.random.key(1), 16, 8, 4)
+    tx = distributed.make_optimizer(optimizer, 0.01)
+    single = distributed.sharded_step(params, batch, None, strategy, tx)
+    result = distributed.sharded_step(params, batch, mesh(devices), strategy, tx)
+    assert abs(result.loss - single.loss) < 1e-6
+    assert distributed.max_tree_error(result.params, single.params) < 1e-6
+    specs = distributed.param_specs(strategy)
+    assert all(result.params[k].sharding.spec == specs[k] for k in specs)
+    # sgd step vs NumPy float64
+    if optimizer == "sgd":
+        _, grads = distributed.reference_loss_and_grads(params, batch)
+        expected = {k: np.asarray(params[k], np.float64) - 0.01 * grads[k] for k in params}
+        assert distributed.max_tree_error(result.params, expected) < 1e-6
+
+
+def test_fsdp_splits_parameter_and_optimizer_bytes():
+    params = distributed.init_mlp(jax.random.key(0), 8, 16, 4)
+    batch = distributed.example_batch(jax.random.key(1), 16, 8, 4)
+    tx = distributed.make_optimizer("adam", 0.01)
+    data = distributed.sharded_step(params, batch, mesh(8), "data", tx)
+    fsdp = distributed.sharded_step(params, batch, mesh(8), "fsdp", tx)
+    full = sum(v.nbytes for v in params.values())
+    assert set(distributed.device_bytes(data.params).values()) == {full}
+    # fsdp: w1, b1, w2 split 8 ways, b2 (4 floats) replicated
+    assert set(distributed.device_bytes(fsdp.params).values()) == {
+        (8 * 16 + 16 + 16 * 4) * 4 // 8 + 4 * 4
+    }
+    assert sum(distributed.device_bytes(fsdp.opt_state).values()) < sum(
+        distributed.device_bytes(data.opt_state).values()
+    )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "devices", "batch", "features", "hidden", "fits"),
+    [
+        ("data", 8, 16, 3, 5, True),
+        ("data", 8, 12, 3, 5, False),
+        ("fsdp", 4, 8, 6, 8, False),
+        ("fsdp", 4, 8, 8, 8, True),
+        ("tensor", 4, 6, 3, 8, True),
+        ("tensor", 4, 8, 8, 6, False),
+    ],
+)
+def test_strategy_problem(strategy, devices, batch, features, hidden, fits):
+    problem = distributed.strategy_problem(strategy, devices, batch, features, hidden)
+    assert (problem is None) == fits
+    if not fits:
+        assert "divisible" in problem
+        params = distributed.init_mlp(jax.random.key(0), features, hidden, 2)
+        with pytest.raises(ValueError, match="divisible"):
+            distributed.sharded_step(
+                params,
+                distributed.example_batch(jax.random.key(1), batch, features, 2),
+                mesh(devices),
+                strategy,
+                distributed.make_optimizer("sgd", 0.1),
+            )
+
+
+@pytest.mark.parametrize(("devices", "n"), [(2, 6), (4, 32), (8, 64)])
+def test_collectives_sum_and_bytes_match_closed_form(devices, n):
+    g_DN = np.random.default_rng(devices).standard_normal((devices, n)).astype(np.float32)
+    m = mesh(devices)
+    g = sharding.shard(g_DN, m, P("x"))
+    reference = g_DN.astype(np.float64).sum(0)
+    for fn, ops in (
+        (distributed.allreduce_fn, ["all-reduce"]),
+        (distributed.reduce_scatter_gather_fn, ["reduce-scatter", "all-gather"]),
+    ):
+        result = fn(m)(g)
+        np.testing.assert_allclose(result, reference, rtol=1e-5, atol=1e-5)
+        for piece in result.addressable_shards:  # replicated: every device holds the full sum
+            np.testing.assert_array_equal(piece.data, result)
+        found = distributed.hlo_collectives(distributed.compiled_hlo(fn(m), g))
+        assert [r["op"] for r in found] == ops
+        assert [r["bytes"] for r in found] == [
+            distributed.expected_result_bytes(op, n, devices) for op in ops
+        ]
+
+
+def test_hlo_parser_reads_tuples_and_dtypes():
+    text = """
+  %all-reduce.1 = (f32[4,2]{1,0}, bf16[8]{0}) all-reduce(%a, %b), replica_groups={}
+  %ag = f32[16]{0} all-gather(%c), dimensions={0}
+  %ars = (f32[2]{0}, f32[8]{0}) all-gather-start(%d)
+  %agd = f32[8]{0} all-gather-done(%ars)
+  %add = f32[3]{0} add(%x, %y)
+"""
+    rows = distributed.hlo_collectives(text)
+    assert [(r["op"], r["bytes"]) for r in rows] == [
+        ("all-reduce", 4 * 2 * 4 + 8 * 2),
+        ("all-gather", 64),
+        ("all-gather", 32),
+    ]
+    assert distributed.collective_counts(text)["all-gather"] == 2
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "devices", "expected"),
+    [
+        ("all-reduce", 800, 4, 1200),
+        ("reduce-scatter", 800, 4, 600),
+        ("all-gather", 80, 8, 70),
+        ("all-reduce", 80, 1, 0),
+    ],
+)
+def test_ring_bytes_closed_form(op, n, devices, expected):
+    assert distributed.ring_bytes(op, n, devices) == pytest.approx(expected)
+
+
+def test_strategy_bytes_accumulation_saves_k_times():
+    rows = {r["strategy"]: r["bytes"] for r in distributed.strategy_bytes(100, 4, 3)}
+    assert rows["all-reduce every microbatch (3×)"] == pytest.approx(
+        3 * rows["accumulate, then one all-reduce"]
+    )
+    assert rows["reduce-scatter + all-gather"] == pytest.approx(
+        rows["accumulate, then one all-reduce"]
+    )
+
+
+@pytest.mark.parametrize(("batch", "k"), [(8, 1), (8, 4), (12, 3)])
+def test_accumulated_grads_equal_big_batch(batch, k):
+    params = distributed.init_mlp(jax.random.key(3), 5, 7, 3)
+    data = distributed.example_batch(jax.random.key(4), batch, 5, 3)
+    _, reference = distributed.reference_loss_and_grads(params, data)
+    assert (
+        distributed.max_tree_error(distributed.accumulated_grads(params, data, k), reference) < 1e-6
+    )
+    with pytest.raises(ValueError, match="microbatches"):
+        distributed.accumulated_grads(params, data, batch + 1)
+
+
+@pytest.mark.parametrize(("before", "after", "optimizer"), [(8, 4, "adam"), (2, 8, "sgd")])
+def test_resume_on_other_mesh_equals_uninterrupted(tmp_path, before, after, optimizer):
+    config = dict(seed=1, examples=20, features=4, hidden=8, classes=3, batch=8)
+    run = distributed.resume_on_other_mesh(
+        tmp_path / "ckpt",
+        **config,
+        steps=5,
+        stop_at=2,
+        devices_before=before,
+        devices_after=after,
+        optimizer=optimizer,
+    )
+    assert run.ids_resumed == run.ids_straight  # data position restored, across the epoch boundary
+    assert sorted(i for ids in run.ids_straight[:3] for i in ids) == list(range(20))
+    assert distributed.bitwise_equal(run.saved_state, run.restored_state)
+    assert run.restored_devices == after
+    np.testing.assert_allclose(run.losses_resumed, run.losses_straight, atol=1e-6)
+    assert distributed.max_tree_error(run.final_resumed, run.final_straight) < 1e-5
+    config.pop("batch")
+    reference = distributed.reference_losses(
+        **config, batch_ids=run.ids_straight, optimizer=optimizer, learning_rate=0.05
+    )
+    np.testing.assert_allclose(run.losses_straight, reference, atol=1e-4)
+
+
+def test_abstract_on_mesh_keeps_specs():
+    params = distributed.place(
+        distributed.init_mlp(jax.random.key(0), 8, 8, 2), distributed.param_specs("fsdp"), mesh(8)
+    )
+    abstract = distributed.abstract_on_mesh(params, mesh(4))
+    assert all(
+        abstract[k].sharding.spec == params[k].sharding.spec and abstract[k].sharding.mesh.size == 4
+        for k in params
+    )
+    assert not distributed.bitwise_equal(params, {**params, "b2": params["b2"] + 1})

@@ -1,0 +1,1 @@
+"""Lesson code of the phase "Arrays & pure functions" (one module per lesson app)."""

@@ -1,0 +1,1 @@
+"""Lesson code of the phase "Neural network training" (one module per lesson app)."""

@@ -1,0 +1,1 @@
+"""Lesson code of the phase "Performance diagnosis" (one module per lesson app)."""

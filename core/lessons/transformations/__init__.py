@@ -1,0 +1,1 @@
+"""Lesson code of the phase "JAX transformations" (one module per lesson app)."""

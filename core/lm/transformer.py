@@ -1,0 +1,683 @@
+"""A pre-LayerNorm Transformer block and a tiny byte-level causal LM in Flax NNX.
+
+Glossary: see core/lm/attention.py (B batch, T positions, S key positions, H heads, K head
+dim, D width, F MLP width, V vocabulary, L layers).
+
+    block(x) = h + mlp(LN(h)),  h = x + attention(LN(x))          (pre-LayerNorm)
+    LM(tokens) = head(LN(blocks(embed[tokens] + pos_embed[positions])))
+
+Precision is a policy, not a global switch (``Precision``): parameters are stored in
+``params``, activations and matmul inputs are cast to ``compute``, and every sum that can be
+long (matmul accumulators via ``preferred_element_type``, softmax and LayerNorm statistics,
+the loss) runs in float32. The KV cache is a pytree (``KVCache``) passed in and returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from core.lm import attention, tokenizer
+
+DTYPES = ("float32", "bfloat16")
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """Which dtype each kind of number lives in.
+
+    params:     stored weights (what the optimizer updates);
+    compute:    activations and matmul inputs (bf16 halves memory traffic; the TPU MXU
+                multiplies bf16 natively);
+    accumulate: matmul accumulators, softmax and LayerNorm statistics, the loss. Only float32
+                is accepted: a long sum in bf16 stops growing once the increment falls
+                below half a step of bf16's 8-bit mantissa (see ``running_sums``);
+    cache:      storage of the KV cache (None: the compute dtype).
+    """
+
+    params: str = "float32"
+    compute: str = "float32"
+    accumulate: str = "float32"
+    cache: str | None = None
+
+    def __post_init__(self):
+        for field in ("params", "compute"):
+            if getattr(self, field) not in DTYPES:
+                raise ValueError(
+                    f"precision {field} must be one of {DTYPES}, got {getattr(self, field)!r}"
+                )
+        if self.accumulate != "float32":
+            raise ValueError(
+                f"accumulate must be float32, got {self.accumulate!r}: a bf16 accumulator "
+                "loses every increment smaller than half its spacing"
+            )
+        if self.cache is not None and self.cache not in DTYPES:
+            raise ValueError(f"cache dtype must be one of {DTYPES} or None, got {self.cache!r}")
+
+    @property
+    def cache_dtype(self) -> str:
+        return self.cache or self.compute
+
+
+POLICIES = {
+    "f32": Precision(),
+    "bf16 compute": Precision(compute="bfloat16"),
+    "bf16 params + compute": Precision(params="bfloat16", compute="bfloat16"),
+}
+
+
+def policy_tolerance(precision: Precision) -> float:
+    """Relative error (max |diff| / max(max |reference|, 1)) a block run under ``precision``
+    may show against the same block in float64: float32's 1e-5 when weights and activations
+    are float32, bf16's 2e-2 (a few roundings of unit roundoff 2^-9) when either is bf16."""
+    coarsest = "bfloat16" if "bfloat16" in (precision.params, precision.compute) else "float32"
+    return attention.TOLERANCE[coarsest]
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Shapes of the tiny LM (and of one block: width, num_heads, mlp_width)."""
+
+    vocab_size: int = tokenizer.VOCAB_SIZE
+    width: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    mlp_width: int | None = None  # None: 4 * width
+    max_len: int = 128
+    layer_norm_eps: float = 1e-5
+    precision: Precision = Precision()
+    dropout_rate: float = 0.0  # on the embeddings and each residual branch, training only
+
+    def __post_init__(self):
+        if self.width < 1 or self.num_heads < 1:
+            raise ValueError(
+                f"width D and num_heads H must be >= 1, got D={self.width}, H={self.num_heads}"
+            )
+        if self.width % self.num_heads:
+            raise ValueError(
+                f"num_heads H={self.num_heads} must divide width D={self.width}: each head gets "
+                f"K = D / H channels (try H in {[h for h in range(1, self.width + 1) if self.width % h == 0][:8]})"
+            )
+        for name in ("vocab_size", "num_layers", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.mlp_width is not None and self.mlp_width < 1:
+            raise ValueError(f"mlp_width F must be >= 1, got {self.mlp_width}")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
+        if not isinstance(self.precision, Precision):
+            raise TypeError(f"precision must be a Precision, got {type(self.precision).__name__}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+    @property
+    def hidden(self) -> int:
+        return self.mlp_width or 4 * self.width
+
+
+class NormalInit:
+    """Initial weights ~ N(0, std^2), all drawn from one key as one stream
+    (core.lm.attention.normal_draws: the random-number program compiles once, not once per
+    parameter shape)."""
+
+    def __init__(self, key: jax.Array):
+        self.key = key
+        self.used = 0  # draws handed out so far
+        self.pool = np.zeros((0,), np.float32)  # drawn but not yet handed out
+
+    def take(self, shape, std: float, dtype: str) -> nnx.Param:
+        size = math.prod(shape)
+        if self.pool.size < size:  # draw whole chunks: at most one call per NORMAL_CHUNK
+            drawn = self.used + self.pool.size
+            more = -(-(size - self.pool.size) // attention.NORMAL_CHUNK) * attention.NORMAL_CHUNK
+            self.pool = np.concatenate(
+                [self.pool, attention.normal_draws(self.key, more, start=drawn)]
+            )
+        draws, self.pool = self.pool[:size], self.pool[size:]
+        self.used += size
+        return nnx.Param(jnp.asarray(draws.reshape(shape) * np.float32(std), dtype=dtype))
+
+
+def _init(key_or_init) -> NormalInit:
+    return key_or_init if isinstance(key_or_init, NormalInit) else NormalInit(key_or_init)
+
+
+def _dense(x, kernel, spec: str, compute: str):
+    """x . kernel with inputs in the compute dtype and a float32 accumulator."""
+    return jnp.einsum(
+        spec, x.astype(compute), kernel[...].astype(compute), preferred_element_type=F32
+    )
+
+
+def dropout(x, rate: float, key):
+    """Inverted dropout: zero each entry with probability ``rate``, scale the rest by
+    1 / (1 - rate) (so the expected value is unchanged). ``key`` None or rate 0: identity."""
+    if key is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def gelu(x):
+    """GELU, tanh approximation (the formula the numpy reference spells out)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+class LayerNorm(nnx.Module):
+    """(x - mean) / sqrt(var + eps) * scale + bias; statistics in float32."""
+
+    def __init__(self, width: int, config: TransformerConfig):
+        self.eps = config.layer_norm_eps
+        self.compute = config.precision.compute
+        self.scale = nnx.Param(jnp.ones((width,), config.precision.params))
+        self.bias = nnx.Param(jnp.zeros((width,), config.precision.params))
+
+    def __call__(self, x_BTD):
+        x = x_BTD.astype(F32)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps)
+        return (y * self.scale[...].astype(F32) + self.bias[...].astype(F32)).astype(self.compute)
+
+
+class Attention(nnx.Module):
+    """Multi-head self-attention: projections w_DHK, output w_HKD, core.lm.attention inside."""
+
+    def __init__(self, config: TransformerConfig, key):
+        """key: a jax.random.key (or a NormalInit shared with the enclosing model)."""
+        init = _init(key)
+        d, h, k = config.width, config.num_heads, config.head_dim
+        p = config.precision
+        self.precision = p
+        self.wq = init.take((d, h, k), 1 / math.sqrt(d), p.params)
+        self.wk = init.take((d, h, k), 1 / math.sqrt(d), p.params)
+        self.wv = init.take((d, h, k), 1 / math.sqrt(d), p.params)
+        self.wo = init.take((h, k, d), 1 / math.sqrt(d * 2 * config.num_layers), p.params)
+
+    def __call__(self, x_BTD, mask, kv=None, index=None):
+        """out_BTD, kv. Without a cache kv is None; with one, (k_BSHK, v_BSHK) gets the new
+        keys/values written at slot ``index`` and the queries attend to the whole cache."""
+        c = self.precision.compute
+        q, k, v = (
+            _dense(x_BTD, w, "btd,dhk->bthk", c).astype(c) for w in (self.wq, self.wk, self.wv)
+        )
+        if kv is not None:
+            k_cache, v_cache = (write_slots(kv[0], k, index), write_slots(kv[1], v, index))
+            kv, k, v = (k_cache, v_cache), k_cache.astype(c), v_cache.astype(c)
+        out = attention.dot_product_attention(q, k, v, mask=mask)
+        return _dense(out, self.wo, "bthk,hkd->btd", c).astype(c), kv
+
+
+def write_slots(cache_BSHK, new_BTHK, index):
+    """cache_BSHK with new_BTHK written at slots index .. index+T-1 (in the cache's dtype);
+    unchanged when those slots do not all exist (index + T > S).
+
+    Why the second case is needed: ``dynamic_update_slice`` clamps its start into
+    [0, S - T], so a write that does not fit would silently land on EARLIER slots and
+    overwrite keys still in use. Here the slots the clamped write would cover are read
+    back and written again unchanged instead (dynamic_slice clamps the same way)."""
+    new = new_BTHK.astype(cache_BSHK.dtype)
+    fits = index + new.shape[1] <= cache_BSHK.shape[1]
+    at = (0, index, 0, 0)
+    current = jax.lax.dynamic_slice(cache_BSHK, at, new.shape)
+    return jax.lax.dynamic_update_slice(cache_BSHK, jnp.where(fits, new, current), at)
+
+
+class Block(nnx.Module):
+    """Pre-LayerNorm Transformer block: h = x + attn(LN(x)); y = h + mlp(LN(h))."""
+
+    def __init__(self, config: TransformerConfig, key):
+        """key: a jax.random.key (or a NormalInit shared with the enclosing model)."""
+        init = _init(key)
+        d, f, p = config.width, config.hidden, config.precision
+        self.precision = p
+        self.norm_attn = LayerNorm(d, config)
+        self.attn = Attention(config, init)
+        self.norm_mlp = LayerNorm(d, config)
+        self.w_in = init.take((d, f), 1 / math.sqrt(d), p.params)
+        self.b_in = nnx.Param(jnp.zeros((f,), p.params))
+        self.w_out = init.take((f, d), 1 / math.sqrt(f * 2 * config.num_layers), p.params)
+        self.b_out = nnx.Param(jnp.zeros((d,), p.params))
+
+    def mlp(self, x_BTD):
+        c = self.precision.compute
+        hidden = gelu(_dense(x_BTD, self.w_in, "btd,df->btf", c) + self.b_in[...].astype(F32))
+        return (_dense(hidden, self.w_out, "btf,fd->btd", c) + self.b_out[...].astype(F32)).astype(
+            c
+        )
+
+    def __call__(self, x_BTD, mask, kv=None, index=None, dropout_rate=0.0, dropout_key=None):
+        """(y_BTD, kv). With ``dropout_key`` each residual branch (attention, MLP) is
+        dropped out at ``dropout_rate`` before it is added."""
+        x = x_BTD.astype(self.precision.compute)
+        keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
+        attended, kv = self.attn(self.norm_attn(x), mask, kv, index)
+        h = x + dropout(attended, dropout_rate, keys[0])
+        return h + dropout(self.mlp(self.norm_mlp(h)), dropout_rate, keys[1]), kv
+
+
+@nnx.jit
+def block_forward(block: Block, x_BTD):
+    """One block on x_BTD with the causal mask, under jit: y_BTD in the compute dtype."""
+    t = x_BTD.shape[1]
+    causal = jnp.tril(jnp.ones((t, t), bool))[None, None]
+    return block(x_BTD, causal)[0]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KVCache:
+    """Keys and values of every layer for slots 0 .. length-1 (a pytree: pass in, get back)."""
+
+    k_LBSHK: jax.Array
+    v_LBSHK: jax.Array
+    length: jax.Array  # int32 scalar: how many slots are filled
+
+    @property
+    def capacity(self) -> int:
+        return self.k_LBSHK.shape[2]
+
+
+def init_cache(config: TransformerConfig, batch: int, capacity: int | None = None) -> KVCache:
+    """An empty cache for ``batch`` rows of up to ``capacity`` (default max_len) positions."""
+    capacity = config.max_len if capacity is None else capacity
+    if batch < 1 or not 1 <= capacity <= config.max_len:
+        raise ValueError(
+            f"need batch >= 1 and 1 <= capacity <= max_len={config.max_len}, got {batch}, {capacity}"
+        )
+    shape = (config.num_layers, batch, capacity, config.num_heads, config.head_dim)
+    dtype = config.precision.cache_dtype
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32))
+
+
+class TinyLM(nnx.Module):
+    """A byte-level causal language model: logits_BTV for the next token at every position."""
+
+    def __init__(self, config: TransformerConfig, key):
+        """key: a jax.random.key; every weight is drawn from it."""
+        init = _init(key)
+        p = config.precision
+        self.config = config
+        self.token_embed = init.take((config.vocab_size, config.width), 1.0, p.params)
+        self.pos_embed = init.take((config.max_len, config.width), 0.1, p.params)
+        self.blocks = nnx.List([Block(config, init) for _ in range(config.num_layers)])
+        self.final_norm = LayerNorm(config.width, config)
+        self.head = init.take(
+            (config.width, config.vocab_size), 1 / math.sqrt(config.width), p.params
+        )
+
+    def embed(self, tokens_BT, positions_BT):
+        x = self.token_embed[...][tokens_BT] + self.pos_embed[...][positions_BT]
+        return x.astype(self.config.precision.compute)
+
+    def backbone(self, x_BTD, mask, dropout_key=None):
+        """The blocks on embeddings x_BTD (for gradients with respect to the input)."""
+        rate = self.config.dropout_rate
+        for layer, block in enumerate(self.blocks):
+            key = None if dropout_key is None else jax.random.fold_in(dropout_key, layer + 1)
+            x_BTD, _ = block(x_BTD, mask, dropout_rate=rate, dropout_key=key)
+        return x_BTD
+
+    def unembed(self, x_BTD):
+        """Final LayerNorm and the vocabulary projection; logits in float32."""
+        return _dense(
+            self.final_norm(x_BTD), self.head, "btd,dv->btv", self.config.precision.compute
+        )
+
+    def __call__(self, tokens_BT, segment_ids_BT=None, positions_BT=None, dropout_key=None):
+        """Full forward pass: logits_BTV (float32). Without segment ids the whole row is one
+        document; without positions they count 0..T-1. ``dropout_key`` (training) applies
+        dropout at config.dropout_rate to the embeddings and every residual branch."""
+        tokens_BT = jnp.asarray(tokens_BT)
+        b, t = tokens_BT.shape
+        if segment_ids_BT is None:
+            segment_ids_BT = jnp.ones((b, t), jnp.int32)
+        if positions_BT is None:
+            positions_BT = jnp.broadcast_to(jnp.arange(t), (b, t))
+        mask = tokenizer.segment_mask_BTS(segment_ids_BT, causal=True)[:, None]
+        x = self.embed(tokens_BT, positions_BT)
+        if dropout_key is not None:
+            x = dropout(x, self.config.dropout_rate, jax.random.fold_in(dropout_key, 0))
+        return self.unembed(self.backbone(x, mask, dropout_key))
+
+    def extend(self, tokens_BT, cache: KVCache):
+        """Feed T new tokens after the cache's ``length`` slots: (logits_BTV, new cache).
+
+        Prefill is one call with the prompt; decoding is one call per token (T = 1). The
+        queries at slots length .. length+T-1 see every key at a slot <= their own.
+
+        A cache never grows: length + T must be <= its capacity. Called eagerly (the length
+        is a number) a call past the capacity raises ValueError. Under jit the length is
+        traced and nothing can raise, so such a call returns the cache UNCHANGED (no slot
+        written, same length) and logits that are all NaN: check ``jnp.isnan`` on the host,
+        or size the cache for prompt + new tokens up front (as core.lm.generate does).
+        """
+        tokens_BT = jnp.asarray(tokens_BT)
+        t = tokens_BT.shape[1]
+        start = cache.length
+        if t > cache.capacity:
+            raise ValueError(
+                f"{t} new tokens cannot fit a cache of capacity {cache.capacity}; make a "
+                f"larger cache (init_cache, capacity <= max_len={self.config.max_len})"
+            )
+        if not isinstance(start, jax.core.Tracer) and int(start) + t > cache.capacity:
+            raise ValueError(
+                f"the cache is full: length {int(start)} + {t} new tokens exceeds its capacity "
+                f"{cache.capacity}; make a larger cache (init_cache, capacity <= "
+                f"max_len={self.config.max_len})"
+            )
+        overflow = start + t > cache.capacity  # traced under jit: poison instead of raising
+        positions = jnp.broadcast_to(start + jnp.arange(t), tokens_BT.shape)
+        slots = jnp.arange(cache.capacity)
+        mask = (slots[None, :] <= (start + jnp.arange(t))[:, None])[None, None]  # (1,1,T,S)
+        x = self.embed(tokens_BT, positions)
+        ks, vs = [], []
+        for layer, block in enumerate(self.blocks):
+            x, (k, v) = block(x, mask, (cache.k_LBSHK[layer], cache.v_LBSHK[layer]), start)
+            ks.append(k)
+            vs.append(v)
+        logits = jnp.where(overflow, jnp.nan, self.unembed(x))
+        length = jnp.where(overflow, start, start + t)
+        return logits, KVCache(jnp.stack(ks), jnp.stack(vs), length)
+
+
+@nnx.jit
+def forward(model: TinyLM, tokens_BT, segment_ids_BT=None, positions_BT=None):
+    """model(tokens_BT, segment_ids_BT, positions_BT) under jit: logits_BTV (float32)."""
+    return model(tokens_BT, segment_ids_BT, positions_BT)
+
+
+def count_params(model: nnx.Module) -> int:
+    return sum(int(np.prod(v.shape)) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+# --- loss and training -------------------------------------------------------------------
+
+
+@jax.jit
+def token_loss(logits_BTV, targets_BT, weights_BT):
+    """(mean cross-entropy over the weighted tokens, their count), both float32.
+
+    The mean divides by the number of valid targets, never by B*T: padding and document
+    boundaries (weight 0) neither add loss nor dilute it.
+    """
+    logits = jnp.asarray(logits_BTV).astype(F32)
+    if logits.shape[:2] != jnp.shape(targets_BT) or jnp.shape(targets_BT) != jnp.shape(weights_BT):
+        raise ValueError(
+            f"logits_BTV {logits.shape}, targets_BT {jnp.shape(targets_BT)} and weights_BT "
+            f"{jnp.shape(weights_BT)} must share (B, T)"
+        )
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(log_probs, jnp.asarray(targets_BT)[..., None], axis=-1)[..., 0]
+    weights = jnp.asarray(weights_BT, F32)
+    count = jnp.sum(weights)
+    return jnp.sum(nll * weights) / jnp.maximum(count, 1.0), count
+
+
+def batch_from_packed(packed: tokenizer.Packed) -> dict[str, np.ndarray]:
+    """The arrays a training step takes: tokens, segment ids, positions, targets, weights."""
+    targets, weights = tokenizer.next_token_targets(packed.tokens_BT, packed.segment_ids_BT)
+    return {
+        "tokens_BT": packed.tokens_BT,
+        "segment_ids_BT": packed.segment_ids_BT,
+        "positions_BT": packed.positions_BT,
+        "targets_BT": targets,
+        "weights_BT": weights,
+    }
+
+
+def loss_on_batch(model: TinyLM, batch: dict):
+    """(mean valid-token loss, valid-token count) of the model on one packed batch."""
+    logits = model(batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"])
+    return token_loss(logits, batch["targets_BT"], batch["weights_BT"])
+
+
+def make_optimizer(
+    model: TinyLM, learning_rate: float = 3e-3, clip_norm: float = 1.0, flatten: bool = False
+) -> nnx.Optimizer:
+    """AdamW on the model's nnx.Param variables, gradients clipped to a global norm.
+
+    ``flatten`` runs the optimizer on one concatenated vector of all parameters
+    (``optax.flatten``): the same updates with a few large ops instead of a few per
+    parameter, which compiles about a second faster for a tiny model on a CPU. Leave it off
+    for sharded parameters (concatenation would gather them onto every device).
+    """
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    tx = optax.chain(
+        optax.clip_by_global_norm(clip_norm), optax.adamw(learning_rate, weight_decay=0.01)
+    )
+    return nnx.Optimizer(model, optax.flatten(tx) if flatten else tx, wrt=nnx.Param)
+
+
+@nnx.jit
+def train_step(model: TinyLM, optimizer: nnx.Optimizer, batch: dict) -> dict:
+    """One AdamW step on the valid-token loss; updates model and optimizer in place."""
+
+    def loss_fn(m):
+        return loss_on_batch(m, batch)
+
+    (loss, count), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    optimizer.update(model, grads)
+    return {"loss": loss, "tokens": count, "grad_norm": optax.tree.norm(grads)}
+
+
+@nnx.jit
+def eval_step(model: TinyLM, batch: dict):
+    """(summed loss, valid-token count): add these up over batches, then divide."""
+    loss, count = loss_on_batch(model, batch)
+    return loss * count, count
+
+
+def heldout_loss(model: TinyLM, batch: dict) -> tuple[float, int]:
+    """(mean valid-token loss, valid-token count) on a held-out batch, under jit."""
+    total, count = eval_step(model, batch)
+    return float(total) / max(float(count), 1.0), int(count)
+
+
+def train_state(model: TinyLM, optimizer: nnx.Optimizer) -> dict:
+    """Everything training needs to continue, as a plain pytree of arrays (checkpointable):
+    the parameters and the optimizer state (Adam's two moments, its count, the step)."""
+    return {
+        "params": nnx.to_pure_dict(nnx.state(model, nnx.Param)),
+        "optimizer": nnx.to_pure_dict(nnx.state(optimizer)),
+    }
+
+
+def load_train_state(model: TinyLM, optimizer: nnx.Optimizer, state: dict) -> None:
+    """Put a ``train_state`` (e.g. restored from a checkpoint) into model and optimizer."""
+    params = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(params, state["params"])
+    nnx.update(model, params)
+    optimizer_state = nnx.state(optimizer)
+    nnx.replace_by_pure_dict(optimizer_state, state["optimizer"])
+    nnx.update(optimizer, optimizer_state)
+
+
+def train_loop(
+    model: TinyLM,
+    optimizer: nnx.Optimizer,
+    batch_at,
+    steps: int,
+    heldout_batch: dict | None = None,
+    eval_every: int = 10,
+    start_step: int = 0,
+    on_step=None,
+) -> list[dict]:
+    """Train steps start_step+1 .. start_step+steps; returns one record per step.
+
+    ``batch_at(step)`` gives the batch of a step (so a resumed run sees the same data).
+    Every ``eval_every`` steps (and at the last one) the held-out loss is measured.
+    ``on_step(step, record)`` runs after each step (progress bars, checkpoints).
+    """
+    if steps < 0 or eval_every < 1:
+        raise ValueError(f"need steps >= 0 and eval_every >= 1, got {steps}, {eval_every}")
+    history = []
+    for step in range(start_step + 1, start_step + steps + 1):
+        metrics = train_step(model, optimizer, batch_at(step))
+        record = {
+            "step": step,
+            "train loss": float(metrics["loss"]),
+            "tokens": int(metrics["tokens"]),
+        }
+        if heldout_batch is not None and (step % eval_every == 0 or step == start_step + steps):
+            record["held-out loss"] = heldout_loss(model, heldout_batch)[0]
+        history.append(record)
+        if on_step is not None:
+            on_step(step, record)
+    return history
+
+
+# --- independent numpy float64 references -----------------------------------------------
+
+
+def block_parameters(block: Block) -> dict[str, nnx.Param]:
+    """A block's parameters (the nnx.Param variables), keyed by short names."""
+    return {
+        "ln1_scale": block.norm_attn.scale,
+        "ln1_bias": block.norm_attn.bias,
+        "wq": block.attn.wq,
+        "wk": block.attn.wk,
+        "wv": block.attn.wv,
+        "wo": block.attn.wo,
+        "ln2_scale": block.norm_mlp.scale,
+        "ln2_bias": block.norm_mlp.bias,
+        "w_in": block.w_in,
+        "b_in": block.b_in,
+        "w_out": block.w_out,
+        "b_out": block.b_out,
+    }
+
+
+def block_weights(block: Block) -> dict[str, np.ndarray]:
+    """A block's parameters as float64 numpy arrays, keyed by name."""
+    return {
+        k: np.asarray(v[...].astype(F32), np.float64) for k, v in block_parameters(block).items()
+    }
+
+
+def _layer_norm_np(x, scale, bias, eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def block_reference(weights: dict, x_BTD, mask_BTS=None, eps: float = 1e-5) -> np.ndarray:
+    """The same pre-LN block written out in numpy float64 (causal when mask_BTS is None)."""
+    x = np.asarray(jnp.asarray(x_BTD).astype(F32), np.float64)
+    t = x.shape[1]
+    allowed = (
+        np.tril(np.ones((t, t), bool))[None] if mask_BTS is None else np.asarray(mask_BTS, bool)
+    )
+    a = _layer_norm_np(x, weights["ln1_scale"], weights["ln1_bias"], eps)
+    q, k, v = (np.einsum("btd,dhk->bthk", a, weights[w]) for w in ("wq", "wk", "wv"))
+    scores = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(allowed[:, None], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    h = x + np.einsum("bthk,hkd->btd", np.einsum("bhts,bshk->bthk", probs, v), weights["wo"])
+    m = _layer_norm_np(h, weights["ln2_scale"], weights["ln2_bias"], eps)
+    pre = m @ weights["w_in"] + weights["b_in"]
+    hidden = 0.5 * pre * (1 + np.tanh(np.sqrt(2 / np.pi) * (pre + 0.044715 * pre**3)))
+    return h + hidden @ weights["w_out"] + weights["b_out"]
+
+
+def lm_reference(model: TinyLM, tokens_BT, segment_ids_BT=None, positions_BT=None) -> np.ndarray:
+    """logits_BTV of the whole LM in numpy float64, from the model's weights."""
+    tokens = np.asarray(tokens_BT)
+    b, t = tokens.shape
+    segments = np.ones((b, t), int) if segment_ids_BT is None else np.asarray(segment_ids_BT)
+    positions = (
+        np.broadcast_to(np.arange(t), (b, t)) if positions_BT is None else np.asarray(positions_BT)
+    )
+    mask = (segments[:, :, None] == segments[:, None, :]) & np.tril(np.ones((t, t), bool))[None]
+    as64 = lambda v: np.asarray(v[...].astype(F32), np.float64)  # noqa: E731
+    x = as64(model.token_embed)[tokens] + as64(model.pos_embed)[positions]
+    eps = model.config.layer_norm_eps
+    for block in model.blocks:
+        x = block_reference(block_weights(block), x, mask, eps)
+    x = _layer_norm_np(x, as64(model.final_norm.scale), as64(model.final_norm.bias), eps)
+    return x @ as64(model.head)
+
+
+def token_loss_reference(logits_BTV, packed: tokenizer.Packed) -> tuple[float, int]:
+    """(mean loss, count) in numpy float64, walking the placed documents themselves: inside
+    each placed piece, position i predicts the piece's token i + 1. Padding and the step from
+    one document into the next are never visited, so only real tokens are counted."""
+    logits = np.asarray(jnp.asarray(logits_BTV).astype(F32), np.float64)
+    total, count = 0.0, 0
+    for p in packed.placements:
+        for i in range(p.start, p.start + p.length - 1):
+            row = logits[p.row, i]
+            log_norm = row.max() + np.log(np.sum(np.exp(row - row.max())))
+            total += log_norm - row[packed.tokens_BT[p.row, i + 1]]
+            count += 1
+    return total / max(count, 1), count
+
+
+def backbone_jacobian_norms_TS(
+    model: TinyLM, tokens_T, segment_ids_T=None, positions_T=None
+) -> np.ndarray:
+    """(T, S) norms of d hidden[t] / d embedding[s] through all blocks of one packed row.
+
+    Zero wherever position t may not see position s: later positions (causality) and other
+    documents (packing). Uses core.lm.attention.jacobian under jit.
+    """
+    tokens = np.asarray(tokens_T, np.int32)
+    t = tokens.shape[0]
+    segments = (
+        np.ones(t, np.int32) if segment_ids_T is None else np.asarray(segment_ids_T, np.int32)
+    )
+    positions = (
+        np.arange(t, dtype=np.int32) if positions_T is None else np.asarray(positions_T, np.int32)
+    )
+    return attention.norms_of_jacobian_TS(_backbone_jacobian(model, tokens, segments, positions))
+
+
+@nnx.jit
+def _backbone_jacobian(model, tokens_T, segment_ids_T, positions_T):
+    mask = tokenizer.segment_mask_BTS(segment_ids_T[None], causal=True)[:, None]
+    x_TD = model.embed(tokens_T[None], positions_T[None])[0]
+    return attention.jacobian(lambda x: model.backbone(x[None], mask)[0].astype(F32), x_TD)
+
+
+def relative_error(result, reference) -> float:
+    return attention.relative_error(result, reference)
+
+
+# --- where bf16 loses precision ----------------------------------------------------------
+
+
+def running_sums(values, dtype: str) -> np.ndarray:
+    """Sequential running sum s_i = s_{i-1} + v_i with the accumulator in ``dtype``
+    (lax.scan forces one rounding per addition, as a naive accumulator would)."""
+    values = jnp.asarray(values, F32).astype(dtype)
+
+    def add(total, value):
+        total = (total + value).astype(dtype)
+        return total, total
+
+    _, sums = jax.lax.scan(add, jnp.zeros((), dtype), values)
+    return np.asarray(sums.astype(F32), np.float64)
+
+
+def dot_prefix_errors(key, length: int, dtype: str = "bfloat16") -> dict[str, np.ndarray]:
+    """Relative error of the dot products a[:n] . b[:n] for every n <= length, of ``dtype``
+    vectors with entries in [0, 1), accumulated sequentially in ``dtype`` and in float32,
+    against float64 (the products of two bf16 numbers are exact in float32 and float64)."""
+    a, b = jax.random.uniform(key, (2, length), F32).astype(dtype)
+    products = np.asarray(a.astype(F32) * b.astype(F32), np.float64)
+    exact = np.cumsum(products)
+    return {
+        accumulator: np.abs(running_sums(products, accumulator) - exact) / exact
+        for accumulator in (dtype, "float32")
+    }

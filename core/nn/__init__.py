@@ -1,0 +1,1 @@
+"""Neural networks and their training: MLPs, Flax NNX models, train/eval steps."""
