@@ -239,11 +239,12 @@ class Check:
         assert self.passed, self.line() + "\n" + "\n".join(map(str, self.rows()))
 
 
-def guard(problem: str | None, *context) -> None:
+def guard(problem: str | None, *context, headline: str | None = None) -> None:
     """Stop the cell (and every cell that depends on it) when ``problem`` is not None.
 
     In the UI the learner sees ``context`` (tables, charts) above a warning callout that says
-    why; headless it prints ``STOPPED: problem`` and the run goes on to exit 0.
+    why (``headline`` in bold first, when given: "**`vmap(f)` cannot work.** <problem>");
+    headless it prints ``STOPPED: problem`` and the run goes on to exit 0.
     """
     if problem is None:
         return
@@ -251,7 +252,8 @@ def guard(problem: str | None, *context) -> None:
 
     if mode() == "script":
         print(f"STOPPED: {problem}")
-    mo.stop(True, mo.vstack([*context, mo.callout(mo.md(problem), kind="warn")]))
+    text = f"**{headline}** {problem}" if headline else problem
+    mo.stop(True, mo.vstack([*context, mo.callout(mo.md(text), kind="warn")]))
 
 
 YES_NO = ("yes", "no")

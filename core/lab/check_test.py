@@ -52,3 +52,15 @@ def test_guard_passes_none_and_stops_with_the_reason(monkeypatch, capsys):
     lab.guard("heads (3) must divide d_model (64)")
     assert capsys.readouterr().out == "STOPPED: heads (3) must divide d_model (64)\n"
     assert stopped and stopped[0][0] is True and "heads (3)" in stopped[0][1].text
+
+
+def test_guard_puts_a_headline_before_the_reason_in_the_ui_only(monkeypatch, capsys):
+    monkeypatch.setattr(lab, "mode", lambda: "script")
+    stopped = []
+    markdown = []
+    monkeypatch.setattr(mo, "stop", lambda predicate, output=None: stopped.append(output))
+    monkeypatch.setattr(mo, "md", lambda text: markdown.append(text) or mo.Html(text))
+    lab.guard("in_axes has 2 entries for 3 arguments", headline="`vmap(f)` cannot work.")
+    assert capsys.readouterr().out == "STOPPED: in_axes has 2 entries for 3 arguments\n"
+    assert markdown == ["**`vmap(f)` cannot work.** in_axes has 2 entries for 3 arguments"]
+    assert stopped
