@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import statistics
-import time
 from types import ModuleType
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from core import numerics
+from core.perf import timing
 
 NORMALIZATIONS = ("softmax", "standardize")
 STANDARDIZE_EPS = 1e-6  # keeps a constant row (or a single column) finite: 0 / sqrt(eps) = 0
@@ -87,21 +88,6 @@ def _standard_normal(key: jax.Array, rows: int, cols: int) -> jax.Array:
     return jax.random.normal(key, (rows, cols), dtype=jnp.float32)
 
 
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max(max |reference|, 1), in float64."""
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    return float(np.max(np.abs(result - reference)) / max(float(np.max(np.abs(reference))), 1.0))
-
-
-def float32_tolerance(cols: int) -> float:
-    """Relative tolerance of a float32 row reduction of length ``cols`` vs float64."""
-    return 1e-5 * max(1, cols) ** 0.5 + 1e-6
-
-
-FLOAT64_TOLERANCE = 1e-12
-
-
 @dataclasses.dataclass(frozen=True)
 class SideBySide:
     """One normalization computed four ways, each with its error vs numpy float64."""
@@ -109,7 +95,7 @@ class SideBySide:
     kind: str
     results: dict[str, np.ndarray]  # label -> (R, C) result
     dtypes: dict[str, str]  # label -> result dtype
-    errors: dict[str, float]  # label -> relative error vs the float64 reference
+    errors: dict[str, float]  # label -> numerics.scaled_max_error vs the float64 reference
     reference: np.ndarray  # (R, C) float64
 
     def rows(self) -> list[dict]:
@@ -137,7 +123,7 @@ def side_by_side(x_RC: np.ndarray, kind: str) -> SideBySide:
         kind=kind,
         results={k: np.asarray(v) for k, v in results.items()},
         dtypes={k: str(v.dtype) for k, v in results.items()},
-        errors={k: relative_error(v, reference) for k, v in results.items()},
+        errors={k: numerics.scaled_max_error(v, reference) for k, v in results.items()},
         reference=reference,
     )
 
@@ -156,7 +142,7 @@ def precision_sweep(key: jax.Array, rows: int, cols: int, kind: str) -> list[dic
                 {
                     "offset": offset,
                     "computed with": label,
-                    "error": relative_error(result, reference),
+                    "error": numerics.scaled_max_error(result, reference),
                 }
             )
     return points
@@ -261,30 +247,18 @@ def dispatch_timing(key: jax.Array, size: int, repeats: int = 5) -> DispatchTimi
         raise ValueError(f"size and repeats must be >= 1, got {size}, {repeats}")
     a = jax.random.normal(key, (size, size), dtype=jnp.float32) / np.float32(size**0.5)
     a.block_until_ready()
-    start = time.perf_counter()
-    _dispatch_work_jit(a).block_until_ready()
-    compile_s = time.perf_counter() - start
-    returns, readies = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = _dispatch_work_jit(a)
-        returned = time.perf_counter()
-        result.block_until_ready()
-        done = time.perf_counter()
-        returns.append(returned - start)
-        readies.append(done - start)
+    compile_s = timing.time_first_call(_dispatch_work_jit, a)  # trace + compile + run
+    # Steady state (one more untimed call first): until the call returns, until it is ready.
+    jax_times = timing.dispatch_and_compute(_dispatch_work_jit, a, repeats=repeats)
+    result = _dispatch_work_jit(a)
     host = np.asarray(a)  # float32: the same work as jax
-    numpy_times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.tanh(host @ host) @ host
-        numpy_times.append(time.perf_counter() - start)
+    numpy_s = timing.median_seconds(lambda: np.tanh(host @ host) @ host, repeats)
     host64 = host.astype(np.float64)
     return DispatchTiming(
         size=size,
-        numpy_s=statistics.median(numpy_times),
-        jax_return_s=statistics.median(returns),
-        jax_ready_s=statistics.median(readies),
+        numpy_s=numpy_s,
+        jax_return_s=jax_times["dispatch (returned)"].median,
+        jax_ready_s=jax_times["total (ready)"].median,
         compile_s=compile_s,
         jax_result=np.asarray(result),
         reference=np.tanh(host64 @ host64) @ host64,
