@@ -10,21 +10,56 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.lessons.arrays import shapes_broadcasting
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("shape_a", "8, 1, 6, 1", f"shape of a: comma-separated sizes (at most {shapes_broadcasting.MAX_RANK} axes, each 0..{shapes_broadcasting.MAX_SIZE})"),
+        lab.Flag(
+            "shape_a",
+            "8, 1, 6, 1",
+            f"shape of a: comma-separated sizes (at most {shapes_broadcasting.MAX_RANK} axes, "
+            f"each 0..{shapes_broadcasting.MAX_SIZE})",
+        ),
         lab.Flag("shape_b", "7, 1, 5", "shape of b, same format"),
-        lab.Flag("dtype_a", "int32", "dtype of a, for the promotion example", choices=shapes_broadcasting.PROMOTION_DTYPES),
-        lab.Flag("dtype_b", "float16", "dtype of b (or a Python scalar)", choices=shapes_broadcasting.PROMOTION_DTYPES + shapes_broadcasting.PYTHON_SCALARS),
-        lab.Flag("examples", 8, "N, examples in the MSE mistake (and the N x N centering example)", lo=2, hi=64),
+        lab.Flag(
+            "dtype_a",
+            "int32",
+            "dtype of a, for the promotion example",
+            choices=shapes_broadcasting.PROMOTION_DTYPES,
+        ),
+        lab.Flag(
+            "dtype_b",
+            "float16",
+            "dtype of b (or a Python scalar)",
+            choices=shapes_broadcasting.PROMOTION_DTYPES + shapes_broadcasting.PYTHON_SCALARS,
+        ),
+        lab.Flag(
+            "examples",
+            8,
+            "N, examples in the MSE mistake (and the N x N centering example)",
+            lo=2,
+            hi=64,
+        ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
-        description="Shapes, broadcasting, and dtypes: the rule, the promotion table, and silent mistakes.",
+        description=(
+            "Shapes, broadcasting, and dtypes: the rule, the promotion table, and silent mistakes."
+        ),
     )
     ARGS = FLAGS.parse()
-    SHORT = {"bool": "bool", "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64", "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", shapes_broadcasting.NUMPY_MISSING: "n/a"}
+    SHORT = {
+        "bool": "bool",
+        "int8": "i8",
+        "uint8": "u8",
+        "int16": "i16",
+        "int32": "i32",
+        "int64": "i64",
+        "float16": "f16",
+        "bfloat16": "bf16",
+        "float32": "f32",
+        "float64": "f64",
+        shapes_broadcasting.NUMPY_MISSING: "n/a",
+    }
 
 
 @app.cell(hide_code=True)
@@ -55,9 +90,9 @@ def _():
     mo.vstack(
         [
             mo.md(
-                "## The broadcasting rule\nType two shapes (`8, 1, 6, 1`; `()` is a scalar). Align them "
-                "on the **right**; two sizes fit if they are equal or one of them is 1 (it is "
-                "stretched); a shorter shape gets size-1 axes on the left."
+                "## The broadcasting rule\nType two shapes (`8, 1, 6, 1`; `()` is a scalar). "
+                "Align them on the **right**; two sizes fit if they are equal or one of them is "
+                "1 (it is stretched); a shorter shape gets size-1 axes on the left."
             ),
             mo.hstack([shape_a, shape_b], justify="start"),
         ]
@@ -68,21 +103,25 @@ def _():
 @app.cell
 def _(shape_a, shape_b):
     try:
-        a_shape, b_shape = shapes_broadcasting.parse_shape(shape_a.value), shapes_broadcasting.parse_shape(shape_b.value)
+        a_shape, b_shape = (
+            shapes_broadcasting.parse_shape(shape_a.value),
+            shapes_broadcasting.parse_shape(shape_b.value),
+        )
         shape_problem = None
     except ValueError as _error:
         a_shape = b_shape = None
         shape_problem = str(_error)
-    if shape_problem and lab.mode() == "script":
-        print(f"STOPPED: {shape_problem}")
-    mo.stop(shape_problem is not None, mo.callout(mo.md(f"**Not a shape.** {shape_problem}"), kind="warn"))
+    lab.guard(shape_problem, headline="Not a shape.")
 
     result = shapes_broadcasting.broadcast(a_shape, b_shape)
     numpy_shape, numpy_message = shapes_broadcasting.numpy_broadcast(a_shape, b_shape)
     jax_shape, jax_message = shapes_broadcasting.jax_broadcast(a_shape, b_shape)
     if result.shape is not None:
         _verdict = mo.callout(
-            mo.md(f"`a{a_shape} + b{b_shape}` → shape **`{result.shape}`** (`np.broadcast_shapes` says `{numpy_shape}`, `jnp.add` makes `{jax_shape}`)."),
+            mo.md(
+                f"`a{a_shape} + b{b_shape}` → shape **`{result.shape}`** (`np.broadcast_shapes` "
+                f"says `{numpy_shape}`, `jnp.add` makes `{jax_shape}`)."
+            ),
             kind="success",
         )
     else:
@@ -113,15 +152,29 @@ def _(result):
             )
     _grid = pd.DataFrame(_cells)
     _colors = alt.Scale(
-        domain=["match", "a stretched", "b stretched", "a gets a new axis", "b gets a new axis", "clash"],
+        domain=[
+            "match",
+            "a stretched",
+            "b stretched",
+            "a gets a new axis",
+            "b gets a new axis",
+            "clash",
+        ],
         range=["#54a24b", "#4c78a8", "#f58518", "#9ecae9", "#ffbf79", "#e45756"],
     )
     _base = alt.Chart(_grid, title="shapes aligned on the right: one column per axis").encode(
-        x=alt.X("axis:O", sort=[str(a["axis"]) for a in result.axes], axis=alt.Axis(labelAngle=0, title="axis (from the right)")),
+        x=alt.X(
+            "axis:O",
+            sort=[str(a["axis"]) for a in result.axes],
+            axis=alt.Axis(labelAngle=0, title="axis (from the right)"),
+        ),
         y=alt.Y("operand:N", sort=["a", "b", "result"], title=None),
     )
     (
-        _base.mark_rect(stroke="white", strokeWidth=2).encode(color=alt.Color("what happens:N", scale=_colors), tooltip=["axis", "operand", "size", "what happens"])
+        _base.mark_rect(stroke="white", strokeWidth=2).encode(
+            color=alt.Color("what happens:N", scale=_colors),
+            tooltip=["axis", "operand", "size", "what happens"],
+        )
         + _base.mark_text(fontWeight="bold", color="black").encode(text="size:N")
     ).properties(width=70 * max(1, len(result.axes)), height=120)
     return
@@ -156,33 +209,58 @@ def _(dtype_a, dtype_b):
     promotions = shapes_broadcasting.promotion_table()
     # Vega reads a dot in a field name as a nested field: rename "jax.numpy" for the chart.
     _frame = pd.DataFrame(promotions).rename(columns={"jax.numpy": "jnp"})
-    _frame["agreement"] = np.where(_frame["numpy"] == shapes_broadcasting.NUMPY_MISSING, "no bfloat16 in NumPy", np.where(_frame["differs"], "differs", "same"))
+    _frame["agreement"] = np.where(
+        _frame["numpy"] == shapes_broadcasting.NUMPY_MISSING,
+        "no bfloat16 in NumPy",
+        np.where(_frame["differs"], "differs", "same"),
+    )
     _frame["label"] = [
         SHORT[j] if not d else f"{SHORT[j]} | {SHORT[n]}"
         for j, n, d in zip(_frame["jnp"], _frame["numpy"], _frame["differs"], strict=True)
     ]
     _frame["selected"] = (_frame["a"] == dtype_a.value) & (_frame["b"] == dtype_b.value)
     _order_b = list(shapes_broadcasting.PROMOTION_DTYPES + shapes_broadcasting.PYTHON_SCALARS)
-    _base = alt.Chart(_frame, title="a + b: result dtype (jax.numpy | NumPy where they differ)").encode(
+    _base = alt.Chart(
+        _frame, title="a + b: result dtype (jax.numpy | NumPy where they differ)"
+    ).encode(
         x=alt.X("b:N", sort=_order_b, axis=alt.Axis(orient="top", labelAngle=0)),
         y=alt.Y("a:N", sort=list(shapes_broadcasting.PROMOTION_DTYPES)),
-        tooltip=["a", "b", alt.Tooltip("jnp:N", title="jax.numpy"), "numpy", alt.Tooltip("lattice:N", title="JAX lattice")],
+        tooltip=[
+            "a",
+            "b",
+            alt.Tooltip("jnp:N", title="jax.numpy"),
+            "numpy",
+            alt.Tooltip("lattice:N", title="JAX lattice"),
+        ],
     )
     _heatmap = (
-        _base.mark_rect(stroke="white").encode(color=alt.Color("agreement:N", scale=alt.Scale(domain=["same", "differs", "no bfloat16 in NumPy"], range=["#e8f1e4", "#f4a6a3", "#e6e6e6"])))
-        + _base.mark_rect(fill=None, stroke="black", strokeWidth=3).transform_filter("datum.selected")
+        _base.mark_rect(stroke="white").encode(
+            color=alt.Color(
+                "agreement:N",
+                scale=alt.Scale(
+                    domain=["same", "differs", "no bfloat16 in NumPy"],
+                    range=["#e8f1e4", "#f4a6a3", "#e6e6e6"],
+                ),
+            )
+        )
+        + _base.mark_rect(fill=None, stroke="black", strokeWidth=3).transform_filter(
+            "datum.selected"
+        )
         + _base.mark_text(fontSize=11).encode(text="label:N")
     ).properties(width=66 * len(_order_b), height=30 * len(shapes_broadcasting.PROMOTION_DTYPES))
     _pair = next(r for r in promotions if r["a"] == dtype_a.value and r["b"] == dtype_b.value)
-    _b_text = {"python int": "1", "python float": "1.0"}.get(dtype_b.value, f"np.ones(2, {dtype_b.value})")
+    _b_text = {"python int": "1", "python float": "1.0"}.get(
+        dtype_b.value, f"np.ones(2, {dtype_b.value})"
+    )
     mo.vstack(
         [
             _heatmap,
             mo.md(
-                f"Your pair: `jnp.ones(2, {dtype_a.value}) + {_b_text.replace('np.', 'jnp.')}` is **{_pair['jax.numpy']}**; "
-                f"NumPy gives **{_pair['numpy']}**; JAX's lattice says **{_pair['lattice']}**. "
-                "Most disagreements are NumPy widening to float64/int64 (an int32 array plus a float16 "
-                "array is float64 in NumPy, float16 in JAX)."
+                f"Your pair: `jnp.ones(2, {dtype_a.value}) + {_b_text.replace('np.', 'jnp.')}` "
+                f"is **{_pair['jax.numpy']}**; NumPy gives **{_pair['numpy']}**; JAX's lattice "
+                f"says **{_pair['lattice']}**. Most disagreements are NumPy widening to "
+                "float64/int64 (an int32 array plus a float16 array is float64 in NumPy, "
+                "float16 in JAX)."
             ),
         ]
     )
@@ -213,27 +291,47 @@ def _():
 
 @app.cell
 def _(examples, seed):
-    prediction_N, target_N1 = shapes_broadcasting.example_regression(jax.random.key(seed.value), examples.value)
+    prediction_N, target_N1 = shapes_broadcasting.example_regression(
+        jax.random.key(seed.value), examples.value
+    )
     mse_case = shapes_broadcasting.mse_mistake(prediction_N, target_N1)
     _numbers = pd.DataFrame(
         [
-            {"loss": f"mean over {mse_case.intermediate_shape} (broadcast)", "value": mse_case.wrong},
+            {
+                "loss": f"mean over {mse_case.intermediate_shape} (broadcast)",
+                "value": mse_case.wrong,
+            },
             {"loss": f"mean over ({examples.value},) (shapes match)", "value": mse_case.right},
         ]
     )
-    _bars = alt.Chart(_numbers, title="the same 'MSE', two shapes").mark_bar().encode(
-        y=alt.Y("loss:N", title=None, sort=None), x="value:Q", color=alt.Color("loss:N", legend=None), tooltip=["loss", alt.Tooltip("value:Q", format=".4f")]
-    ).properties(width=360, height=70)
+    _bars = (
+        alt.Chart(_numbers, title="the same 'MSE', two shapes")
+        .mark_bar()
+        .encode(
+            y=alt.Y("loss:N", title=None, sort=None),
+            x="value:Q",
+            color=alt.Color("loss:N", legend=None),
+            tooltip=["loss", alt.Tooltip("value:Q", format=".4f")],
+        )
+        .properties(width=360, height=70)
+    )
     mo.vstack(
         [
             mo.md(
-                f"`prediction` is `{tuple(prediction_N.shape)}`, `target` is `{tuple(target_N1.shape)}`. "
-                f"Broadcast MSE = **{mse_case.wrong:.4f}**; the real MSE = **{mse_case.right:.4f}**."
+                f"`prediction` is `{tuple(prediction_N.shape)}`, `target` is "
+                f"`{tuple(target_N1.shape)}`. Broadcast MSE = **{mse_case.wrong:.4f}**; the real "
+                f"MSE = **{mse_case.right:.4f}**."
             ),
             _bars,
-            mo.md("**Catch it.** An explicit shape contract at the top of the loss (`shapes_broadcasting.require_same_shape`) names both shapes:"),
+            mo.md(
+                "**Catch it.** An explicit shape contract at the top of the loss "
+                "(`shapes_broadcasting.require_same_shape`) names both shapes:"
+            ),
             mo.callout(mo.md(f"`ValueError`: {mse_case.contract_error}"), kind="warn"),
-            mo.md("...or ask JAX to refuse implicit rank promotion inside a block: `with jax.numpy_rank_promotion(\"raise\"): loss(prediction, target)`"),
+            mo.md(
+                "...or ask JAX to refuse implicit rank promotion inside a block: `with "
+                'jax.numpy_rank_promotion("raise"): loss(prediction, target)`'
+            ),
             mo.callout(mo.md(f"`ValueError`: {mse_case.rank_promotion_error}"), kind="warn"),
         ]
     )
@@ -274,42 +372,44 @@ def _(
     target_N1,
 ):
     # Independent references: np.broadcast_shapes, JAX's documented promotion lattice, and
-    # float64 closed forms of both MSE numbers.
+    # float64 closed forms of both MSE numbers (each a scalar: norm_relative_error is
+    # |mse - reference| / |reference|).
     _lattice_mismatches = [(r["a"], r["b"]) for r in promotions if r["lattice"] != r["jax.numpy"]]
     _wrong_reference = shapes_broadcasting.broadcast_mse_closed_form(prediction_N, target_N1)
     _right_reference = shapes_broadcasting.mse_reference(prediction_N, target_N1)
-    check_errors = {
-        "broadcast rule vs np.broadcast_shapes and jnp.add": 0.0 if result.shape == numpy_shape == jax_shape else 1.0,
-        "jnp.promote_types cells that differ from the lattice": float(len(_lattice_mismatches)),
-        "broadcast MSE vs float64 closed form (relative)": abs(mse_case.wrong - _wrong_reference) / max(abs(_wrong_reference), 1e-12),
-        "matched-shape MSE vs NumPy float64 (relative)": abs(mse_case.right - _right_reference) / max(abs(_right_reference), 1e-12),
-    }
-    check_tolerance = 1e-5
-    check_passed = (
-        check_errors["broadcast rule vs np.broadcast_shapes and jnp.add"] == 0.0
-        and not _lattice_mismatches
-        and max(check_errors.values()) <= check_tolerance
-        and mse_case.rank_promotion_error is not None
-        and centering_case.rank_promotion_error is not None
-    )
-    mo.vstack(
-        [
-            lab.check_badge(
-                check_passed,
-                f"broadcast of {result.a} and {result.b} agrees with np.broadcast_shapes; all "
-                f"{len(promotions)} jax.numpy promotions follow the documented lattice; both MSE numbers match float64",
-                max(check_errors.values()),
-                check_tolerance,
+    check = lab.Check(
+        f"broadcast of {result.a} and {result.b} agrees with np.broadcast_shapes; all "
+        f"{len(promotions)} jax.numpy promotions follow the documented lattice; both MSE "
+        "numbers match float64",
+        {
+            "broadcast MSE vs float64 closed form (relative)": numerics.norm_relative_error(
+                mse_case.wrong, _wrong_reference
             ),
-            lab.table([{"comparison": k, "error": f"{v:.3g}"} for k, v in check_errors.items()]),
-        ]
+            "matched-shape MSE vs NumPy float64 (relative)": numerics.norm_relative_error(
+                mse_case.right, _right_reference
+            ),
+        },
+        numerics.tolerance("float32"),
+        facts={
+            "broadcast rule agrees with np.broadcast_shapes and jnp.add": (
+                result.shape == numpy_shape == jax_shape
+            ),
+            "every jnp.promote_types cell follows the lattice": not _lattice_mismatches,
+            "rank_promotion('raise') refuses the MSE mistake": (
+                mse_case.rank_promotion_error is not None
+            ),
+            "rank_promotion('raise') refuses the centering mistake": (
+                centering_case.rank_promotion_error is not None
+            ),
+        },
     )
-    return check_errors, check_passed
+    check
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_errors, check_passed):
-    assert check_passed, f"a lesson claim does not hold: {check_errors}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -327,7 +427,11 @@ def test_promotion_differences_are_the_documented_ones(promotions):
     _rows = {(r["a"], r["b"]): r for r in promotions}
     assert _rows[("int32", "float16")]["jax.numpy"] == "float16"
     assert _rows[("int32", "float16")]["numpy"] == "float64"
-    assert all(r["numpy"] == str(np.promote_types(r["a"], r["b"])) for r in promotions if "bfloat16" not in (r["a"], r["b"]) and r["b"] not in shapes_broadcasting.PYTHON_SCALARS)
+    assert all(
+        r["numpy"] == str(np.promote_types(r["a"], r["b"]))
+        for r in promotions
+        if "bfloat16" not in (r["a"], r["b"]) and r["b"] not in shapes_broadcasting.PYTHON_SCALARS
+    )
     return
 
 

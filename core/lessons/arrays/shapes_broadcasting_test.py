@@ -80,7 +80,9 @@ def test_lattice_matches_jnp_promote_types_everywhere():
         if a in shapes_broadcasting.PYTHON_SCALARS and b in shapes_broadcasting.PYTHON_SCALARS:
             continue
         left, right = (b, a) if a in shapes_broadcasting.PYTHON_SCALARS else (a, b)
-        assert shapes_broadcasting.lattice_join(a, b) == shapes_broadcasting.jnp_result(left, right), (a, b)
+        assert shapes_broadcasting.lattice_join(a, b) == shapes_broadcasting.jnp_result(
+            left, right
+        ), (a, b)
         assert shapes_broadcasting.lattice_join(a, b) == shapes_broadcasting.lattice_join(b, a)
 
 
@@ -89,10 +91,15 @@ def test_table_dtypes_are_what_arithmetic_really_returns(a):
     for b in shapes_broadcasting.PROMOTION_DTYPES + shapes_broadcasting.PYTHON_SCALARS:
         other = {"python int": 1, "python float": 1.0}.get(b)
         operand = jnp.zeros(2, b) if other is None else other
-        assert str((jnp.zeros(2, a) + operand).dtype) == shapes_broadcasting.jnp_result(a, b), (a, b)
+        assert str((jnp.zeros(2, a) + operand).dtype) == shapes_broadcasting.jnp_result(a, b), (
+            a,
+            b,
+        )
         if "bfloat16" not in (a, b):
             operand = np.zeros(2, b) if other is None else other
-            assert str((np.zeros(2, a) + operand).dtype) == shapes_broadcasting.numpy_result(a, b), (a, b)
+            assert str((np.zeros(2, a) + operand).dtype) == shapes_broadcasting.numpy_result(
+                a, b
+            ), (a, b)
 
 
 def test_promotion_table_against_numpy_and_known_differences():
@@ -129,7 +136,9 @@ def test_mse_mistake_numbers_match_float64_closed_forms(n):
     t = np.asarray(target, np.float64)[:, 0]
     pairwise = np.mean([[(p[j] - t[i]) ** 2 for j in range(n)] for i in range(n)])
     np.testing.assert_allclose(mistake.wrong, pairwise, rtol=1e-5)
-    np.testing.assert_allclose(shapes_broadcasting.broadcast_mse_closed_form(p, t), pairwise, rtol=1e-12)
+    np.testing.assert_allclose(
+        shapes_broadcasting.broadcast_mse_closed_form(p, t), pairwise, rtol=1e-12
+    )
     np.testing.assert_allclose(mistake.right, np.mean((p - t) ** 2), rtol=1e-5, atol=1e-7)
     if n >= 7:  # with a handful of examples the pairwise mean can land anywhere
         assert mistake.wrong > 5 * mistake.right  # plausible-looking, and badly wrong
@@ -143,7 +152,12 @@ def test_mse_contract_passes_matching_shapes_and_rank_promotion_is_scoped():
     np.testing.assert_allclose(
         float(value), shapes_broadcasting.mse_reference(prediction, target), rtol=1e-5
     )
-    assert shapes_broadcasting.caught_by_rank_promotion(shapes_broadcasting.mse, prediction, target[:, 0]) is None
+    assert (
+        shapes_broadcasting.caught_by_rank_promotion(
+            shapes_broadcasting.mse, prediction, target[:, 0]
+        )
+        is None
+    )
     # outside the context manager the default ("allow") is back
     assert (jnp.ones(3) - jnp.ones((3, 1))).shape == (3, 3)
 
