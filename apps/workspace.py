@@ -62,11 +62,15 @@ def _(include_env):
     )
     git_state = receipt["git"]
     if git_state["revision"] is None and git_state["dirty"] is None:
-        git_note = "this folder is not a git checkout, so the receipt cannot name the code that ran."
+        git_note = (
+            "this folder is not a git checkout, so the receipt cannot name the code that ran."
+        )
     elif git_state["revision"] is None:
         git_note = "the checkout has no commit yet: commit your work so a receipt can name it."
     elif git_state["dirty"]:
-        git_note = "the checkout has uncommitted changes: the sha alone does not reproduce this run."
+        git_note = (
+            "the checkout has uncommitted changes: the sha alone does not reproduce this run."
+        )
     else:
         git_note = "the checkout is clean: the sha names exactly the code that ran."
     mo.vstack(
@@ -128,9 +132,15 @@ def _(group, receipt):
                 "(a local label such as `+cpu` counts as matching, as in pip); **mismatch**: "
                 "another version; **missing**: not installed; **optional**: libtpu, which "
                 "only a TPU VM needs."
-                + ("" if pins else "\n\n*No pyproject.toml beside the lab: nothing to compare with.*")
+                + (
+                    ""
+                    if pins
+                    else "\n\n*No pyproject.toml beside the lab: nothing to compare with.*"
+                )
             ),
-            mo.ui.table(pd.DataFrame(shown_rows), selection=None, pagination=False, label="packages"),
+            mo.ui.table(
+                pd.DataFrame(shown_rows), selection=None, pagination=False, label="packages"
+            ),
             fix_output,
             mo.md(
                 "### What to do when a piece is missing\n"
@@ -161,13 +171,17 @@ def _():
 def _(probe, receipt):
     comparison = workspace.compare_with_probe(receipt, probe)
     mismatched = [row["field"] for row in comparison if not row["match"]]
-    check_passed = "error" not in probe and not mismatched
-    what = (
+    # The receipt is checked field by field, not measured: the error is the number of fields
+    # that differ from the fresh process, and none may.
+    check = lab.Check(
         f"receipt vs a fresh Python process with JAX_NUM_CPU_DEVICES={CPU_DEVICES} "
         f"({len(comparison) - len(mismatched)}/{len(comparison)} fields agree"
         + (f"; differ: {', '.join(mismatched)}" if mismatched else "")
         + (f"; {probe['error']}" if "error" in probe else "")
-        + ")"
+        + ")",
+        {"fields that differ": float(len(mismatched))},
+        0.0,
+        facts={"the fresh process answered": "error" not in probe},
     )
     mo.vstack(
         [
@@ -178,11 +192,16 @@ def _(probe, receipt):
                 "`jax.__version__`, `jaxlib.__version__`, `sys.version` and "
                 "`jax.device_count()` itself."
             ),
-            mo.ui.table(pd.DataFrame(comparison), selection=None, pagination=False, label="receipt vs subprocess"),
-            lab.check_badge(check_passed, what),
+            mo.ui.table(
+                pd.DataFrame(comparison),
+                selection=None,
+                pagination=False,
+                label="receipt vs subprocess",
+            ),
+            check,
         ]
     )
-    return check_passed, comparison
+    return (check,)
 
 
 @app.cell
@@ -251,8 +270,9 @@ def _(receipt, uploaded):
             other_output = mo.vstack(
                 [
                     mo.md(
-                        f"Receipt from **{other['host']['hostname']}** ({other['created_utc']}): "
-                        f"JAX on {other['jax']['backend']} with {other['jax']['device_count']} devices."
+                        f"Receipt from **{other['host']['hostname']}** "
+                        f"({other['created_utc']}): JAX on {other['jax']['backend']} "
+                        f"with {other['jax']['device_count']} devices."
                     ),
                     mo.ui.table(pd.DataFrame(versions), selection=None, pagination=False),
                 ]
@@ -262,8 +282,8 @@ def _(receipt, uploaded):
 
 
 @app.cell
-def test_check_passes(check_passed, comparison):
-    assert check_passed, f"receipt and fresh process disagree: {comparison}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 

@@ -227,7 +227,8 @@ def test_pinned_versions_of_a_temporary_pyproject(tmp_path):
 def test_pinned_versions_reject_conflicts_and_non_projects(tmp_path):
     path = tmp_path / "pyproject.toml"
     path.write_text(
-        '[project]\ndependencies = ["jax==0.10.2"]\n[project.optional-dependencies]\nold = ["jax==0.4.30"]\n'
+        '[project]\ndependencies = ["jax==0.10.2"]\n'
+        '[project.optional-dependencies]\nold = ["jax==0.4.30"]\n'
     )
     with pytest.raises(ValueError, match="pinned to both 0.10.2 and 0.4.30"):
         workspace.pinned_versions(path, extras=("old",))
