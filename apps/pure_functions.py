@@ -13,17 +13,37 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.lab import text
     from core.lessons.arrays import pure_functions
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag("calls", 5, "how many times the jitted function is called", lo=1, hi=20),
-        lab.Flag("distinct_shapes", 1, "how many different input shapes the calls cycle through", lo=1, hi=3),
+        lab.Flag(
+            "distinct_shapes",
+            1,
+            "how many different input shapes the calls cycle through",
+            lo=1,
+            hi=3,
+        ),
         lab.Flag("size", 4, "length N of the vector x", lo=2, hi=16),
-        lab.Flag("old_scale", 2.0, "value of the global SCALE when the function is first traced", lo=-3.0, hi=3.0, step=0.5),
-        lab.Flag("new_scale", 3.0, "value the global SCALE is changed to afterwards", lo=-3.0, hi=3.0, step=0.5),
+        lab.Flag(
+            "old_scale",
+            2.0,
+            "value of the global SCALE when the function is first traced",
+            lo=-3.0,
+            hi=3.0,
+            step=0.5,
+        ),
+        lab.Flag(
+            "new_scale",
+            3.0,
+            "value the global SCALE is changed to afterwards",
+            lo=-3.0,
+            hi=3.0,
+            step=0.5,
+        ),
         lab.Flag("seed", 0, "PRNG seed (jax.random and the numpy generator)", lo=0, hi=9999),
         description="Pure functions and explicit inputs: side effects and globals under jit.",
     )
@@ -89,10 +109,26 @@ def _():
 
 @app.cell
 def _(calls, distinct_shapes, seed, size):
-    effects = pure_functions.side_effects_demo(calls.value, distinct_shapes.value, size.value, seed.value)
+    effects = pure_functions.side_effects_demo(
+        calls.value, distinct_shapes.value, size.value, seed.value
+    )
     _counts = pd.DataFrame(
-        [{"call": c.call, "printed by": pure_functions.PYTHON_PRINT + " (trace time)", "lines so far": c.python_prints} for c in effects.calls]
-        + [{"call": c.call, "printed by": pure_functions.DEBUG_PRINT + " (every call)", "lines so far": c.debug_prints} for c in effects.calls]
+        [
+            {
+                "call": c.call,
+                "printed by": pure_functions.PYTHON_PRINT + " (trace time)",
+                "lines so far": c.python_prints,
+            }
+            for c in effects.calls
+        ]
+        + [
+            {
+                "call": c.call,
+                "printed by": pure_functions.DEBUG_PRINT + " (every call)",
+                "lines so far": c.debug_prints,
+            }
+            for c in effects.calls
+        ]
     )
     _calls = text.plural(calls.value, "call")
     _counter_chart = (
@@ -107,13 +143,24 @@ def _(calls, distinct_shapes, seed, size):
         .properties(width=380, height=200)
     )
     _noise = pd.DataFrame(
-        [{"call": c.call, "source": "numpy.random inside jit", "value": c.numpy_noise} for c in effects.calls]
-        + [{"call": c.call, "source": "jax.random.normal(key)", "value": c.jax_noise} for c in effects.calls]
+        [
+            {"call": c.call, "source": "numpy.random inside jit", "value": c.numpy_noise}
+            for c in effects.calls
+        ]
+        + [
+            {"call": c.call, "source": "jax.random.normal(key)", "value": c.jax_noise}
+            for c in effects.calls
+        ]
     )
     _noise_chart = (
         alt.Chart(_noise, title="the 'random' number each call returned")
         .mark_line(point=True)
-        .encode(x=alt.X("call:O", axis=alt.Axis(labelAngle=0)), y="value:Q", color=alt.Color("source:N", legend=alt.Legend(orient="bottom")), tooltip=["call", "source", alt.Tooltip("value:Q", format=".4f")])
+        .encode(
+            x=alt.X("call:O", axis=alt.Axis(labelAngle=0)),
+            y="value:Q",
+            color=alt.Color("source:N", legend=alt.Legend(orient="bottom")),
+            tooltip=["call", "source", alt.Tooltip("value:Q", format=".4f")],
+        )
         .properties(width=300, height=200)
     )
     mo.vstack(
@@ -121,13 +168,12 @@ def _(calls, distinct_shapes, seed, size):
             mo.hstack([_counter_chart, _noise_chart], justify="start"),
             mo.md(
                 f"Python's `print` ran **{effects.traces}** "
-                f"{'time' if effects.traces == 1 else 'times'}, once per trace "
-                "(the jit cache holds "
-                f"**{effects.compiled}** compiled "
-                f"{'program' if effects.compiled == 1 else 'programs'}); "
-                f"`jax.debug.print` ran **{effects.calls[-1].debug_prints}** "
-                "times, once per call, because it is an operation *in* the compiled program. The numpy draw "
-                "became a constant: every call with the same shape returns the same number. Everything printed:"
+                f"{'time' if effects.traces == 1 else 'times'}, once per trace (the jit cache "
+                f"holds **{effects.compiled}** compiled "
+                f"{'program' if effects.compiled == 1 else 'programs'}); `jax.debug.print` ran "
+                f"**{effects.calls[-1].debug_prints}** times, once per call, because it is an "
+                "operation *in* the compiled program. The numpy draw became a constant: every "
+                "call with the same shape returns the same number. Everything printed:"
             ),
             mo.plain_text(effects.printed.strip()),
         ]
@@ -176,13 +222,13 @@ def _():
 
 @app.cell
 def _(new_scale, old_scale, seed, size):
-    same_scale = old_scale.value == new_scale.value
-    if same_scale and lab.mode() == "script":
-        print(f"STOPPED: --old-scale and --new-scale are both {old_scale.value}: a value that never changes cannot go stale")
-    mo.stop(
-        same_scale,
-        mo.callout(mo.md(f"**Nothing to see.** SCALE stays {old_scale.value}, so nothing can go stale: pick two different values."), kind="warn"),
-    )
+    _problem = None
+    if old_scale.value == new_scale.value:
+        _problem = (
+            f"--old-scale and --new-scale are both {old_scale.value}: a value that never "
+            "changes cannot go stale"
+        )
+    lab.guard(_problem, headline="Nothing to see: pick two different values.")
     x_N = pure_functions.example_vector(jax.random.key(seed.value), size.value)
     stale = pure_functions.stale_global_demo(x_N, float(old_scale.value), float(new_scale.value))
     _series = {
@@ -191,7 +237,13 @@ def _(new_scale, old_scale, seed, size):
         "no jit, after SCALE = new": stale.eager_after_change,
         "pure jit, scale = new": stale.pure_new,
     }
-    _values = pd.DataFrame([{"element": i, "computed as": k, "value": float(v[i])} for k, v in _series.items() for i in range(size.value)])
+    _values = pd.DataFrame(
+        [
+            {"element": i, "computed as": k, "value": float(v[i])}
+            for k, v in _series.items()
+            for i in range(size.value)
+        ]
+    )
     _chart = (
         alt.Chart(_values, title="SCALE * tanh(x), element by element")
         .mark_bar()
@@ -199,7 +251,9 @@ def _(new_scale, old_scale, seed, size):
             x=alt.X("element:O", axis=alt.Axis(labelAngle=0)),
             xOffset=alt.XOffset("computed as:N", sort=list(_series)),
             y="value:Q",
-            color=alt.Color("computed as:N", sort=list(_series), legend=alt.Legend(orient="bottom", columns=2)),
+            color=alt.Color(
+                "computed as:N", sort=list(_series), legend=alt.Legend(orient="bottom", columns=2)
+            ),
             tooltip=["element", "computed as", alt.Tooltip("value:Q", format=".4f")],
         )
         .properties(width=max(240, 60 * size.value), height=220)
@@ -208,11 +262,13 @@ def _(new_scale, old_scale, seed, size):
         [
             _chart,
             mo.md(
-                f"After `SCALE = {stale.new_scale}` the jitted function still returns `{stale.old_scale} * tanh(x)` "
-                f"(first element {stale.after_change[0]:.4f}, not {stale.eager_after_change[0]:.4f}); called on `x[:-1]`, a new "
-                f"shape, it retraces and uses {stale.new_scale} (first element {stale.new_shape_after_change[0]:.4f}). "
-                f"Two shapes, two different scales, one function: `scaled_tanh` traced **{stale.impure_traces}** times. "
-                f"The pure version traced **{stale.pure_traces}** time for both scales."
+                f"After `SCALE = {stale.new_scale}` the jitted function still returns "
+                f"`{stale.old_scale} * tanh(x)` (first element {stale.after_change[0]:.4f}, not "
+                f"{stale.eager_after_change[0]:.4f}); called on `x[:-1]`, a new shape, it "
+                f"retraces and uses {stale.new_scale} (first element "
+                f"{stale.new_shape_after_change[0]:.4f}). Two shapes, two different scales, one "
+                f"function: `scaled_tanh` traced **{stale.impure_traces}** times. The pure "
+                f"version traced **{stale.pure_traces}** time for both scales."
             ),
         ]
     )
@@ -222,41 +278,46 @@ def _(new_scale, old_scale, seed, size):
 @app.cell
 def _(calls, distinct_shapes, effects, stale, x_N):
     # Independent reference: numpy float64 scale * tanh(x); counts worked out from the call list.
-    _tolerance = 1e-6  # float32 tanh and one multiply
-    check_errors = {
-        "pure jit(x, new) vs NumPy float64 new * tanh(x)": pure_functions.relative_error(stale.pure_new, pure_functions.scaled_tanh_reference(x_N, stale.new_scale)),
-        "impure jit after the change vs NumPy float64 OLD * tanh(x)": pure_functions.relative_error(stale.after_change, pure_functions.scaled_tanh_reference(x_N, stale.old_scale)),
-        "impure jit on a new shape vs NumPy float64 new * tanh(x[:-1])": pure_functions.relative_error(stale.new_shape_after_change, pure_functions.scaled_tanh_reference(x_N[:-1], stale.new_scale)),
-    }
+    _reference = pure_functions.scaled_tanh_reference
     _expected_traces = min(calls.value, distinct_shapes.value)
-    check_claims = {
-        f"Python print ran {_expected_traces}x in {calls.value} calls (once per shape)": effects.traces == _expected_traces == effects.compiled,
-        f"jax.debug.print ran {calls.value}x": effects.calls[-1].debug_prints == calls.value,
-        "numpy.random returned one frozen value per shape": all(len({c.numpy_noise for c in effects.calls if c.shape == s}) == 1 for s in {c.shape for c in effects.calls}),
-        "pure function traced once for two scales": stale.pure_traces == 1,
-    }
-    check_passed = max(check_errors.values()) <= _tolerance and all(check_claims.values())
-    mo.vstack(
-        [
-            lab.check_badge(
-                check_passed,
-                f"pure `scale * tanh(x)` matches NumPy float64; the impure one returns the stale `SCALE = {stale.old_scale}`; "
-                f"{text.plural(_expected_traces, 'trace')} in {text.plural(calls.value, 'call')}",
-                max(check_errors.values()),
-                _tolerance,
-            ),
-            lab.table(
-                [{"claim": k, "measured": f"error {v:.3g}"} for k, v in check_errors.items()]
-                + [{"claim": k, "measured": "holds" if v else "DOES NOT HOLD"} for k, v in check_claims.items()]
-            ),
-        ]
+    _frozen = all(
+        len({c.numpy_noise for c in effects.calls if c.shape == s}) == 1
+        for s in {c.shape for c in effects.calls}
     )
-    return check_claims, check_errors, check_passed
+    check = lab.Check(
+        "pure `scale * tanh(x)` matches NumPy float64; the impure one returns the stale "
+        f"`SCALE = {stale.old_scale}`; {text.plural(_expected_traces, 'trace')} in "
+        f"{text.plural(calls.value, 'call')}",
+        {
+            "pure jit(x, new) vs NumPy float64 new * tanh(x)": numerics.scaled_max_error(
+                stale.pure_new, _reference(x_N, stale.new_scale)
+            ),
+            "impure jit after the change vs NumPy float64 OLD * tanh(x)": (
+                numerics.scaled_max_error(stale.after_change, _reference(x_N, stale.old_scale))
+            ),
+            "impure jit on a new shape vs NumPy float64 new * tanh(x[:-1])": (
+                numerics.scaled_max_error(
+                    stale.new_shape_after_change, _reference(x_N[:-1], stale.new_scale)
+                )
+            ),
+        },
+        numerics.tolerance("float32"),
+        facts={
+            f"Python print ran {_expected_traces}x in {calls.value} calls (once per shape)": (
+                effects.traces == _expected_traces == effects.compiled
+            ),
+            f"jax.debug.print ran {calls.value}x": effects.calls[-1].debug_prints == calls.value,
+            "numpy.random returned one frozen value per shape": _frozen,
+            "pure function traced once for two scales": stale.pure_traces == 1,
+        },
+    )
+    check
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_claims, check_errors, check_passed):
-    assert check_passed, f"{check_errors} {check_claims}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -270,7 +331,12 @@ def test_trace_count_is_one_per_shape(calls, distinct_shapes, effects):
 @app.cell
 def test_stale_value_is_the_old_global(stale, x_N):
     np.testing.assert_allclose(stale.after_change, stale.first, rtol=0)
-    np.testing.assert_allclose(stale.after_change, pure_functions.scaled_tanh_reference(x_N, stale.old_scale), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        stale.after_change,
+        pure_functions.scaled_tanh_reference(x_N, stale.old_scale),
+        rtol=1e-6,
+        atol=1e-7,
+    )
     assert not np.allclose(stale.after_change, stale.pure_new)
     return
 

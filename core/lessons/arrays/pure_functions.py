@@ -52,7 +52,8 @@ def call_shapes(n_calls: int, distinct_shapes: int, size: int) -> list[tuple[int
     """The shape of x in each call: cycling through ``distinct_shapes`` vector lengths."""
     if n_calls < 1 or distinct_shapes < 1 or size < 1:
         raise ValueError(
-            f"n_calls, distinct_shapes and size must be >= 1, got {n_calls}, {distinct_shapes}, {size}"
+            f"n_calls, distinct_shapes and size must be >= 1, got {n_calls}, {distinct_shapes}, "
+            f"{size}"
         )
     return [(size + (i % distinct_shapes),) for i in range(n_calls)]
 
@@ -171,10 +172,3 @@ def stale_global_demo(x_N: jax.Array, old_scale: float, new_scale: float) -> Sta
 def scaled_tanh_reference(x_N, scale: float) -> np.ndarray:
     """numpy float64: scale * tanh(x), the independent reference."""
     return float(scale) * np.tanh(np.asarray(x_N, dtype=np.float64))
-
-
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max(max |reference|, 1), in float64."""
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    return float(np.max(np.abs(result - reference)) / max(float(np.max(np.abs(reference))), 1.0))
