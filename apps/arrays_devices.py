@@ -10,7 +10,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
+    from core.lab import charts
     from core.lessons.setup import arrays_devices
 
     lab.use_cpu_devices()
@@ -50,11 +51,26 @@ def _():
     cols = FLAGS.control("cols", ARGS)
     dtype = FLAGS.control("dtype", ARGS)
     seed = FLAGS.control("seed", ARGS)
-    device_a = mo.ui.slider(0, device_count - 1, value=min(ARGS.device_a, device_count - 1), label="device a", show_value=True)
-    device_b = mo.ui.slider(0, device_count - 1, value=min(ARGS.device_b, device_count - 1), label="device b", show_value=True)
+    device_a = mo.ui.slider(
+        0,
+        device_count - 1,
+        value=min(ARGS.device_a, device_count - 1),
+        label="device a",
+        show_value=True,
+    )
+    device_b = mo.ui.slider(
+        0,
+        device_count - 1,
+        value=min(ARGS.device_b, device_count - 1),
+        label="device b",
+        show_value=True,
+    )
     mo.vstack(
         [
-            mo.md(f"JAX sees **{device_count}** {jax.default_backend().upper()} devices: `{jax.devices()}`"),
+            mo.md(
+                f"JAX sees **{device_count}** {jax.default_backend().upper()} devices: "
+                f"`{jax.devices()}`"
+            ),
             mo.hstack([rows, cols, dtype, seed], justify="start", wrap=True),
             mo.hstack([device_a, device_b], justify="start"),
         ]
@@ -64,7 +80,9 @@ def _():
 
 @app.cell
 def _(cols, dtype, rows, seed):
-    x = arrays_devices.example_matrix(jax.random.key(seed.value), rows.value, cols.value, dtype.value)
+    x = arrays_devices.example_matrix(
+        jax.random.key(seed.value), rows.value, cols.value, dtype.value
+    )
     info = arrays_devices.describe(x)
     stats = arrays_devices.row_stats_RC(x)
     mo.vstack(
@@ -105,45 +123,38 @@ def _(device_a, device_b, x):
 def _(dtype, stats, x):
     # Independent reference: the same statistics in NumPy float64 on the same values.
     reference = arrays_devices.row_stats_reference(np.asarray(x.astype("float32")))
-    check_error = arrays_devices.relative_error(stats, reference)
-    check_tolerance = arrays_devices.RELATIVE_TOLERANCE[dtype.value] * max(1, x.shape[1]) ** 0.5 + 1e-6
-    check_passed = check_error <= check_tolerance
-    lab.check_badge(
-        check_passed,
+    check = lab.Check(
         f"row sum-of-squares and mean in {dtype.value} vs NumPy float64",
-        check_error,
-        check_tolerance,
+        numerics.scaled_max_error(stats, reference),
+        arrays_devices.check_tolerance(dtype.value, x.shape[1]),
     )
-    return check_error, check_passed, reference
+    check
+    return check, reference
 
 
 @app.cell
 def _(reference, stats, x):
-    values = pd.DataFrame(
-        [
-            {"row": r, "col": c, "value": float(v)}
-            for (r, c), v in np.ndenumerate(np.asarray(x.astype("float32")))
-        ]
-    )
-    heatmap = (
-        alt.Chart(values, title="x: values")
-        .mark_rect()
-        .encode(x="col:O", y="row:O", color=alt.Color("value:Q", scale=alt.Scale(scheme="redblue", domainMid=0)), tooltip=["row", "col", "value"])
-    )
+    heatmap = charts.heatmap(np.asarray(x.astype("float32")), "x: values", "row", "col")
     errors = pd.DataFrame(
         {
             "row": np.arange(reference.shape[0]),
-            "abs error, sum of squares": np.abs(np.asarray(stats[:, 0], dtype=np.float64) - reference[:, 0]),
+            "abs error, sum of squares": np.abs(
+                np.asarray(stats[:, 0], dtype=np.float64) - reference[:, 0]
+            ),
         }
     )
-    error_bars = alt.Chart(errors, title="|JAX - NumPy float64| per row").mark_bar().encode(x="row:O", y="abs error, sum of squares:Q")
+    error_bars = (
+        alt.Chart(errors, title="|JAX - NumPy float64| per row")
+        .mark_bar()
+        .encode(x="row:O", y="abs error, sum of squares:Q")
+    )
     mo.hstack([heatmap, error_bars])
     return
 
 
 @app.cell
-def test_check_passes(check_error, check_passed):
-    assert check_passed, f"row statistics differ from NumPy float64 by {check_error}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 

@@ -2,6 +2,7 @@ import jax
 import numpy as np
 import pytest
 
+from core import numerics
 from core.lessons.setup import arrays_devices
 
 
@@ -12,8 +13,9 @@ def test_row_stats_match_numpy_float64(dtype, shape):
     result = arrays_devices.row_stats_RC(x)
     reference = arrays_devices.row_stats_reference(np.asarray(x.astype("float32")))
     # bf16/f16 accumulate in their own precision: error grows with the row length.
-    tolerance = arrays_devices.RELATIVE_TOLERANCE[dtype] * max(1, shape[1]) ** 0.5 + 1e-6
-    assert arrays_devices.relative_error(result, reference) <= tolerance
+    tolerance = numerics.tolerance(dtype) * max(1, shape[1]) ** 0.5 + 1e-6
+    assert arrays_devices.check_tolerance(dtype, shape[1]) == tolerance
+    assert numerics.scaled_max_error(result, reference) <= tolerance
 
 
 def test_jit_equals_eager():
