@@ -31,8 +31,13 @@ lint: $(STAMP)
 check-apps: $(STAMP)
 	$(BIN)/marimo check --strict apps/*.py
 
+# pytest-xdist: PYTEST_WORKERS processes (0 runs in this process). --dist loadscope keeps
+# each module's tests on one worker, so a module's expensive fixtures (a reference training
+# run, a served gallery) are built once.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	JAX_PLATFORMS=cpu $(BIN)/python -m pytest $(PYTEST_FLAGS)
+	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
+		--durations=25 $(PYTEST_FLAGS)
 
 test: $(STAMP)
 	@start=$$(date +%s); \
