@@ -518,7 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--json", action="store_true", help="print the map as JSON")
     group.add_argument("--summary", action="store_true", help="print counts per phase")
     group.add_argument(
-        "--write-readme", action="store_true", help=f"regenerate {APPS_README.relative_to(REPO_ROOT)}"
+        "--write-readme",
+        action="store_true",
+        help=f"regenerate {APPS_README.relative_to(REPO_ROOT)}",
     )
     args = parser.parse_args(argv)  # exits 2 with usage on bad arguments
     if args.json:

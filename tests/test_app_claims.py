@@ -22,7 +22,8 @@ from core.nn import mlp, training
 
 # app stem -> the core dict holding its defaults, proven over seeds by the named test
 LESSON_DEFAULTS = {
-    "debug_unstable": debug_unstable.DEBUG_UNSTABLE_LESSON,  # core/lessons/nn_training/debug_unstable_test.py
+    # proven in core/lessons/nn_training/debug_unstable_test.py
+    "debug_unstable": debug_unstable.DEBUG_UNSTABLE_LESSON,
     "tiny_mlp": mlp.TINY_MLP_LESSON,  # core/nn/mlp_test.py
     "train_eval_step": training.TRAIN_EVAL_LESSON,  # core/nn/training_test.py
     "cnn_digits": digits.CNN_LESSON,  # core/data/digits_test.py
@@ -73,15 +74,23 @@ def _run(stem: str, flags: list[str]) -> subprocess.CompletedProcess:
 ONCE_FAILED = [
     ("first_gradient", ["--x0", "3"], "float32's best error 0 by luck: 'f64 beats f32' false"),
     ("first_gradient", ["--function", "log(1+x**2)", "--x0", "1"], "inflection: forward = central"),
-    ("flax_nnx", ["--dropout-rate", "0.05", "--batch", "2", "--hidden", "2", "--depth", "1"],
-     "two dropout masks of 4 entries agreed: 'the calls differ' false"),
-    ("losses_value_and_grad", ["--loss", "mse", "--batch", "1", "--features", "64",
-                               "--classes", "1"], "t = 0.1 overshoots curvature ~130"),
+    (
+        "flax_nnx",
+        ["--dropout-rate", "0.05", "--batch", "2", "--hidden", "2", "--depth", "1"],
+        "two dropout masks of 4 entries agreed: 'the calls differ' false",
+    ),
+    (
+        "losses_value_and_grad",
+        ["--loss", "mse", "--batch", "1", "--features", "64", "--classes", "1"],
+        "t = 0.1 overshoots curvature ~130",
+    ),
     ("train_eval_step", ["--learning-rate", "0.0001"], "'>= 90% accuracy' claimed at lr <= 0.05"),
 ]
 
 
-@pytest.mark.parametrize("case", ONCE_FAILED, ids=[f"{c[0]}[{' '.join(c[1])}]" for c in ONCE_FAILED])
+@pytest.mark.parametrize(
+    "case", ONCE_FAILED, ids=[f"{c[0]}[{' '.join(c[1])}]" for c in ONCE_FAILED]
+)
 def test_a_claim_that_once_failed_here_holds_or_is_not_made(case):
     stem, flags, why = case
     result = _run(stem, flags)
@@ -93,7 +102,11 @@ def test_a_claim_that_once_failed_here_holds_or_is_not_made(case):
 @pytest.mark.parametrize(
     "stem, flags, message",
     [
-        ("flax_nnx", ["--batch", "1"], "--batch must be between 2 and 64"),  # raised in make_dataset
+        (
+            "flax_nnx",
+            ["--batch", "1"],
+            "--batch must be between 2 and 64",
+        ),  # raised in make_dataset
         # above lr 0.1 float32 training drifts past the check's float64 tolerance
         ("resilient_training", ["--learning-rate", "0.5"], "--learning-rate must be between"),
     ],

@@ -60,12 +60,15 @@ def test_app_has_the_skeleton(app_path):
     keywords = {k.arg: ast.literal_eval(k.value) for k in _app_call(tree).keywords}
     assert keywords.get("width") == "medium"
     assert keywords.get("app_title"), "app_title names the lesson"
-    assert any(isinstance(n, ast.With) and ast.unparse(n.items[0].context_expr) == "app.setup" for n in tree.body), (
-        "imports live in `with app.setup:`"
-    )
+    assert any(
+        isinstance(n, ast.With) and ast.unparse(n.items[0].context_expr) == "app.setup"
+        for n in tree.body
+    ), "imports live in `with app.setup:`"
     cells = _cells(tree)
     first = cells[0]
-    assert "hide_code=True" in ast.unparse(first.decorator_list[0]), "the first cell is the hidden title"
+    assert "hide_code=True" in ast.unparse(first.decorator_list[0]), (
+        "the first cell is the hidden title"
+    )
     assert "mo.md(" in ast.unparse(first)
     assert any(cell.name.startswith("test_") for cell in cells), "an app carries test_* cells"
     assert "FLAGS.parse(" in source, "controls mirror command-line flags (core.lab.Flags)"
@@ -85,7 +88,10 @@ def test_lesson_is_named_and_has_a_check(app_path):
 def marimo_check_report():
     result = subprocess.run(
         [sys.executable, "-m", "marimo", "check", "--strict", "--format", "json", *map(str, APPS)],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        timeout=600,
     )
     return result
 
@@ -103,7 +109,9 @@ def test_marimo_check_is_clean(app_path, marimo_check_report):
 
 
 def test_marimo_check_exit_status(marimo_check_report):
-    assert marimo_check_report.returncode == 0, (marimo_check_report.stdout + marimo_check_report.stderr)[-3000:]
+    assert marimo_check_report.returncode == 0, (
+        marimo_check_report.stdout + marimo_check_report.stderr
+    )[-3000:]
 
 
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
@@ -112,7 +120,11 @@ def test_app_runs_headless(app_path, capsys):
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, str(app_path)],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, env=env, timeout=HEADLESS_LIMIT_S,
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        env=env,
+        timeout=HEADLESS_LIMIT_S,
     )
     HEADLESS_TIMES[app_path.name] = time.perf_counter() - start
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
@@ -127,7 +139,11 @@ def test_a_test_cell_under_a_stopped_ancestor_fails():
     fixture = curriculum.REPO_ROOT / "tests" / "fixtures" / "stopped_ancestor_app.py"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(fixture)],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=300, env=lab.child_env(),
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        timeout=300,
+        env=lab.child_env(),
     )
     assert result.returncode == 1, result.stdout[-3000:]
     assert "1 failed, 1 passed" in result.stdout, result.stdout[-3000:]

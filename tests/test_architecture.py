@@ -19,7 +19,10 @@ LINT_IMPORTS = pathlib.Path(sys.executable).with_name("lint-imports")
 def _lint(cwd: pathlib.Path, config: pathlib.Path, pythonpath: pathlib.Path):
     return subprocess.run(
         [str(LINT_IMPORTS), str(config), "--no-cache"],
-        capture_output=True, text=True, cwd=cwd, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pythonpath)},
     )
 
@@ -79,12 +82,14 @@ def test_every_domain_package_of_core_is_kept_off_lesson_code():
     """A new package or module in core/ must join the 'lesson code is a leaf' contract."""
     contracts = tomllib.loads((curriculum.REPO_ROOT / "pyproject.toml").read_text())
     leaf = next(
-        c for c in contracts["tool"]["importlinter"]["contracts"]
+        c
+        for c in contracts["tool"]["importlinter"]["contracts"]
         if c["forbidden_modules"] == ["core.lessons"]
     )
     core_dir = curriculum.REPO_ROOT / "core"
     members = {
-        f"core.{p.stem}" for p in core_dir.glob("*.py")
+        f"core.{p.stem}"
+        for p in core_dir.glob("*.py")
         if p.stem != "__init__" and not p.stem.endswith("_test")
     } | {f"core.{p.parent.name}" for p in core_dir.glob("*/__init__.py")}
     missing = members - {"core.lessons"} - set(leaf["source_modules"])

@@ -94,7 +94,7 @@ class Server:
                 start = max(
                     (i for i in range(end) if lines[i].startswith("Traceback")), default=end
                 )
-                return "\n".join(lines[start:end + 1])
+                return "\n".join(lines[start : end + 1])
         return "(not in the server log)"
 
 
@@ -106,8 +106,12 @@ def serve(argv: list[str], log_path: pathlib.Path, port: int):
     """Start ``argv`` (a server on ``port``), wait for /health, stop its process group after."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            argv, cwd=curriculum.REPO_ROOT, env=lab.child_env(PYTHONUNBUFFERED="1"),
-            stdout=log, stderr=subprocess.STDOUT, text=True,
+            argv,
+            cwd=curriculum.REPO_ROOT,
+            env=lab.child_env(PYTHONUNBUFFERED="1"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,  # make, marimo and the app hosts stopped together
         )
     server = Server(f"http://127.0.0.1:{port}", process, log_path)
@@ -183,13 +187,19 @@ def open_app(browser, gallery_url: str, file_name: str):
 def test_course_home_lists_every_phase(browser, gallery_url):
     page = open_app(browser, gallery_url, "index.py")
     try:
-        page.locator('section[data-phase="Workload operations"]').wait_for(timeout=STARTUP_TIMEOUT_MS)
+        page.locator('section[data-phase="Workload operations"]').wait_for(
+            timeout=STARTUP_TIMEOUT_MS
+        )
         listed = page.locator("section[data-phase]").evaluate_all(
             "nodes => nodes.map(n => n.getAttribute('data-phase'))"
         )
         assert listed == [phase.title for phase in curriculum.PHASES]
         # Every present lesson is a link that opens it in the gallery.
-        present = [lesson for lesson in curriculum.all_lessons() if curriculum.status(lesson.slug) == "present"]
+        present = [
+            lesson
+            for lesson in curriculum.all_lessons()
+            if curriculum.status(lesson.slug) == "present"
+        ]
         assert present, "the course has lesson apps"
         for lesson in present:
             link = page.locator(f'a[data-lesson="{lesson.slug}.py"]')
@@ -234,7 +244,8 @@ def test_course_home_reads_as_a_page(browser, gallery_url):
         states = curriculum.course_map()
         expected = [
             "built" if lesson["status"] == "present" else "planned"
-            for phase in states for lesson in phase["lessons"]
+            for phase in states
+            for lesson in phase["lessons"]
         ]
         assert [(status, badge) for status, badge, _text in styles["items"]] == [
             (word, word) for word in expected
@@ -251,7 +262,9 @@ def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, c
     page = open_app(browser, gallery_url, "arrays_devices.py")
     try:
         # Each app runs in its own process and sees the lab's 8 devices, whatever opened first.
-        page.get_by_text(re.compile(r"^JAX sees 8 CPU devices")).wait_for(timeout=STARTUP_TIMEOUT_MS)
+        page.get_by_text(re.compile(r"^JAX sees 8 CPU devices")).wait_for(
+            timeout=STARTUP_TIMEOUT_MS
+        )
 
         def heading(shape: str):
             return page.get_by_role("heading", name=re.compile(rf"^The array x: \({shape}\)"))
@@ -383,7 +396,9 @@ def wait_until_idle(page, watch: KernelWatch, timeout_s: float = IDLE_TIMEOUT_S)
     while True:
         watch.toasts.update(text.strip() for text in toasts.all_inner_texts())
         busy = (
-            not watch.kernel_ready or watch.completed_runs == 0 or watch.busy_cells()
+            not watch.kernel_ready
+            or watch.completed_runs == 0
+            or watch.busy_cells()
             or indicator.count() > 0
         )
         now = time.monotonic()
@@ -465,8 +480,18 @@ def fixture_app_server(tmp_path_factory):
     """
     port = _free_port()
     log_path = tmp_path_factory.mktemp("fixture") / "server.log"
-    argv = [sys.executable, "-m", "marimo", "run", str(FIXTURE_APP.parent), *SESSION_FLAGS,
-            "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "marimo",
+        "run",
+        str(FIXTURE_APP.parent),
+        *SESSION_FLAGS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with serve(argv, log_path, port) as server:
         yield server
 

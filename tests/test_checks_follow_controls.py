@@ -20,7 +20,10 @@ def headless_check_line(app: str, *flags: str) -> str:
     """The one PASS/FAIL line that `python apps/APP.py FLAGS` prints (asserting it is PASS)."""
     result = subprocess.run(
         [sys.executable, str(curriculum.APPS_DIR / f"{app}.py"), *flags],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        timeout=300,
         env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]

@@ -16,7 +16,11 @@ def test_readme_opens_with_the_two_commands():
 
 def test_readme_phase_table_matches_the_map():
     for number, phase in enumerate(curriculum.PHASES, start=1):
-        row = f"| {number} | {phase.title} | " + ", ".join(f"`{lesson.slug}`" for lesson in phase.lessons) + " |"
+        row = (
+            f"| {number} | {phase.title} | "
+            + ", ".join(f"`{lesson.slug}`" for lesson in phase.lessons)
+            + " |"
+        )
         assert row in README, f"README phase table is out of date at phase {number}"
 
 
@@ -24,6 +28,7 @@ def test_makefile_targets_the_readme_names_exist():
     makefile = (curriculum.REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     for target in ("lab", "test", "curriculum", "clean"):
         assert f"\n{target}:" in makefile
+
 
 def test_readme_tpu_commands_come_from_core():
     """The TPU commands README shows are the ones core/tpu/cloud_tpu.py builds."""

@@ -121,7 +121,8 @@ def test_sigkill_at_random_moments_resumes_from_the_last_committed_step_bit_for_
         options = ["--async-save"] if "async" in kind else []
         expected = _verified_steps_on_disk(run_dir)
         assert last_committed is None or (expected and expected[-1] >= last_committed), (
-            f"trial {trial}: the victim reported step {last_committed} committed, the directory has {expected}"
+            f"trial {trial}: the victim reported step {last_committed} committed, "
+            f"the directory has {expected}"
         )
         kill_after_save_step = None
         if kind.startswith("self-kill"):
@@ -201,8 +202,9 @@ def test_sigkill_at_random_moments_resumes_from_the_last_committed_step_bit_for_
     for record in trials:
         if record["resumed_from"]:
             assert record["digest"] == reference_digests[record["resumed_from"]], (
-                f"trial {record['trial']}: restored state differs from the uninterrupted run at step "
-                f"{record['resumed_from']}: {record['digest']} vs {reference_digests[record['resumed_from']]}"
+                f"trial {record['trial']}: restored state differs from the uninterrupted run at "
+                f"step {record['resumed_from']}: {record['digest']} vs "
+                f"{reference_digests[record['resumed_from']]}"
             )
         for step, loss in record["losses"].items():
             assert loss == reference_losses[step], (

@@ -64,7 +64,9 @@ class Flag:
             return
         if self.choices is not None:
             if self.default not in self.choices:
-                raise ValueError(f"flag {self.name}: default {self.default!r} not in {self.choices}")
+                raise ValueError(
+                    f"flag {self.name}: default {self.default!r} not in {self.choices}"
+                )
         elif isinstance(self.default, (int, float)):
             if self.lo is None or self.hi is None:
                 raise ValueError(f"flag {self.name}: a numeric control needs lo and hi bounds")
@@ -107,14 +109,19 @@ class Flags:
         for flag in self.flags.values():
             if isinstance(flag.default, bool):
                 parser.add_argument(
-                    flag.option, action=argparse.BooleanOptionalAction,
-                    default=flag.default, help=flag.help,
+                    flag.option,
+                    action=argparse.BooleanOptionalAction,
+                    default=flag.default,
+                    help=flag.help,
                 )
                 continue
             kind = type(flag.default)
             bounds = f" [{flag.lo}..{flag.hi}]" if flag.lo is not None else ""
             parser.add_argument(
-                flag.option, type=kind, default=flag.default, choices=flag.choices,
+                flag.option,
+                type=kind,
+                default=flag.default,
+                choices=flag.choices,
                 help=f"{flag.help}{bounds} (default: {flag.default})",
             )
         return parser
@@ -130,7 +137,9 @@ class Flags:
         parser = self.parser()
         args, _unknown = parser.parse_known_args(list(argv))
         for flag in self.flags.values():
-            if not isinstance(flag.default, bool) and (reason := flag.check(getattr(args, flag.name))):
+            if not isinstance(flag.default, bool) and (
+                reason := flag.check(getattr(args, flag.name))
+            ):
                 parser.error(reason)
         return args
 
@@ -144,18 +153,26 @@ class Flags:
         if isinstance(flag.default, bool):
             return mo.ui.switch(value=value, label=label)
         if flag.choices is not None:
-            return mo.ui.dropdown(options=[str(c) for c in flag.choices], value=str(value), label=label)
-        step = flag.step if flag.step is not None else (1 if isinstance(flag.default, int) else None)
+            return mo.ui.dropdown(
+                options=[str(c) for c in flag.choices], value=str(value), label=label
+            )
+        step = (
+            flag.step if flag.step is not None else (1 if isinstance(flag.default, int) else None)
+        )
         return mo.ui.slider(flag.lo, flag.hi, step=step, value=value, label=label, show_value=True)
 
 
-def check_badge(passed: bool, what: str, error: float | None = None, tolerance: float | None = None):
+def check_badge(
+    passed: bool, what: str, error: float | None = None, tolerance: float | None = None
+):
     """A pass/fail callout for a lesson's check cell, with the measured error."""
     import marimo as mo
 
     measured = ""
     if error is not None:
-        measured = f" max error {error:.3g}" + (f" (tolerance {tolerance:.1g})" if tolerance else "")
+        measured = f" max error {error:.3g}" + (
+            f" (tolerance {tolerance:.1g})" if tolerance else ""
+        )
     text = f"**{'PASS' if passed else 'FAIL'}**: {what}.{measured}"
     if mode() == "script":
         print(("PASS" if passed else "FAIL") + f": {what}.{measured}")
@@ -211,8 +228,12 @@ class Check:
 
     def rows(self) -> list[dict]:
         rows = [
-            {"measured": name, "error": f"{error:.3g}", "tolerance": f"{self.tolerances[name]:.1g}",
-             "pass": "yes" if name not in self.failed else "no"}
+            {
+                "measured": name,
+                "error": f"{error:.3g}",
+                "tolerance": f"{self.tolerances[name]:.1g}",
+                "pass": "yes" if name not in self.failed else "no",
+            }
             for name, error in self.errors.items()
         ]
         rows += [

@@ -27,11 +27,26 @@ import pandas as pd
 # and tableau20 picked greedily to be as far (in RGB) from all before them as possible:
 # no two of the 18 are closer than tableau10's own closest pair (purple and grey).
 TABLEAU10 = (
-    "#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b",
-    "#eeca3b", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac",
+    "#4c78a8",
+    "#f58518",
+    "#e45756",
+    "#72b7b2",
+    "#54a24b",
+    "#eeca3b",
+    "#b279a2",
+    "#ff9da6",
+    "#9d755d",
+    "#bab0ac",
 )
 EXTRA_COLORS = (
-    "#17becf", "#393b79", "#9edae5", "#843c39", "#98df8a", "#b79a20", "#dbdb8d", "#7b4173",
+    "#17becf",
+    "#393b79",
+    "#9edae5",
+    "#843c39",
+    "#98df8a",
+    "#b79a20",
+    "#dbdb8d",
+    "#7b4173",
 )
 PALETTE = TABLEAU10 + EXTRA_COLORS  # the colours that stay easy to tell apart
 DARK_FRACTION = 0.55  # a cell this far along its colour ramp is dark enough for white text

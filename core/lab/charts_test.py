@@ -10,8 +10,11 @@ from core.lab import charts
 def _vega_test(expression: str, value) -> bool:
     """Evaluate the small Vega expressions dark_cell_test writes, for one cell's value."""
     python = (
-        expression.replace("datum.value", "v").replace("!==", "is not").replace("null", "None")
-        .replace("&&", " and ").replace("||", " or ")
+        expression.replace("datum.value", "v")
+        .replace("!==", "is not")
+        .replace("null", "None")
+        .replace("&&", " and ")
+        .replace("||", " or ")
     )
     return bool(eval(python, {}, {"v": value}))  # noqa: S307  (our own expression, in a test)
 

@@ -48,7 +48,9 @@ def test_guard_passes_none_and_stops_with_the_reason(monkeypatch, capsys):
     lab.guard(None)
     monkeypatch.setattr(lab, "mode", lambda: "script")
     stopped = []
-    monkeypatch.setattr(mo, "stop", lambda predicate, output=None: stopped.append((predicate, output)))
+    monkeypatch.setattr(
+        mo, "stop", lambda predicate, output=None: stopped.append((predicate, output))
+    )
     lab.guard("heads (3) must divide d_model (64)")
     assert capsys.readouterr().out == "STOPPED: heads (3) must divide d_model (64)\n"
     assert stopped and stopped[0][0] is True and "heads (3)" in stopped[0][1].text

@@ -8,7 +8,8 @@ would assert the claim on settings it was never made for. ``at_defaults`` compar
 current control values instead.
 
 The claims themselves, and the multi-seed tests that prove their margins, live with the
-code they are about (``core.lessons.nn_training.debug_unstable``, ``core.nn.mlp``, ``core.nn.training``, ...).
+code they are about (``core.lessons.nn_training.debug_unstable``, ``core.nn.mlp``,
+``core.nn.training``, ...).
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ FLAGS = lab.Flags(
     lab.Flag("shuffle", True, "shuffle"),
 )
 DEFAULTS = {
-    "learning_rate": 0.3, "steps": 150, "batch_size": 32, "dataset": "blobs", "shuffle": True
+    "learning_rate": 0.3,
+    "steps": 150,
+    "batch_size": 32,
+    "dataset": "blobs",
+    "shuffle": True,
 }
 
 
@@ -23,8 +27,14 @@ def test_defaults_as_controls_hand_them_back():
 
 @pytest.mark.parametrize(
     "name, value",
-    [("learning_rate", 0.31), ("steps", 160), ("batch_size", "16"), ("dataset", "moons"),
-     ("shuffle", False), ("batch_size", "not a number")],
+    [
+        ("learning_rate", 0.31),
+        ("steps", 160),
+        ("batch_size", "16"),
+        ("dataset", "moons"),
+        ("shuffle", False),
+        ("batch_size", "not a number"),
+    ],
 )
 def test_any_moved_control_is_not_the_defaults(name, value):
     assert not claims.at_defaults(FLAGS, {**DEFAULTS, name: value})

@@ -24,7 +24,9 @@ def test_defaults_without_arguments():
 
 
 def test_flags_parse_and_ignore_foreign_arguments():
-    args = FLAGS.parse(["--rows", "12", "--dtype", "bfloat16", "--no-causal", "--port", "2718", "x.py"])
+    args = FLAGS.parse(
+        ["--rows", "12", "--dtype", "bfloat16", "--no-causal", "--port", "2718", "x.py"]
+    )
     assert (args.rows, args.dtype, args.causal) == (12, "bfloat16", False)
 
 
@@ -35,7 +37,11 @@ def test_no_prefix_abbreviations():
 
 @pytest.mark.parametrize(
     ("argv", "reason"),
-    [(["--rows", "0"], "between 1 and 64"), (["--scale", "2"], "between 0.0 and 1.0"), (["--dtype", "int8"], "invalid choice")],
+    [
+        (["--rows", "0"], "between 1 and 64"),
+        (["--scale", "2"], "between 0.0 and 1.0"),
+        (["--dtype", "int8"], "invalid choice"),
+    ],
 )
 def test_out_of_bounds_exits_2_with_the_reason(argv, reason, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -131,24 +137,52 @@ def test_table_headers_with_pipes_render_as_one_table():
 
 def test_table_formats_bools_floats_and_ints():
     rows = [
-        {"ok": True, "check": False, "loss": 2.718281828459045, "err": 3.2e-7, "steps": 1200,
-         "flops": 123456789.0, "np float": np.float32(0.1), "np bool": np.bool_(True),
-         "jax": jnp.asarray(0.333333), "name": "adam"},
+        {
+            "ok": True,
+            "check": False,
+            "loss": 2.718281828459045,
+            "err": 3.2e-7,
+            "steps": 1200,
+            "flops": 123456789.0,
+            "np float": np.float32(0.1),
+            "np bool": np.bool_(True),
+            "jax": jnp.asarray(0.333333),
+            "name": "adam",
+        },
     ]
     rendered = lab.table(rows, words={"check": ("PASS", "FAIL")}).text
     tables, parsed = _cells(rendered)
     assert tables == 1
     assert [text for _tag, text in parsed[1]] == [
-        "yes", "FAIL", "2.718", "3.2e-07", "1200", "123,456,789", "0.1", "yes", "0.3333", "adam",
+        "yes",
+        "FAIL",
+        "2.718",
+        "3.2e-07",
+        "1200",
+        "123,456,789",
+        "0.1",
+        "yes",
+        "0.3333",
+        "adam",
     ]
 
 
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        (0.0, "0"), (1.0, "1"), (-0.5, "-0.5"), (1234.5678, "1235"), (12345.6, "12,346"),
-        (0.0123456, "0.01235"), (0.001, "0.001"), (0.00099949, "0.000999"), (-2.5e-9, "-2.5e-09"),
-        (6.02e23, "6.02e+23"), (float("nan"), "nan"), (float("inf"), "inf"), (-math.inf, "-inf"),
+        (0.0, "0"),
+        (1.0, "1"),
+        (-0.5, "-0.5"),
+        (1234.5678, "1235"),
+        (12345.6, "12,346"),
+        (0.0123456, "0.01235"),
+        (0.001, "0.001"),
+        (0.00099949, "0.000999"),
+        (-2.5e-9, "-2.5e-09"),
+        (6.02e23, "6.02e+23"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (-math.inf, "-inf"),
     ],
 )
 def test_format_number(value, text):
