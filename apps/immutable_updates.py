@@ -10,15 +10,25 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.lessons.arrays import immutable_updates
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag("n", 8, "length N of x", lo=1, hi=32),
-        lab.Flag("indices", "0, 2, 2, 5, -1, 9", f"indices to update/read, comma-separated (at most {immutable_updates.MAX_INDICES}, each within +-{immutable_updates.MAX_ABS_INDEX})"),
+        lab.Flag(
+            "indices",
+            "0, 2, 2, 5, -1, 9",
+            f"indices to update/read, comma-separated (at most {immutable_updates.MAX_INDICES}, "
+            f"each within +-{immutable_updates.MAX_ABS_INDEX})",
+        ),
         lab.Flag("op", "add", "the .at[] update", choices=immutable_updates.OPS),
-        lab.Flag("mode", "default", "out-of-bounds mode of the update", choices=immutable_updates.UPDATE_MODES),
+        lab.Flag(
+            "mode",
+            "default",
+            "out-of-bounds mode of the update",
+            choices=immutable_updates.UPDATE_MODES,
+        ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         description="Immutable updates and indexing: .at[], duplicates, out-of-bounds indices.",
     )
@@ -55,7 +65,12 @@ def _():
     op = FLAGS.control("op", ARGS, label="update op")
     mode = FLAGS.control("mode", ARGS, label="update mode=")
     seed = FLAGS.control("seed", ARGS)
-    mo.vstack([mo.hstack([n, indices_text, seed], justify="start"), mo.hstack([op, mode], justify="start")])
+    mo.vstack(
+        [
+            mo.hstack([n, indices_text, seed], justify="start"),
+            mo.hstack([op, mode], justify="start"),
+        ]
+    )
     return indices_text, mode, n, op, seed
 
 
@@ -66,20 +81,26 @@ def _(indices_text, n, seed):
         indices_problem = None
     except ValueError as _error:
         indices_K, indices_problem = None, str(_error)
-    if indices_problem and lab.mode() == "script":
-        print(f"STOPPED: {indices_problem}")
-    mo.stop(indices_problem is not None, mo.callout(mo.md(f"**Can't use these indices.** {indices_problem}"), kind="warn"))
-    x_N, values_K = immutable_updates.example_arrays(jax.random.key(seed.value), n.value, len(indices_K))
+    lab.guard(indices_problem, headline="Can't use these indices.")
+    x_N, values_K = immutable_updates.example_arrays(
+        jax.random.key(seed.value), n.value, len(indices_K)
+    )
     _normalized = immutable_updates.normalized(indices_K, n.value)
     _inside = immutable_updates.in_bounds(indices_K, n.value)
-    _counts = {int(i): int(c) for i, c in zip(*np.unique(_normalized[_inside], return_counts=True), strict=True)}
+    _counts = {
+        int(i): int(c)
+        for i, c in zip(*np.unique(_normalized[_inside], return_counts=True), strict=True)
+    }
     _notes = []
     if any(c > 1 for c in _counts.values()):
         _repeated = [str(p) for p, c in _counts.items() if c > 1]
         _where = "positions " if len(_repeated) > 1 else "position "
         _notes.append("duplicates at " + _where + ", ".join(_repeated))
     if not _inside.all():
-        _notes.append("out of bounds: " + ", ".join(str(i) for i, ok in zip(indices_K, _inside, strict=True) if not ok))
+        _notes.append(
+            "out of bounds: "
+            + ", ".join(str(i) for i, ok in zip(indices_K, _inside, strict=True) if not ok)
+        )
     if any(i < 0 for i, ok in zip(indices_K, _inside, strict=True) if ok):
         _notes.append("negative indices count from the end, as in NumPy")
     _note_text = ("**Note:** " + "; ".join(_notes) + ".") if _notes else ""
@@ -106,28 +127,54 @@ def _(indices_K, mode, n, op, values_K, x_N):
         _landing[int(_p)].append(f"{float(values_K[_s]):g}")
     _frame = pd.DataFrame(
         [{"position": p, "array": "x (before)", "value": float(x_N[p])} for p in range(n.value)]
-        + [{"position": p, "array": f"x.at[idx].{op.value}(v)", "value": float(updated_N[p])} for p in range(n.value)]
+        + [
+            {"position": p, "array": f"x.at[idx].{op.value}(v)", "value": float(updated_N[p])}
+            for p in range(n.value)
+        ]
     )
-    _bars = alt.Chart(_frame).mark_bar().encode(
-        x=alt.X("position:O", axis=alt.Axis(labelAngle=0)),
-        xOffset=alt.XOffset("array:N", sort=["x (before)"]),
-        y=alt.Y("value:Q", title="value"),
-        color=alt.Color("array:N", sort=["x (before)"], legend=alt.Legend(orient="bottom")),
-        tooltip=["position", "array", "value"],
+    _bars = (
+        alt.Chart(_frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("position:O", axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("array:N", sort=["x (before)"]),
+            y=alt.Y("value:Q", title="value"),
+            color=alt.Color("array:N", sort=["x (before)"], legend=alt.Legend(orient="bottom")),
+            tooltip=["position", "array", "value"],
+        )
     )
     _reference_ticks = (
         alt.Chart(pd.DataFrame({"position": range(n.value), "NumPy reference": reference_N}))
         .mark_tick(color="black", thickness=2, size=14)
-        .encode(x="position:O", y=alt.Y("NumPy reference:Q", title="value"), tooltip=["position", "NumPy reference"])
+        .encode(
+            x="position:O",
+            y=alt.Y("NumPy reference:Q", title="value"),
+            tooltip=["position", "NumPy reference"],
+        )
     )
     _mode_text = "" if mode.value == "default" else f', mode="{mode.value}"'
     mo.vstack(
         [
-            mo.md(f"## `y = x.at[idx].{op.value}(v{_mode_text})`\nBars: before and after; black ticks: the NumPy float64 reference (`{immutable_updates.reference_spelling(op.value)}` after the same out-of-bounds rule)."),
-            (_bars + _reference_ticks).properties(width=max(260, 44 * n.value), height=220, title=f"x.at[idx].{op.value}(v{_mode_text})"),
+            mo.md(
+                f"## `y = x.at[idx].{op.value}(v{_mode_text})`\nBars: before and after; black "
+                "ticks: the NumPy float64 reference "
+                f"(`{immutable_updates.reference_spelling(op.value)}` after the same "
+                "out-of-bounds rule)."
+            ),
+            (_bars + _reference_ticks).properties(
+                width=max(260, 44 * n.value),
+                height=220,
+                title=f"x.at[idx].{op.value}(v{_mode_text})",
+            ),
             lab.table(
                 [
-                    {"position": p, "x": f"{float(x_N[p]):g}", "values landing here": ", ".join(_landing[p]) or "-", "jax.numpy": f"{float(updated_N[p]):g}", "NumPy reference": f"{reference_N[p]:g}"}
+                    {
+                        "position": p,
+                        "x": f"{float(x_N[p]):g}",
+                        "values landing here": ", ".join(_landing[p]) or "-",
+                        "jax.numpy": f"{float(updated_N[p]):g}",
+                        "NumPy reference": f"{reference_N[p]:g}",
+                    }
                     for p in range(n.value)
                 ]
             ),
@@ -139,14 +186,31 @@ def _(indices_K, mode, n, op, values_K, x_N):
 
 @app.cell
 def _(indices_K, n, op, values_K, x_N):
-    _fancy, _statement, _fancy_error = immutable_updates.numpy_fancy_update(x_N, indices_K, values_K, op.value)
+    _fancy, _statement, _fancy_error = immutable_updates.numpy_fancy_update(
+        x_N, indices_K, values_K, op.value
+    )
     _inside = immutable_updates.in_bounds(indices_K, n.value)
     _idx_inside, _values_inside = np.asarray(indices_K)[_inside], np.asarray(values_K)[_inside]
-    _fancy_inside, _, _ = immutable_updates.numpy_fancy_update(x_N, _idx_inside, _values_inside, op.value)
+    _fancy_inside, _, _ = immutable_updates.numpy_fancy_update(
+        x_N, _idx_inside, _values_inside, op.value
+    )
     _at_inside = immutable_updates.at_update(x_N, _idx_inside, _values_inside, op.value, "default")
-    _ufunc_inside = immutable_updates.update_reference(x_N, _idx_inside, _values_inside, op.value, "default")
+    _ufunc_inside = immutable_updates.update_reference(
+        x_N, _idx_inside, _values_inside, op.value, "default"
+    )
+    _spelling = immutable_updates.reference_spelling(op.value)
     _differs = [p for p in range(n.value) if _fancy_inside[p] != _ufunc_inside[p]]
-    _error_note = mo.callout(mo.md(f"**NumPy `{_statement}` with all of `idx` raises `IndexError`:** {_fancy_error}. The table uses the in-bounds indices only."), kind="info") if _fancy_error else mo.md("")
+    _error_note = (
+        mo.callout(
+            mo.md(
+                f"**NumPy `{_statement}` with all of `idx` raises `IndexError`:** "
+                f"{_fancy_error}. The table uses the in-bounds indices only."
+            ),
+            kind="info",
+        )
+        if _fancy_error
+        else mo.md("")
+    )
     mo.vstack(
         [
             mo.md(
@@ -167,15 +231,20 @@ def _(indices_K, n, op, values_K, x_N):
                         "position": p,
                         "x": f"{float(x_N[p]):g}",
                         f"NumPy {_statement}": f"{_fancy_inside[p]:g}",
-                        f"NumPy {immutable_updates.reference_spelling(op.value)}": f"{_ufunc_inside[p]:g}",
+                        f"NumPy {_spelling}": f"{_ufunc_inside[p]:g}",
                         f"jax.numpy .at[idx].{op.value}": f"{float(_at_inside[p]):g}",
                     }
                     for p in range(n.value)
                 ]
             ),
             mo.md(
-                f"Positions where NumPy's `{_statement}` disagrees with `ufunc.at`: **{', '.join(map(str, _differs)) or 'none'}**"
-                + (" (try `add` with a duplicated index)" if not _differs else ": those are the duplicates it lost.")
+                f"Positions where NumPy's `{_statement}` disagrees with `ufunc.at`: "
+                f"**{', '.join(map(str, _differs)) or 'none'}**"
+                + (
+                    " (try `add` with a duplicated index)"
+                    if not _differs
+                    else ": those are the duplicates it lost."
+                )
             ),
         ]
     )
@@ -184,10 +253,24 @@ def _(indices_K, n, op, values_K, x_N):
 
 @app.cell
 def _(indices_K, n, op, values_K, x_N):
-    gathered = {_m: np.asarray(immutable_updates.gather(x_N, indices_K, _m)) for _m in immutable_updates.GET_MODES}
-    updates_by_mode = {_m: np.asarray(immutable_updates.at_update(x_N, indices_K, values_K, op.value, _m)) for _m in immutable_updates.UPDATE_MODES}
+    gathered = {
+        _m: np.asarray(immutable_updates.gather(x_N, indices_K, _m))
+        for _m in immutable_updates.GET_MODES
+    }
+    updates_by_mode = {
+        _m: np.asarray(immutable_updates.at_update(x_N, indices_K, values_K, op.value, _m))
+        for _m in immutable_updates.UPDATE_MODES
+    }
     _, _numpy_error = immutable_updates.numpy_gather(x_N, indices_K)
-    _numpy_each = [immutable_updates.numpy_gather(x_N, (i,)) for i in indices_K]  # x[i], one index at a time
+    _numpy_says = (
+        f"`IndexError`: {_numpy_error}" if _numpy_error else "all indices are in bounds, no error"
+    )
+    # x[i], one index at a time
+    _numpy_each = [immutable_updates.numpy_gather(x_N, (i,)) for i in indices_K]
+
+    def _update_call(m):
+        return f".{op.value}(v{'' if m == 'default' else f', mode={m!r}'})"
+
     _normalized = immutable_updates.normalized(indices_K, n.value)
     _inside = immutable_updates.in_bounds(indices_K, n.value)
     mo.vstack(
@@ -204,23 +287,36 @@ def _(indices_K, n, op, values_K, x_N):
     them onto the first or last element. NumPy raises:
     """
             ),
-            mo.callout(mo.md(f"**NumPy `x[idx]`:** {'`IndexError`: ' + _numpy_error if _numpy_error else 'all indices are in bounds, no error'}"), kind="info"),
+            mo.callout(mo.md(f"**NumPy `x[idx]`:** {_numpy_says}"), kind="info"),
             lab.table(
                 [
                     {
                         "idx": i,
                         "means position": int(p) if ok else f"{int(p)} (out of bounds)",
-                        "NumPy x[i]": f"{_numpy_each[k][0][0]:g}" if _numpy_each[k][0] is not None else "IndexError",
+                        "NumPy x[i]": (
+                            f"{_numpy_each[k][0][0]:g}"
+                            if _numpy_each[k][0] is not None
+                            else "IndexError"
+                        ),
                         "jnp x[idx]": f"{gathered['default'][k]:g}",
                         'get(mode="clip")': f"{gathered['clip'][k]:g}",
                         'get(mode="fill")': f"{gathered['fill'][k]:g}",
                     }
-                    for k, (i, p, ok) in enumerate(zip(indices_K, _normalized, _inside, strict=True))
+                    for k, (i, p, ok) in enumerate(
+                        zip(indices_K, _normalized, _inside, strict=True)
+                    )
                 ],
                 caption="Reads",
             ),
             lab.table(
-                [{"position": p, "x": f"{float(x_N[p]):g}"} | {f'.{op.value}(v{"" if m == "default" else f", mode={m!r}"})': f"{updates_by_mode[m][p]:g}" for m in immutable_updates.UPDATE_MODES} for p in range(n.value)],
+                [
+                    {"position": p, "x": f"{float(x_N[p]):g}"}
+                    | {
+                        _update_call(m): f"{updates_by_mode[m][p]:g}"
+                        for m in immutable_updates.UPDATE_MODES
+                    }
+                    for p in range(n.value)
+                ],
                 caption=f"Updates with .at[idx].{op.value}",
             ),
         ]
@@ -234,7 +330,6 @@ def _(
     indices_K,
     mode,
     op,
-    reference_N,
     updated_N,
     updates_by_mode,
     values_K,
@@ -243,31 +338,50 @@ def _(
 ):
     # Independent reference: NumPy float64 ufunc.at (np.add.at, np.minimum.at, ...) or in-order
     # assignment, after normalizing negative indices and dropping/clamping out-of-bounds ones.
-    _checks = {m: immutable_updates.compare_update(updates_by_mode[m], x_N, indices_K, values_K, op.value, m) for m in immutable_updates.UPDATE_MODES}
-    _scale = max(1.0, float(np.max(np.abs(reference_N))))
-    check_errors = {f".{op.value} mode={m} vs NumPy (relative)": c.max_error / _scale for m, c in _checks.items()}
-    check_errors |= {f"get mode={m} vs NumPy clamp/fill": float(np.max(np.abs(gathered[m] - immutable_updates.gather_reference(x_N, indices_K, m)))) for m in immutable_updates.GET_MODES}
-    check_tolerance = 1e-6  # exact for small whole numbers; multiply can exceed float32's 24 bits
+    _checks = {
+        m: immutable_updates.compare_update(
+            updates_by_mode[m], x_N, indices_K, values_K, op.value, m
+        )
+        for m in immutable_updates.UPDATE_MODES
+    }
+    _errors = {
+        f".{op.value} mode={m} vs NumPy (scaled)": c.scaled_error for m, c in _checks.items()
+    }
+    _errors |= {
+        f"get mode={m} vs NumPy clamp/fill": numerics.max_abs_error(
+            gathered[m], immutable_updates.gather_reference(x_N, indices_K, m)
+        )
+        for m in immutable_updates.GET_MODES
+    }
     _ambiguous = _checks[mode.value].ambiguous_positions
-    check_passed = (
-        max(check_errors.values()) <= check_tolerance
-        and all(c.ambiguous_ok for c in _checks.values())
-        and x_unchanged
-        and np.array_equal(updated_N, updates_by_mode[mode.value])
+    check = lab.Check(
+        f".at[idx].{op.value} (every update mode) and x[idx] / .get (every mode) match NumPy "
+        "float64 ufunc.at / clamp / fill"
+        + (
+            f"; set() with duplicates at {list(_ambiguous)} wrote one of the candidate values"
+            if _ambiguous
+            else ""
+        ),
+        _errors,
+        # exact for small whole numbers; multiply can exceed float32's 24 bits
+        numerics.tolerance("float32"),
+        facts={
+            "set() with duplicates wrote one of the candidates": all(
+                c.ambiguous_ok for c in _checks.values()
+            ),
+            "x is unchanged": x_unchanged,
+            f"the mode={mode.value} update is the one shown": bool(
+                np.array_equal(updated_N, updates_by_mode[mode.value])
+            ),
+        },
     )
-    lab.check_badge(
-        check_passed,
-        f".at[idx].{op.value} (every update mode) and x[idx] / .get (every mode) match NumPy float64 ufunc.at / clamp / fill"
-        + (f"; set() with duplicates at {list(_ambiguous)} wrote one of the candidate values" if _ambiguous else ""),
-        max(check_errors.values()),
-        check_tolerance,
-    )
-    return check_errors, check_passed
+    check
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_errors, check_passed):
-    assert check_passed, f".at[] results differ from the NumPy reference: {check_errors}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -276,7 +390,11 @@ def test_add_accumulates_duplicates_like_np_add_at(indices_K, values_K, x_N):
     _result = immutable_updates.at_update(x_N, indices_K, values_K, "add", "drop")
     _reference = np.array(x_N, dtype=np.float64)
     _inside = immutable_updates.in_bounds(indices_K, x_N.shape[0])
-    np.add.at(_reference, immutable_updates.normalized(indices_K, x_N.shape[0])[_inside], np.asarray(values_K, np.float64)[_inside])
+    np.add.at(
+        _reference,
+        immutable_updates.normalized(indices_K, x_N.shape[0])[_inside],
+        np.asarray(values_K, np.float64)[_inside],
+    )
     np.testing.assert_allclose(_result, _reference, rtol=1e-6)
     return
 

@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 OPS = ("set", "add", "multiply", "min", "max")
 UPDATE_MODES = ("default", "drop", "clip")  # default = promise_in_bounds: drops out-of-bounds
 GET_MODES = ("default", "clip", "fill")  # default = promise_in_bounds: clamps out-of-bounds
@@ -29,7 +31,8 @@ _NUMPY_UFUNC = {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max"
 
 
 def parse_indices(text: str) -> tuple[int, ...]:
-    """'0, 2, 2, 5, -1, 9' -> (0, 2, 2, 5, -1, 9); at most MAX_INDICES, each |i| <= MAX_ABS_INDEX."""
+    """'0, 2, 2, 5, -1, 9' -> (0, 2, 2, 5, -1, 9); at most MAX_INDICES, each
+    |i| <= MAX_ABS_INDEX."""
     parts = [p for p in re.split(r"[,\s]+", text.strip().strip("[]()")) if p]
     if not parts:
         raise ValueError("type at least one index, e.g. 0, 2, 2, 5, -1, 9")
@@ -195,7 +198,8 @@ def numpy_gather(x_N, indices_K) -> tuple[np.ndarray | None, str]:
 class UpdateCheck:
     """jnp .at[] result vs the NumPy reference, honest about set() with duplicates."""
 
-    max_error: float  # over positions with a single well-defined answer
+    max_error: float  # max |result - reference| over positions with one well-defined answer
+    scaled_error: float  # the same positions, numerics.scaled_max_error
     ambiguous_positions: tuple[int, ...]  # set() wrote several values there
     ambiguous_ok: bool  # jnp's value there is one of the values written
 
@@ -213,5 +217,9 @@ def compare_update(result_N, x_N, indices_K, values_K, op: str, mode: str) -> Up
         ambiguous_ok = all(result[p] in candidates[p] for p in ambiguous)
     clear = np.ones(result.shape[0], dtype=bool)
     clear[list(ambiguous)] = False
-    error = float(np.max(np.abs(result[clear] - reference[clear]), initial=0.0))
-    return UpdateCheck(max_error=error, ambiguous_positions=ambiguous, ambiguous_ok=ambiguous_ok)
+    return UpdateCheck(
+        max_error=numerics.max_abs_error(result[clear], reference[clear]),
+        scaled_error=numerics.scaled_max_error(result[clear], reference[clear]),
+        ambiguous_positions=ambiguous,
+        ambiguous_ok=ambiguous_ok,
+    )

@@ -75,7 +75,9 @@ def test_min_max_multiply_match_numpy_ufunc_at(op, ufunc):
     idx = (0, 1, 1, 3, 3, 3, 5, 0, 2, 2, 4, 5)
     expected = np.asarray(x, np.float64).copy()
     ufunc.at(expected, list(idx), np.asarray(values, np.float64))
-    np.testing.assert_allclose(immutable_updates.at_update(x, idx, values, op, "drop"), expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        immutable_updates.at_update(x, idx, values, op, "drop"), expected, rtol=1e-6
+    )
 
 
 def test_set_with_duplicates_writes_one_of_the_candidates():
@@ -118,7 +120,9 @@ def test_numpy_raises_where_jax_does_not():
     assert values is None and "out of bounds" in error
     result, _, error = immutable_updates.numpy_fancy_update(x, (5,), np.ones(1), "set")
     assert result is None and "out of bounds" in error
-    np.testing.assert_array_equal(immutable_updates.gather(jnp.asarray(x), (0, 4), "default"), [0.0, 3.0])
+    np.testing.assert_array_equal(
+        immutable_updates.gather(jnp.asarray(x), (0, 4), "default"), [0.0, 3.0]
+    )
 
 
 def test_updates_inside_jit_match_eager():
