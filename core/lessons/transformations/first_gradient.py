@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 
 @dataclasses.dataclass(frozen=True)
 class ScalarFunction:
@@ -84,9 +86,6 @@ FUNCTIONS: dict[str, ScalarFunction] = {
 }
 NAMES = tuple(FUNCTIONS)
 
-# jax.grad in float32 vs float64 references: a few float32 roundoffs of the largest |f'|.
-RELATIVE_TOLERANCE = 1e-5
-
 
 def get(name: str) -> ScalarFunction:
     if name not in FUNCTIONS:
@@ -151,13 +150,6 @@ def forward_difference(
 DEFAULT_STEP = 1e-5
 
 
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max(max |reference|, 1), in float64."""
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    return float(np.max(np.abs(result - reference)) / max(float(np.max(np.abs(reference))), 1.0))
-
-
 @dataclasses.dataclass(frozen=True)
 class DerivativeComparison:
     """f and three derivatives of it on the same grid."""
@@ -170,11 +162,11 @@ class DerivativeComparison:
 
     @property
     def error_vs_closed_form(self) -> float:
-        return relative_error(self.jax_grad, self.closed_form)
+        return numerics.scaled_max_error(self.jax_grad, self.closed_form)
 
     @property
     def error_vs_finite_difference(self) -> float:
-        return relative_error(self.jax_grad, self.finite_difference)
+        return numerics.scaled_max_error(self.jax_grad, self.finite_difference)
 
     def long_rows(self) -> list[dict]:
         """One row per (x, curve), for a line chart with one line per curve."""
