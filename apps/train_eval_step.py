@@ -17,7 +17,7 @@ with app.setup:
     import pandas as pd
     from flax import nnx
 
-    from core import lab
+    from core import lab, numerics
     from core.lab import claims
     from core.nn import mlp, nnx_models, training
 
@@ -27,13 +27,29 @@ with app.setup:
         lab.Flag("learning_rate", 0.01, "learning rate", lo=0.0001, hi=1.0, step=0.0001),
         lab.Flag("batch_size", 32, "examples per training step", choices=(8, 16, 32, 64, 128)),
         lab.Flag("steps", 200, "training steps", lo=10, hi=2000, step=10),
-        lab.Flag("eval_every", 20, "evaluate on the test set every this many steps", lo=5, hi=200, step=5),
+        lab.Flag(
+            "eval_every", 20, "evaluate on the test set every this many steps", lo=5, hi=200, step=5
+        ),
         lab.Flag("hidden", 32, "units per hidden layer", lo=4, hi=128),
         lab.Flag("seed", 0, "PRNG seed (data, init, batch order)", lo=0, hi=9999),
         description="A compiled train and evaluation step: nnx.jit, Optax, metrics, step cost.",
     )
     ARGS = FLAGS.parse()
     TRAIN_POINTS, TEST_POINTS, CLASSES = 512, 256, 2
+    # Not the float32 table: one update through two float32 code paths (NNX vs a pure params
+    # pytree), judged relative to the update's own (small) size, where Adam's
+    # m / (sqrt(v) + eps) amplifies a last-bit difference of a small gradient.
+    UPDATE_TOLERANCE = 1e-4
+
+    def normwise_error(result, reference) -> float:
+        """Worst |result - reference| over all leaves / worst |reference| over all leaves.
+
+        No floor at 1 (unlike numerics.tree_scaled_max_error): an update of ~0.01 is measured
+        against its own scale, not as an absolute error."""
+        pairs = list(zip(jax.tree.leaves(result), jax.tree.leaves(reference), strict=True))
+        worst = max(numerics.max_abs_error(r, ref) for r, ref in pairs)
+        scale = max(float(np.max(np.abs(numerics.as_float64(ref)))) for _, ref in pairs)
+        return worst / max(scale, 1e-30)
 
 
 @app.cell(hide_code=True)
@@ -91,7 +107,6 @@ def _(batch_size, hidden, learning_rate, optimizer_name, seed):
     sizes = mlp.layer_sizes(2, hidden.value, 2, CLASSES)
     tx = training.make_optimizer(optimizer_name.value, learning_rate.value)
 
-
     @nnx.jit
     def build(key):
         # One compiled program draws every layer's weights. The keys below use the "rbg"
@@ -99,8 +114,9 @@ def _(batch_size, hidden, learning_rate, optimizer_name, seed):
         model = nnx_models.MLP(sizes, rngs=nnx.Rngs(params=key))
         return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
-
-    x_batches, y_batches = training.epoch_batches(x_train, y_train, int(batch_size.value), seed.value, 0)
+    x_batches, y_batches = training.epoch_batches(
+        x_train, y_train, int(batch_size.value), seed.value, 0
+    )
     mo.vstack(
         [
             mo.md(
@@ -112,8 +128,18 @@ def _(batch_size, hidden, learning_rate, optimizer_name, seed):
     {batch_size.value}. The train step, from `core/nn/training.py`:
     """
             ),
-            mo.ui.code_editor(inspect.getsource(training._train_step) + "\n" + inspect.getsource(training._eval_step), language="python", disabled=True),
-            mo.md("`training.train_step = nnx.jit(_train_step)`: NNX passes the model and optimizer through `jit` as state, and writes the updated state back into the objects after the call."),
+            mo.ui.code_editor(
+                inspect.getsource(training._train_step)
+                + "\n"
+                + inspect.getsource(training._eval_step),
+                language="python",
+                disabled=True,
+            ),
+            mo.md(
+                "`training.train_step = nnx.jit(_train_step)`: NNX passes the model and "
+                "optimizer through `jit` as state, and writes the updated state back into the "
+                "objects after the call."
+            ),
         ]
     )
     return build, tx, x_batches, x_test, x_train, y_batches, y_test, y_train
@@ -128,32 +154,45 @@ def _(build, learning_rate, optimizer_name, seed, tx, x_batches, y_batches):
     # A fresh nnx.jit (its own compile cache): this first call traces and compiles; its
     # time is the first bar of the timing chart below.
     train_step_fn = training.make_train_step()
-    probe_metrics, first_call_s = training.timed_call(train_step_fn, probe_model, probe_optimizer, x_batches[0], y_batches[0])
+    probe_metrics, first_call_s = training.timed_call(
+        train_step_fn, probe_model, probe_optimizer, x_batches[0], y_batches[0]
+    )
     params_after = nnx_models.to_hand_params(probe_model)
     reference_after, reference_grads = training.reference_update(
-        functools.partial(mlp.loss, activation="relu"), params_before, x_batches[0], y_batches[0], tx
+        functools.partial(mlp.loss, activation="relu"),
+        params_before,
+        x_batches[0],
+        y_batches[0],
+        tx,
     )
     _nnx_update = jax.tree.map(np.subtract, params_after, params_before)
     _reference_update = jax.tree.map(np.subtract, reference_after, params_before)
-    check_errors = {"update: train_step vs Optax by hand (relative)": mlp.relative_error(_nnx_update, _reference_update)}
+    check_errors = {
+        "update: train_step vs Optax by hand (relative)": normwise_error(
+            _nnx_update, _reference_update
+        )
+    }
     if optimizer_name.value == "sgd":
         _numpy_after = training.sgd_reference(params_before, reference_grads, learning_rate.value)
-        check_errors["params: train_step vs NumPy float64 SGD (relative)"] = mlp.relative_error(params_after, _numpy_after)
-    check_errors["batch loss vs NumPy float64"] = abs(float(probe_metrics["loss"]) - mlp.loss_reference(params_before, x_batches[0], y_batches[0]))
-    check_tolerance = 1e-4
-    check_passed = max(check_errors.values()) <= check_tolerance
-    mo.vstack(
-        [
-            lab.check_badge(
-                check_passed,
-                f"one {optimizer_name.value} train_step equals Optax applied by hand to jax.grad of core.nn.mlp.loss",
-                max(check_errors.values()),
-                check_tolerance,
-            ),
-            lab.table([{"comparison": k, "error": f"{v:.2g}"} for k, v in check_errors.items()]),
-        ]
+        check_errors["params: train_step vs NumPy float64 SGD (relative)"] = normwise_error(
+            params_after, _numpy_after
+        )
+    check_errors["batch loss vs NumPy float64"] = numerics.scaled_max_error(
+        probe_metrics["loss"], mlp.loss_reference(params_before, x_batches[0], y_batches[0])
     )
-    return check_errors, check_passed, first_call_s, train_step_fn
+    check = lab.Check(
+        f"one {optimizer_name.value} train_step equals Optax applied by hand to jax.grad of "
+        "core.nn.mlp.loss",
+        check_errors,
+        {
+            name: numerics.tolerance("float32")
+            if name.startswith("batch loss")
+            else UPDATE_TOLERANCE
+            for name in check_errors
+        },
+    )
+    check
+    return check, first_call_s, train_step_fn
 
 
 @app.cell
@@ -169,7 +208,15 @@ def _(
 ):
     # The train step compiled in the check above; a fresh eval step compiles here.
     timing_model, timing_optimizer = build(jax.random.key(seed.value, impl="rbg"))
-    train_timing = training.time_calls(train_step_fn, timing_model, timing_optimizer, x_batches[0], y_batches[0], repeats=20, first_s=first_call_s)
+    train_timing = training.time_calls(
+        train_step_fn,
+        timing_model,
+        timing_optimizer,
+        x_batches[0],
+        y_batches[0],
+        repeats=20,
+        first_s=first_call_s,
+    )
     # nnx.jit walks the model's object graph on every call (split, then merge the results
     # back); nnx.cached_partial does that walk once, then calls the same compiled program.
     cached_step = nnx.cached_partial(train_step_fn, timing_model, timing_optimizer)
@@ -179,15 +226,30 @@ def _(
     timing_rows = pd.DataFrame(
         [
             {"step": name, "call": call, "ms": 1e3 * value}
-            for name, timing in (("train step", train_timing), ("train step, cached_partial", cached_timing), ("eval step", eval_timing))
-            for call, value in (("first call (trace + compile + run)", timing.first_s), ("steady-state median", timing.median_s))
+            for name, timing in (
+                ("train step", train_timing),
+                ("train step, cached_partial", cached_timing),
+                ("eval step", eval_timing),
+            )
+            for call, value in (
+                ("first call (trace + compile + run)", timing.first_s),
+                ("steady-state median", timing.median_s),
+            )
             if not (name.endswith("cached_partial") and call.startswith("first"))
         ]
     )
     timing_chart = (
-        alt.Chart(timing_rows, title=f"What a step costs ({jax.default_backend().upper()}, log scale)")
+        alt.Chart(
+            timing_rows, title=f"What a step costs ({jax.default_backend().upper()}, log scale)"
+        )
         .mark_bar()
-        .encode(y=alt.Y("step:N", title=None), yOffset="call:N", x=alt.X("ms:Q", scale=alt.Scale(type="log"), title="milliseconds"), color="call:N", tooltip=["step", "call", alt.Tooltip("ms:Q", format=".3f")])
+        .encode(
+            y=alt.Y("step:N", title=None),
+            yOffset="call:N",
+            x=alt.X("ms:Q", scale=alt.Scale(type="log"), title="milliseconds"),
+            color="call:N",
+            tooltip=["step", "call", alt.Tooltip("ms:Q", format=".3f")],
+        )
         .properties(width=420, height=120)
     )
     mo.vstack(
@@ -240,7 +302,9 @@ def _(
         x_eval=x_test,
         y_eval=y_test,
         eval_every=eval_every.value,
-        progress=lambda it: mo.status.progress_bar(it, title="Training", subtitle=f"{steps.value} steps"),
+        progress=lambda it: mo.status.progress_bar(
+            it, title="Training", subtitle=f"{steps.value} steps"
+        ),
         train_fn=train_step_fn,
         eval_fn=fresh_eval_step,
     )
@@ -251,7 +315,9 @@ def _(
         ]
     ).melt(["step", "split"], var_name="metric")
     curve_chart = (
-        alt.Chart(curves, title="Metrics per step: train batches (before the update) and the test set")
+        alt.Chart(
+            curves, title="Metrics per step: train batches (before the update) and the test set"
+        )
         .mark_line(point=alt.OverlayMarkDef(size=12))
         .encode(
             x="step:Q",
@@ -268,7 +334,8 @@ def _(
         [
             mo.md(
                 f"## Training: {steps.value} steps\n"
-                f"Test accuracy **{eval_rows[-1]['accuracy']:.1%}** (loss {eval_rows[-1]['loss']:.3f}) "
+                f"Test accuracy **{eval_rows[-1]['accuracy']:.1%}** "
+                f"(loss {eval_rows[-1]['loss']:.3f}) "
                 f"after the last step; the first batch's loss was {train_rows[0]['loss']:.3f}."
             ),
             curve_chart,
@@ -283,8 +350,8 @@ def _(
 
 
 @app.cell
-def test_check_passes(check_errors, check_passed):
-    assert check_passed, f"train_step differs from the reference update: {check_errors}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -305,7 +372,15 @@ def test_training_learns(
     # ARGS while the sliders move); core/nn/training_test.py proves it over seeds with margin.
     # (It was claimed for any adam run of >= 200 steps at lr <= 0.05: false at lr 0.0001, and
     # at lr 0.001 on some seeds.)
-    _controls = dict(optimizer=optimizer_name, learning_rate=learning_rate, batch_size=batch_size, steps=steps, eval_every=eval_every, hidden=hidden, seed=seed)
+    _controls = dict(
+        optimizer=optimizer_name,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        steps=steps,
+        eval_every=eval_every,
+        hidden=hidden,
+        seed=seed,
+    )
     if claims.at_defaults(FLAGS, {_name: _control.value for _name, _control in _controls.items()}):
         assert np.isfinite([r["loss"] for r in train_rows]).all()
         assert eval_rows[-1]["accuracy"] >= 0.9
@@ -318,13 +393,25 @@ def test_eval_step_matches_numpy(fresh_eval_step, model, x_test, y_test):
     _evaluation = fresh_eval_step(model, x_test, y_test)
     _reference = training.accuracy_reference(_evaluation["logits"], y_test)
     assert abs(float(_evaluation["accuracy"]) - _reference) <= 1e-6
-    np.testing.assert_allclose(float(_evaluation["loss"]), mlp.loss_reference(nnx_models.to_hand_params(model), x_test, y_test), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(_evaluation["loss"]),
+        mlp.loss_reference(nnx_models.to_hand_params(model), x_test, y_test),
+        rtol=1e-5,
+    )
     return
 
 
 @app.cell
 def test_timings_are_measured(cached_timing, eval_timing, train_timing):
-    assert min(train_timing.first_s, train_timing.median_s, eval_timing.median_s, cached_timing.median_s) > 0
+    assert (
+        min(
+            train_timing.first_s,
+            train_timing.median_s,
+            eval_timing.median_s,
+            cached_timing.median_s,
+        )
+        > 0
+    )
     assert len(train_timing.steady_s) == len(cached_timing.steady_s) == 20
     return
 
