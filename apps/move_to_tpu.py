@@ -21,14 +21,31 @@ with app.setup:
     REPO_ROOT = APPS_DIR.parent
     RUNTIME_CHOICES = ("auto", *cloud_tpu.RUNTIME_VERSIONS.values())
     FLAGS = lab.Flags(
-        lab.Flag("accelerator_type", "v5litepod-8", "gcloud accelerator type", choices=tuple(cloud_tpu.ACCELERATOR_TYPES)),
+        lab.Flag(
+            "accelerator_type",
+            "v5litepod-8",
+            "gcloud accelerator type",
+            choices=tuple(cloud_tpu.ACCELERATOR_TYPES),
+        ),
         lab.Flag("zone", "us-west4-a", "zone to create the TPU VM in", choices=cloud_tpu.ALL_ZONES),
-        lab.Flag("runtime_version", "auto", "TPU software version (auto: the generation's image)", choices=RUNTIME_CHOICES),
+        lab.Flag(
+            "runtime_version",
+            "auto",
+            "TPU software version (auto: the generation's image)",
+            choices=RUNTIME_CHOICES,
+        ),
         lab.Flag("tpu_name", "jax-tpu-lab", "name of the TPU VM"),
         lab.Flag("project", "", "Google Cloud project id (empty: gcloud's configured project)"),
         lab.Flag("spot", False, "create a Spot TPU VM (cheaper, can be preempted)"),
-        lab.Flag("script_flags", "--rows 4 --cols 4 --seed 1", "flags for the exported script; write --script-flags='--rows 2'"),
-        description="Move your experiment to a TPU: gcloud commands for a Cloud TPU VM, and a headless export.",
+        lab.Flag(
+            "script_flags",
+            "--rows 4 --cols 4 --seed 1",
+            "flags for the exported script; write --script-flags='--rows 2'",
+        ),
+        description=(
+            "Move your experiment to a TPU: gcloud commands for a Cloud TPU VM, "
+            "and a headless export."
+        ),
     )
     ARGS = FLAGS.parse()
 
@@ -80,7 +97,9 @@ def _():
     zone = FLAGS.control("zone", ARGS)
     runtime_version = FLAGS.control("runtime_version", ARGS, label="runtime version")
     tpu_name = mo.ui.text(value=ARGS.tpu_name, label="TPU name")
-    project = mo.ui.text(value=ARGS.project, label="project (optional)", placeholder="gcloud's default")
+    project = mo.ui.text(
+        value=ARGS.project, label="project (optional)", placeholder="gcloud's default"
+    )
     spot = FLAGS.control("spot", ARGS, label="Spot VM")
     mo.vstack(
         [
@@ -106,19 +125,20 @@ def _(accelerator_type, project, runtime_version, spot, tpu_name, zone):
         vm_problem = None
     except ValueError as error:
         vm, vm_problem = None, str(error)
-    if vm_problem and lab.mode() == "script":
-        print(f"STOPPED: {vm_problem}")
-    mo.stop(
-        vm_problem is not None,
-        mo.callout(mo.md(f"**This TPU VM cannot be created.** {vm_problem}"), kind="warn"),
-    )
+    lab.guard(vm_problem, headline="This TPU VM cannot be created.")
     slice_rows = [
         {"property": "generation", "value": vm.generation},
         {"property": "chips (JAX devices)", "value": str(vm.accelerator.chips)},
         {"property": "hosts (gcloud workers)", "value": str(vm.accelerator.hosts)},
-        {"property": "chips per host", "value": str(min(vm.accelerator.chips, vm.accelerator.chips_per_host))},
+        {
+            "property": "chips per host",
+            "value": str(min(vm.accelerator.chips, vm.accelerator.chips_per_host)),
+        },
         {"property": "runtime version", "value": vm.runtime_version},
-        {"property": "zones with this generation", "value": ", ".join(cloud_tpu.ZONES[vm.generation])},
+        {
+            "property": "zones with this generation",
+            "value": ", ".join(cloud_tpu.ZONES[vm.generation]),
+        },
         {"property": "billing", "value": "Spot (preemptible)" if vm.spot else "on-demand"},
     ]
     if vm.accelerator.multi_host:
@@ -139,8 +159,7 @@ def _(accelerator_type, project, runtime_version, spot, tpu_name, zone):
         [
             mo.ui.table(pd.DataFrame(slice_rows), selection=None, label="your slice"),
             mo.md(
-                hosts_note
-                + f"\n\nHere, for comparison, JAX sees {jax.device_count()} virtual "
+                hosts_note + f"\n\nHere, for comparison, JAX sees {jax.device_count()} virtual "
                 f"{jax.default_backend().upper()} devices in one process."
             ),
         ]
@@ -151,10 +170,17 @@ def _(accelerator_type, project, runtime_version, spot, tpu_name, zone):
 @app.cell
 def _(accelerator_type):
     chosen_generation = cloud_tpu.ACCELERATOR_TYPES[accelerator_type.value].generation
-    same_generation = [a for a in cloud_tpu.ACCELERATOR_TYPES.values() if a.generation == chosen_generation]
+    same_generation = [
+        a for a in cloud_tpu.ACCELERATOR_TYPES.values() if a.generation == chosen_generation
+    ]
     sizes = pd.DataFrame(
         [
-            {"type": a.name, "measure": measure, "count": count, "chosen": a.name == accelerator_type.value}
+            {
+                "type": a.name,
+                "measure": measure,
+                "count": count,
+                "chosen": a.name == accelerator_type.value,
+            }
             for a in same_generation
             for measure, count in (("chips", a.chips), ("hosts (workers)", a.hosts))
         ]
@@ -168,14 +194,20 @@ def _(accelerator_type):
     (
         alt.layer(
             bars.mark_bar().encode(
-                color=alt.Color("chosen:N", scale=alt.Scale(domain=[True, False], range=["#e45756", "#4c78a8"]), legend=None)
+                color=alt.Color(
+                    "chosen:N",
+                    scale=alt.Scale(domain=[True, False], range=["#e45756", "#4c78a8"]),
+                    legend=None,
+                )
             ),
             bars.mark_text(dy=-6, fontSize=10).encode(text="count:Q"),
         )
         .properties(width=280, height=180)
         .facet(column=alt.Column("measure:N", title=None), data=sizes)
         .resolve_scale(y="independent")
-        .properties(title=f"{chosen_generation}: chips and hosts per accelerator type (yours in red)")
+        .properties(
+            title=f"{chosen_generation}: chips and hosts per accelerator type (yours in red)"
+        )
     )
     return
 
@@ -183,7 +215,9 @@ def _(accelerator_type):
 @app.cell
 def _():
     previous_app = cloud_tpu.previous_lesson_app(APPS_DIR)
-    script_flags = mo.ui.text(value=ARGS.script_flags, label="flags for the script", full_width=True)
+    script_flags = mo.ui.text(
+        value=ARGS.script_flags, label="flags for the script", full_width=True
+    )
     run_button = mo.ui.run_button(label="Export and run the script")
     mo.vstack(
         [
@@ -212,11 +246,9 @@ def _(script_flags):
         script_flags_problem = None
     except ValueError as error:
         script_flag_words, script_flags_problem = [], str(error)
-    if script_flags_problem and lab.mode() == "script":
-        print(f"STOPPED: --script-flags do not parse ({script_flags_problem})")
-    mo.stop(
-        script_flags_problem is not None,
-        mo.callout(mo.md(f"**The script flags do not parse** ({script_flags_problem}): close every quote."), kind="warn"),
+    lab.guard(
+        f"--script-flags do not parse ({script_flags_problem})" if script_flags_problem else None,
+        headline="Close every quote in the script flags.",
     )
     return (script_flag_words,)
 
@@ -225,11 +257,18 @@ def _(script_flags):
 def _(previous_app, run_button, script_flag_words, script_flags):
     if lab.interactive() and not run_button.value:
         export_run = None
-        export_view = mo.callout(mo.md("Press **Export and run the script** to export and run it (a few seconds)."), kind="info")
+        export_view = mo.callout(
+            mo.md("Press **Export and run the script** to export and run it (a few seconds)."),
+            kind="info",
+        )
     else:
         with mo.status.spinner(title=f"Exporting {previous_app.name} and running the script ..."):
             export_run = cloud_tpu.export_and_run(previous_app, REPO_ROOT, script_flag_words)
-        ignored = cloud_tpu.unknown_flags(script_flag_words, export_run.help.stdout) if export_run.help else []
+        ignored = (
+            cloud_tpu.unknown_flags(script_flag_words, export_run.help.stdout)
+            if export_run.help
+            else []
+        )
         parts = [
             mo.md(
                 f"**1. Export** into a temporary folder (exit code {export_run.export.returncode}, "
@@ -238,47 +277,65 @@ def _(previous_app, run_button, script_flag_words, script_flags):
             ),
         ]
         if not export_run.export.ok:
-            parts.append(mo.callout(mo.md(f"The export failed:\n```\n{export_run.export.stderr[-3000:]}\n```"), kind="danger"))
+            parts.append(
+                mo.callout(
+                    mo.md(f"The export failed:\n```\n{export_run.export.stderr[-3000:]}\n```"),
+                    kind="danger",
+                )
+            )
         else:
+            _run_line = shlex.join(["python", export_run.script_name, *script_flag_words])
+            _run_output = (export_run.run.stdout + export_run.run.stderr).strip()[-3000:]
             parts += [
-                mo.accordion({"The script's header (origin, source hash, versions, flags)": mo.md(f"```python\n{export_run.script_header}\n```")}),
+                mo.accordion(
+                    {
+                        "The script's header (origin, source hash, versions, flags)": mo.md(
+                            f"```python\n{export_run.script_header}\n```"
+                        )
+                    }
+                ),
                 mo.md(
                     f"**2. Its flags** (`python {export_run.script_name} --help`, exit code "
                     f"{export_run.help.returncode}):\n```\n{export_run.help.stdout.strip()}\n```"
                 ),
                 mo.md(
-                    f"**3. A real run** (`{shlex.join(['python', export_run.script_name, *script_flag_words])}`, "
-                    f"exit code **{export_run.run.returncode}**, {export_run.run.seconds:.1f} s):\n"
-                    f"```\n{(export_run.run.stdout + export_run.run.stderr).strip()[-3000:] or '(no output)'}\n```"
+                    f"**3. A real run** (`{_run_line}`, "
+                    f"exit code **{export_run.run.returncode}**, "
+                    f"{export_run.run.seconds:.1f} s):\n"
+                    f"```\n{_run_output or '(no output)'}\n```"
                 ),
             ]
         if ignored:
             parts.append(
                 mo.callout(
-                    mo.md(f"The script does not know {', '.join(f'`{o}`' for o in ignored)}: lesson scripts "
-                          "ignore unknown flags, so check `--help` before you pay for a TPU run."),
+                    mo.md(
+                        f"The script does not know {', '.join(f'`{o}`' for o in ignored)}: "
+                        "lesson scripts ignore unknown flags, so check `--help` before you pay "
+                        "for a TPU run."
+                    ),
                     kind="warn",
                 )
             )
         export_view = mo.vstack(parts)
     # Exit 0 with neither PASS nor FAIL: the lesson stopped before its check (it refused
     # the flags). That is a choice to fix, not a failed check.
-    script_refused = export_run is not None and export_run.run is not None and export_run.run.ok and not any(
-        line.startswith(("PASS", "FAIL")) for line in export_run.run.stdout.splitlines()
+    script_refused = (
+        export_run is not None
+        and export_run.run is not None
+        and export_run.run.ok
+        and not any(
+            line.startswith(("PASS", "FAIL")) for line in export_run.run.stdout.splitlines()
+        )
     )
-    if script_refused and lab.mode() == "script":
-        print(f"STOPPED: the exported script refused --script-flags {script_flags.value!r}: {export_run.run.stdout.strip()[-500:]}")
-    mo.stop(
-        script_refused,
-        mo.vstack(
-            [
-                export_view,
-                mo.callout(
-                    mo.md("**The script stopped before its check**: it refused these flags (see its output above). Change the flags."),
-                    kind="warn",
-                ),
-            ]
-        ),
+    lab.guard(
+        (
+            f"the exported script refused --script-flags {script_flags.value!r}: "
+            f"{export_run.run.stdout.strip()[-500:]}"
+        )
+        if script_refused
+        else None,
+        export_view,
+        headline="The script stopped before its check: change the flags.",
     )
     export_view
     return (export_run,)
@@ -287,7 +344,9 @@ def _(previous_app, run_button, script_flag_words, script_flags):
 @app.cell
 def _(previous_app, script_flag_words, vm):
     local_script = f"dist/{previous_app.stem}_tpu.py"
-    steps = cloud_tpu.workflow(vm, local_script, extra_flags=shlex.join(script_flag_words), app=f"apps/{previous_app.name}")
+    steps = cloud_tpu.workflow(
+        vm, local_script, extra_flags=shlex.join(script_flag_words), app=f"apps/{previous_app.name}"
+    )
     # What the page shows: one option per line (shell continuations); the <style> below wraps
     # what is still too wide (the remote --command) on this lesson's page instead of cutting it.
     shown_commands = [cloud_tpu.display_command(line) for _, line in steps]
@@ -350,29 +409,41 @@ def _(
         script=local_script,
     )
     script_checked = export_run is not None
-    check_passed = not command_problems and (not script_checked or export_run.passed)
-    check_what = "gcloud commands read back with shlex carry the chosen name, zone, type, version, --spot and --worker=all"
-    check_what += (
-        f"; the exported {export_run.script_name} exited {export_run.run.returncode if export_run.run else 'never'} and printed PASS"
+    check_what = (
+        "gcloud commands read back with shlex carry the chosen name, zone, type, version, "
+        "--spot and --worker=all"
+    )
+    if script_checked:
+        _exit = export_run.run.returncode if export_run.run else "never"
+        check_what += f"; the exported {export_run.script_name} exited {_exit} and printed PASS"
+    else:
+        check_what += " (press the button to check the exported script too)"
+    # Nothing here is measured: the error is the number of problems found in the commands
+    # read back (none may be), and the exported script's run is a fact that must hold.
+    check = lab.Check(
+        check_what,
+        {"command problems": float(len(command_problems))},
+        0.0,
+        facts={"the exported script exited 0 and printed PASS": export_run.passed}
         if script_checked
-        else " (press the button to check the exported script too)"
+        else None,
     )
     mo.vstack(
         [
-            lab.check_badge(check_passed, check_what),
+            check,
             mo.md("\n".join(f"- {p}" for p in command_problems)) if command_problems else mo.md(""),
         ]
     )
-    return check_passed, command_problems
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_passed, command_problems, export_run):
+def test_check_passes(check, export_run):
     # Served, the script runs only when the learner presses the button: until then the check
     # covers the commands alone, and this test must not raise at the learner.
     if not lab.interactive():
         assert export_run is not None, "headless runs must export and run the script"
-    assert check_passed, command_problems or export_run.run
+    check.assert_passed()
     return
 
 
