@@ -21,14 +21,6 @@ import numpy as np
 LOSSES = ("mse", "cross_entropy")
 TORCH_DTYPES = ("float64", "float32")
 
-# JAX computes in float32; a gradient is a mean over the batch, so roundoff grows ~sqrt(B).
-RELATIVE_TOLERANCE = 1e-5
-
-
-def tolerance(batch: int) -> float:
-    """Relative tolerance of float32 losses/gradients against a float64 reference."""
-    return RELATIVE_TOLERANCE * max(1, batch) ** 0.5 + 1e-6
-
 
 def problem(loss: str, classes: int) -> str | None:
     """Why this loss/outputs combination cannot work, or None."""
@@ -171,18 +163,6 @@ def torch_value_and_grad(params, x_BD, y, loss: str, dtype: str = "float64"):
     value.backward()
     grads = {"w_DK": w.grad.double().numpy(), "b_K": b.grad.double().numpy()}
     return float(value.detach()), grads
-
-
-def max_relative_error(grads, reference) -> float:
-    """Largest over the leaves of max|g - ref| / max(max|ref|, 1)."""
-    errors = []
-    for name, ref in reference.items():
-        ref = np.asarray(ref, dtype=np.float64)
-        got = np.asarray(grads[name], dtype=np.float64)
-        if got.shape != ref.shape:
-            raise ValueError(f"{name}: shape {got.shape} differs from the reference {ref.shape}")
-        errors.append(float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1.0)))
-    return max(errors)
 
 
 def loss_along_gradient(params, x_BD, y, loss: str, steps) -> list[dict]:
