@@ -18,20 +18,28 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import curriculum, lab
-    from core.lab import text
+    from core import curriculum, lab, numerics
+    from core.lab import charts, text
     from core.tpu import cloud_tpu
     from tpu_scripts import receipt
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("accelerator_type", "v5litepod-8", "the slice you provisioned", choices=tuple(cloud_tpu.ACCELERATOR_TYPES)),
+        lab.Flag(
+            "accelerator_type",
+            "v5litepod-8",
+            "the slice you provisioned",
+            choices=tuple(cloud_tpu.ACCELERATOR_TYPES),
+        ),
         lab.Flag("repeats", 3, "timed psum calls after the warmup (median)", lo=1, hi=50),
         description="Bootstrap .venv on a TPU VM and verify its runtime receipt.",
     )
     ARGS = FLAGS.parse()
     # What jax.devices()[0].device_kind reads on each generation's TPU VM.
     DEVICE_KIND = {"v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite"}
+    # Absolute, not the float32 table: a float32 sum of the integers 1..n is exact while
+    # n (n + 1) / 2 < 2^24, so the psum must equal the closed form (well within 1e-6).
+    PSUM_TOLERANCE = 1e-6
 
 
 @app.cell(hide_code=True)
@@ -66,11 +74,20 @@ def _():
 
 @app.cell
 def _(accelerator_type):
-    vm = cloud_tpu.TpuVm(accelerator_type=accelerator_type.value, zone=cloud_tpu.ZONES[cloud_tpu.ACCELERATOR_TYPES[accelerator_type.value].generation][0])
+    vm = cloud_tpu.TpuVm(
+        accelerator_type=accelerator_type.value,
+        zone=cloud_tpu.ZONES[cloud_tpu.ACCELERATOR_TYPES[accelerator_type.value].generation][0],
+    )
     _steps = [
         ("create the VM", cloud_tpu.shell_join(cloud_tpu.create_command(vm))),
-        ("make the project folder on every worker", cloud_tpu.shell_join(cloud_tpu.ssh_command(vm, f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}"))),
-        ("copy the project wheel", cloud_tpu.shell_join(cloud_tpu.scp_command(vm, [cloud_tpu.WHEEL]))),
+        (
+            "make the project folder on every worker",
+            cloud_tpu.shell_join(cloud_tpu.ssh_command(vm, f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}")),
+        ),
+        (
+            "copy the project wheel",
+            cloud_tpu.shell_join(cloud_tpu.scp_command(vm, [cloud_tpu.WHEEL])),
+        ),
         (
             "bootstrap .venv and run the receipt on every worker",
             cloud_tpu.shell_join(
@@ -95,23 +112,47 @@ def _(accelerator_type):
 
 @app.cell
 def _(repeats, run_button):
-    mo.stop(lab.interactive() and not run_button.value, mo.md("*Press **Run the receipt** to run it here.*"))
+    mo.stop(
+        lab.interactive() and not run_button.value,
+        mo.md("*Press **Run the receipt** to run it here.*"),
+    )
     _tmp = tempfile.TemporaryDirectory(prefix="receipt_")
     _out = pathlib.Path(_tmp.name) / "receipt.json"
     _result = subprocess.run(
-        [sys.executable, "-m", "tpu_scripts", "receipt", "--json", str(_out), "--repeats", str(repeats.value)],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "tpu_scripts",
+            "receipt",
+            "--json",
+            str(_out),
+            "--repeats",
+            str(repeats.value),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        timeout=120,
         env=lab.child_env(JAX_NUM_CPU_DEVICES=str(jax.device_count())),
     )
-    _problem = None if _result.returncode == 0 and _out.exists() else (
-        f"`python -m tpu_scripts receipt` exited {_result.returncode}:\n```\n{_result.stderr[-1500:]}\n```"
+    _problem = (
+        None
+        if _result.returncode == 0 and _out.exists()
+        else (
+            f"`python -m tpu_scripts receipt` exited {_result.returncode}:\n"
+            f"```\n{_result.stderr[-1500:]}\n```"
+        )
     )
-    if _problem and lab.mode() == "script":
-        print(f"STOPPED: {_problem}")
-    mo.stop(_problem is not None, mo.callout(mo.md(_problem or ""), kind="warn"))
+    lab.guard(_problem)
     live = receipt.read_json(_out)
     _tmp.cleanup()
-    mo.vstack([mo.md("## The live receipt (this host)"), mo.md(f"```\n{_result.stdout.strip()}\n```"), mo.json(json.dumps(live))])
+    mo.vstack(
+        [
+            mo.md("## The live receipt (this host)"),
+            mo.md(f"```\n{_result.stdout.strip()}\n```"),
+            mo.json(json.dumps(live)),
+        ]
+    )
     return (live,)
 
 
@@ -126,15 +167,51 @@ def _(live, vm):
             lab.table(
                 [
                     {"field": "backend", "here": live["backend"], "on the TPU VM": "tpu"},
-                    {"field": "device_kind", "here": live["device_kind"], "on the TPU VM": DEVICE_KIND[_accel.generation]},
-                    {"field": "device_count", "here": live["device_count"], "on the TPU VM": f"{_accel.chips} (one device per chip)"},
-                    {"field": "local_device_count", "here": live["local_device_count"], "on the TPU VM": min(_accel.chips, _accel.chips_per_host)},
-                    {"field": "process_count", "here": live["process_count"], "on the TPU VM": f"{_accel.hosts} (one process per host)"},
-                    {"field": "process_index", "here": live["process_index"], "on the TPU VM": f"0..{_accel.hosts - 1}, one per worker"},
-                    {"field": "devices[].coords", "here": _coords[0] if _coords else None, "on the TPU VM": "[x, y, z] chip position in the torus"},
-                    {"field": "versions.libtpu", "here": live["versions"]["libtpu"], "on the TPU VM": "the libtpu wheel jax[tpu] pinned"},
-                    {"field": "host.tpu_vm", "here": live["host"]["tpu_vm"], "on the TPU VM": "True (/dev/accel* or vfio)"},
-                    {"field": "collective.result", "here": _collective["result"], "on the TPU VM": f"{_accel.chips * (_accel.chips + 1) / 2:g}"},
+                    {
+                        "field": "device_kind",
+                        "here": live["device_kind"],
+                        "on the TPU VM": DEVICE_KIND[_accel.generation],
+                    },
+                    {
+                        "field": "device_count",
+                        "here": live["device_count"],
+                        "on the TPU VM": f"{_accel.chips} (one device per chip)",
+                    },
+                    {
+                        "field": "local_device_count",
+                        "here": live["local_device_count"],
+                        "on the TPU VM": min(_accel.chips, _accel.chips_per_host),
+                    },
+                    {
+                        "field": "process_count",
+                        "here": live["process_count"],
+                        "on the TPU VM": f"{_accel.hosts} (one process per host)",
+                    },
+                    {
+                        "field": "process_index",
+                        "here": live["process_index"],
+                        "on the TPU VM": f"0..{_accel.hosts - 1}, one per worker",
+                    },
+                    {
+                        "field": "devices[].coords",
+                        "here": _coords[0] if _coords else None,
+                        "on the TPU VM": "[x, y, z] chip position in the torus",
+                    },
+                    {
+                        "field": "versions.libtpu",
+                        "here": live["versions"]["libtpu"],
+                        "on the TPU VM": "the libtpu wheel jax[tpu] pinned",
+                    },
+                    {
+                        "field": "host.tpu_vm",
+                        "here": live["host"]["tpu_vm"],
+                        "on the TPU VM": "True (/dev/accel* or vfio)",
+                    },
+                    {
+                        "field": "collective.result",
+                        "here": _collective["result"],
+                        "on the TPU VM": f"{_accel.chips * (_accel.chips + 1) / 2:g}",
+                    },
                 ]
             ),
         ]
@@ -147,15 +224,22 @@ def _(live):
     # Independent reference: the psum closed form summed in Python, and this process's JAX.
     n_devices = jax.device_count()
     expected_psum = float(sum(range(1, n_devices + 1)))
-    check_error = abs(live["collective"]["result"] - expected_psum)
-    check_passed = check_error <= 1e-6 and live["device_count"] == n_devices and live["collective"]["passed"]
-    lab.check_badge(
-        check_passed,
-        f"receipt psum = {live['collective']['result']:g} vs closed form {expected_psum:g}; device count {live['device_count']} vs jax.device_count() {n_devices}",
-        check_error,
-        1e-6,
+    check = lab.Check(
+        f"receipt psum = {live['collective']['result']:g} vs closed form {expected_psum:g}; "
+        f"device count {live['device_count']} vs jax.device_count() {n_devices}",
+        {
+            "psum vs closed form (absolute)": numerics.max_abs_error(
+                live["collective"]["result"], expected_psum
+            )
+        },
+        PSUM_TOLERANCE,
+        facts={
+            "device count matches": live["device_count"] == n_devices,
+            "the receipt's own collective check passed": live["collective"]["passed"],
+        },
     )
-    return check_error, check_passed, n_devices
+    check
+    return check, n_devices
 
 
 @app.cell
@@ -163,18 +247,23 @@ def _(live):
     _timing = pd.DataFrame(
         [
             {"phase": "warmup (compile + first run)", "ms": live["collective"]["compile_s"] * 1e3},
-            {"phase": f"median of {live['collective']['repeats']}", "ms": live["collective"]["median_s"] * 1e3},
+            {
+                "phase": f"median of {live['collective']['repeats']}",
+                "ms": live["collective"]["median_s"] * 1e3,
+            },
         ]
     )
     alt.Chart(_timing, title="psum over all devices: compile vs steady state").mark_bar().encode(
-        x=alt.X("ms:Q", scale=alt.Scale(type="log")), y=alt.Y("phase:N", title=None), tooltip=["phase", "ms"]
+        x=alt.X("ms:Q", scale=alt.Scale(type="log", domain=charts.log_domain(_timing["ms"]))),
+        y=alt.Y("phase:N", title=None),
+        tooltip=["phase", "ms"],
     )
     return
 
 
 @app.cell
-def test_check_passes(check_error, check_passed):
-    assert check_passed, f"psum differs from the closed form by {check_error}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
