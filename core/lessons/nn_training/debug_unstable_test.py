@@ -46,13 +46,17 @@ def test_layer_norm_matches_numpy(shape):
 def test_traced_layer_norm_switch_keeps_the_unused_branch_out_of_the_gradient():
     z = jnp.array([[1.0, jnp.inf, 2.0]])
     grad_off = jax.grad(
-        lambda z, on: jnp.sum(jnp.where(jnp.isfinite(z), debug_unstable.maybe_layer_norm(z, on), 0.0))
+        lambda z, on: jnp.sum(
+            jnp.where(jnp.isfinite(z), debug_unstable.maybe_layer_norm(z, on), 0.0)
+        )
     )
     # the traced False branch must not leak NaN gradients from normalising an inf
     assert np.isfinite(np.asarray(jax.jit(grad_off)(z, jnp.array(False)))).all()
     x = jax.random.normal(jax.random.key(2), (4, 6))
     np.testing.assert_allclose(
-        jax.jit(debug_unstable.maybe_layer_norm)(x, jnp.array(True)), debug_unstable.layer_norm(x), rtol=1e-6
+        jax.jit(debug_unstable.maybe_layer_norm)(x, jnp.array(True)),
+        debug_unstable.layer_norm(x),
+        rtol=1e-6,
     )
     np.testing.assert_array_equal(debug_unstable.maybe_layer_norm(x, False), x)
 
@@ -93,7 +97,9 @@ def test_gradient_norms_match_numpy_and_optax(depth):
         for g in grads
     ]
     np.testing.assert_allclose(debug_unstable.layer_grad_norms(grads), per_layer, rtol=1e-5)
-    np.testing.assert_allclose(debug_unstable.layer_grad_norms_reference(grads), per_layer, rtol=1e-12)
+    np.testing.assert_allclose(
+        debug_unstable.layer_grad_norms_reference(grads), per_layer, rtol=1e-12
+    )
 
 
 def test_norms_survive_gradients_whose_squares_overflow_float32():
@@ -176,7 +182,9 @@ def test_first_nan_names_the_op_and_its_step(diverging_run):
     assert ".py:" in report.where
     # the NaN first shows in that step's recorded loss or gradient norm, never earlier
     finite = np.isfinite(runs[0].loss_S) & np.isfinite(runs[0].global_grad_norm_S)
-    assert finite[: report.step].all() and report.step >= debug_unstable.divergence_step(runs[0].loss_S)
+    assert finite[: report.step].all() and report.step >= debug_unstable.divergence_step(
+        runs[0].loss_S
+    )
     assert debug_unstable.first_nan(runs[1], x, y) is None
     error, _, _ = debug_unstable.checked_gradients(runs[0].params_at(0), x, y)
     assert error.get() is None
@@ -199,7 +207,9 @@ def test_bad_configurations_name_the_problem():
     with pytest.raises(ValueError, match="clip norm"):
         debug_unstable.Config("x", 0.1, clip_norm=0.0)
     with pytest.raises(ValueError, match="steps"):
-        debug_unstable.train([debug_unstable.Config("x", 0.1)], _problem()[2], *_problem()[:2], steps=0)
+        debug_unstable.train(
+            [debug_unstable.Config("x", 0.1)], _problem()[2], *_problem()[:2], steps=0
+        )
 
 
 def test_no_learning_loss_is_the_uniform_guess():
@@ -245,7 +255,11 @@ def test_claim_problems_name_what_failed():
 def test_lesson_configs_keep_the_unstable_rate_for_clip_and_layer_norm():
     configs = debug_unstable.lesson_configs(0.3, 1.4, 0.5, 0.002)
     assert [c.name for c in configs] == [
-        "unstable", "clip to 0.5", "layer norm", "lr 0.002", "all three"
+        "unstable",
+        "clip to 0.5",
+        "layer norm",
+        "lr 0.002",
+        "all three",
     ]
     assert [c.learning_rate for c in configs] == [0.3, 0.3, 0.3, 0.002, 0.002]
     assert [c.clip_norm for c in configs] == [None, 0.5, None, None, 0.5]
@@ -284,8 +298,10 @@ def _lesson_problem(seed, perturbation=0):
     if perturbation:
         rng = np.random.default_rng(perturbation)
         params = [
-            {k: (v * (1 + 1e-6 * rng.standard_normal(v.shape))).astype(np.float32)
-             for k, v in layer.items()}
+            {
+                k: (v * (1 + 1e-6 * rng.standard_normal(v.shape))).astype(np.float32)
+                for k, v in layer.items()
+            }
             for layer in params
         ]
     return params, x, y
@@ -296,7 +312,10 @@ def test_lesson_defaults_diverge_and_every_fix_trains_on_every_seed():
     # seed 0 (see _lesson_problem), and with the unstable learning rate 20% higher (clip and
     # layer norm keep it): the unstable run diverges within 10 steps, every fix trains, and
     # at the defaults every margin is >= 2 (measured worst: 3.5, "all three" training).
-    lesson, classes = debug_unstable.DEBUG_UNSTABLE_LESSON, debug_unstable.DEBUG_UNSTABLE_DATA["classes"]
+    lesson, classes = (
+        debug_unstable.DEBUG_UNSTABLE_LESSON,
+        debug_unstable.DEBUG_UNSTABLE_DATA["classes"],
+    )
     grid = {
         rate: debug_unstable.lesson_configs(
             rate, lesson["init_scale"], lesson["clip_norm"], lesson["safe_learning_rate"]
