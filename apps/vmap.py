@@ -10,7 +10,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
+    from core.lab import charts, text
     from core.lessons.transformations import vmap
 
     lab.use_cpu_devices()
@@ -19,13 +20,35 @@ with app.setup:
         lab.Flag("batch", 4, "examples in the batch (B)", lo=1, hi=64),
         lab.Flag("rows", 3, "rows R of each matrix (affine)", lo=1, hi=32),
         lab.Flag("cols", 5, "columns C (features)", lo=1, hi=32),
-        lab.Flag("in_axis_1", "0", "in_axes entry of the 1st argument (M or x)", choices=vmap.AXIS_CHOICES),
-        lab.Flag("in_axis_2", "0", "in_axes entry of the 2nd argument (v or y)", choices=vmap.AXIS_CHOICES),
-        lab.Flag("in_axis_3", "None", "in_axes entry of the 3rd argument (b or w)", choices=vmap.AXIS_CHOICES),
-        lab.Flag("out_axes", "0", "where the batch axis goes in the output", choices=vmap.OUT_AXIS_CHOICES),
+        lab.Flag(
+            "in_axis_1",
+            "0",
+            "in_axes entry of the 1st argument (M or x)",
+            choices=vmap.AXIS_CHOICES,
+        ),
+        lab.Flag(
+            "in_axis_2",
+            "0",
+            "in_axes entry of the 2nd argument (v or y)",
+            choices=vmap.AXIS_CHOICES,
+        ),
+        lab.Flag(
+            "in_axis_3",
+            "None",
+            "in_axes entry of the 3rd argument (b or w)",
+            choices=vmap.AXIS_CHOICES,
+        ),
+        lab.Flag(
+            "out_axes",
+            "0",
+            "where the batch axis goes in the output",
+            choices=vmap.OUT_AXIS_CHOICES,
+        ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         lab.Flag("timing_batch", 32, "largest batch for the loop-vs-vmap timing", lo=2, hi=2048),
-        description="Batch a function with vmap: in_axes/out_axes, vmap == a Python loop, and the speed-up.",
+        description=(
+            "Batch a function with vmap: in_axes/out_axes, vmap == a Python loop, and the speed-up."
+        ),
     )
     ARGS = FLAGS.parse()
     MACHINE = f"this {jax.default_backend().upper()}"
@@ -60,7 +83,12 @@ def _():
     cols = FLAGS.control("cols", ARGS, label="cols C")
     out_axes = FLAGS.control("out_axes", ARGS, label="out_axes")
     seed = FLAGS.control("seed", ARGS)
-    mo.vstack([mo.hstack([example, seed], justify="start"), mo.hstack([batch, rows, cols], justify="start")])
+    mo.vstack(
+        [
+            mo.hstack([example, seed], justify="start"),
+            mo.hstack([batch, rows, cols], justify="start"),
+        ]
+    )
     return batch, cols, example, out_axes, rows, seed
 
 
@@ -74,7 +102,10 @@ def _(example, out_axes):
     ]
     mo.vstack(
         [
-            mo.md(f"`{chosen.formula}`, written for one example. Its data, batched on axis 0 (the shared argument unbatched):"),
+            mo.md(
+                f"`{chosen.formula}`, written for one example. Its data, batched on axis 0 (the "
+                "shared argument unbatched):"
+            ),
             mo.hstack([*axis_controls, out_axes], justify="start"),
         ]
     )
@@ -83,7 +114,9 @@ def _(example, out_axes):
 
 @app.cell
 def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
-    args = vmap.example_data(jax.random.key(seed.value), example.value, batch.value, rows.value, cols.value)
+    args = vmap.example_data(
+        jax.random.key(seed.value), example.value, batch.value, rows.value, cols.value
+    )
     in_axes = tuple(vmap.parse_axis(c.value) for c in axis_controls)
     out_axis = int(out_axes.value)
     shapes = [tuple(a.shape) for a in args]
@@ -92,29 +125,21 @@ def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
             "argument": arg,
             "data shape": str(shape),
             "in_axes entry": str(axis),
-            "one example sees": str(vmap.per_example_shape(shape, axis)) if axis is None or axis < len(shape) else "-",
+            "one example sees": str(vmap.per_example_shape(shape, axis))
+            if axis is None or axis < len(shape)
+            else "-",
         }
         for arg, shape, axis in zip(chosen.arg_names, shapes, in_axes, strict=True)
     ]
-    call_text = f"jax.vmap(f, in_axes={in_axes}, out_axes={out_axis})({', '.join(chosen.arg_names)})"
-    problem = vmap.problem(example.value, shapes, in_axes, out_axis)
-    if problem and lab.mode() == "script":
-        print(f"STOPPED: {problem}")
-    mo.stop(
-        problem is not None,
-        mo.vstack(
-            [
-                lab.table(shape_rows),
-                mo.callout(
-                    mo.md(
-                        f"**`{call_text}` cannot work.** {problem}.\n\n"
-                        f"JAX says: *{vmap.jax_error(example.value, args, in_axes, out_axis)}*"
-                    ),
-                    kind="warn",
-                ),
-            ]
-        ),
+    call_text = (
+        f"jax.vmap(f, in_axes={in_axes}, out_axes={out_axis})({', '.join(chosen.arg_names)})"
     )
+    problem = vmap.problem(example.value, shapes, in_axes, out_axis)
+    _context = [lab.table(shape_rows)]
+    if problem is not None:
+        _jax_says = vmap.jax_error(example.value, args, in_axes, out_axis)
+        _context.append(mo.md(f"JAX says: *{_jax_says}*"))
+    lab.guard(problem, *_context, headline=f"`{call_text}` cannot work.")
     result = vmap.batched(example.value, in_axes, out_axis)(*args)
     mo.vstack(
         [
@@ -124,10 +149,10 @@ def _(axis_controls, batch, chosen, cols, example, out_axes, rows, seed):
     ```python
     {call_text}   # -> shape {tuple(result.shape)}
     ```
-    One example's output has {chosen.output_rank} {'axis' if chosen.output_rank == 1 else 'axes'}; `out_axes={out_axis}` puts the batch of
-    {result.shape[out_axis]} at position {out_axis}. If two axes happen to have the same size (try
-    B = R with `in_axes` 1 for M), vmap cannot tell you mapped the wrong one: the shapes, not the
-    meaning, are all it checks.
+    One example's output has {text.plural(chosen.output_rank, "axis", "axes")};
+    `out_axes={out_axis}` puts the batch of {result.shape[out_axis]} at position {out_axis}. If
+    two axes happen to have the same size (try B = R with `in_axes` 1 for M), vmap cannot tell
+    you mapped the wrong one: the shapes, not the meaning, are all it checks.
     """
             ),
         ]
@@ -140,36 +165,36 @@ def _(args, example, in_axes, out_axis, result):
     # Independent reference: the loop vmap stands for, in NumPy float64: take example i of
     # every mapped argument, call the NumPy version of f, np.stack along out_axes.
     reference = vmap.loop_reference(example.value, args, in_axes, out_axis)
-    check_error = vmap.relative_error(result, reference)
-    check_tolerance = vmap.RELATIVE_TOLERANCE
-    check_passed = result.shape == reference.shape and check_error <= check_tolerance
-    lab.check_badge(
-        check_passed,
-        f"vmap(in_axes={in_axes}, out_axes={out_axis}) of {example.value} (float32) equals a Python loop + np.stack (NumPy float64), shape {tuple(reference.shape)}",
-        check_error,
-        check_tolerance,
+    check = lab.Check(
+        f"vmap(in_axes={in_axes}, out_axes={out_axis}) of {example.value} (float32) equals "
+        f"a Python loop + np.stack (NumPy float64), shape {tuple(reference.shape)}",
+        numerics.scaled_max_error(result, reference),
+        numerics.tolerance("float32"),
+        facts={"shapes match": result.shape == reference.shape},
     )
-    return check_error, check_passed, reference
+    check
+    return check, reference
 
 
 @app.cell
 def _(reference, result):
-    result_2d = np.atleast_2d(np.asarray(result, dtype=np.float64))
-    reference_2d = np.atleast_2d(reference)
-    values = pd.DataFrame(
-        [
-            {"output axis 0": i, "output axis 1": j, "vmap": float(v), "|vmap - loop|": abs(float(v) - float(reference_2d[i, j]))}
-            for (i, j), v in np.ndenumerate(result_2d)
-        ]
-    )
-    cell = max(10, min(28, 320 // max(result_2d.shape)))
-    base = alt.Chart(values).mark_rect().encode(x="output axis 1:O", y="output axis 0:O").properties(
-        width=cell * result_2d.shape[1], height=cell * result_2d.shape[0]
-    )
+    _result_2d = np.atleast_2d(np.asarray(result, dtype=np.float64))
+    _reference_2d = np.atleast_2d(reference)
     mo.hstack(
         [
-            base.encode(color=alt.Color("vmap:Q", scale=alt.Scale(scheme="redblue", domainMid=0)), tooltip=["output axis 0", "output axis 1", "vmap"]).properties(title=f"vmap output {tuple(result.shape)}"),
-            base.encode(color=alt.Color("|vmap - loop|:Q", scale=alt.Scale(scheme="greys")), tooltip=["output axis 0", "output axis 1", alt.Tooltip("|vmap - loop|:Q", format=".1e")]).properties(title="|vmap - loop|"),
+            charts.heatmap(
+                _result_2d,
+                f"vmap output {tuple(result.shape)}",
+                row_title="output axis 0",
+                col_title="output axis 1",
+            ),
+            charts.heatmap(
+                np.abs(_result_2d - _reference_2d),
+                "|vmap - loop|",
+                row_title="output axis 0",
+                col_title="output axis 1",
+                scheme="greys",
+            ),
         ],
         justify="start",
     )
@@ -201,15 +226,25 @@ def _():
 def _(cols, rows, timing_batch, timing_button):
     mo.stop(
         lab.interactive() and not timing_button.value,
-        mo.callout(mo.md("Press **Measure loop vs vmap** (a few seconds for large batches)."), kind="info"),
+        mo.callout(
+            mo.md("Press **Measure loop vs vmap** (a few seconds for large batches)."), kind="info"
+        ),
     )
-    timing_batches = sorted({max(1, timing_batch.value // 16), max(1, timing_batch.value // 4), timing_batch.value})
+    timing_batches = sorted(
+        {max(1, timing_batch.value // 16), max(1, timing_batch.value // 4), timing_batch.value}
+    )
     timings = [
         vmap.loop_vs_vmap(batch=b, rows=rows.value, cols=cols.value, repeats=7)
-        for b in mo.status.progress_bar(timing_batches, title="timing loop vs vmap", remove_on_exit=True)
+        for b in mo.status.progress_bar(
+            timing_batches, title="timing loop vs vmap", remove_on_exit=True
+        )
     ]
     bars = pd.DataFrame(
-        [{"batch": t["batch"], "method": method, "ms": 1e3 * t[key]} for t in timings for method, key in (("Python loop", "loop_s"), ("vmap (one call)", "vmap_s"))]
+        [
+            {"batch": t["batch"], "method": method, "ms": 1e3 * t[key]}
+            for t in timings
+            for method, key in (("Python loop", "loop_s"), ("vmap (one call)", "vmap_s"))
+        ]
     )
     timing_chart = (
         alt.Chart(bars, title=f"median time per batched call, {MACHINE}")
@@ -227,7 +262,11 @@ def _(cols, rows, timing_batch, timing_button):
     speedup_chart = (
         alt.Chart(speedups, title="vmap speed-up: loop time / vmap time")
         .mark_bar(color="#54a24b")
-        .encode(x=alt.X("batch:O", title="batch size B", axis=alt.Axis(labelAngle=0)), y=alt.Y("speed-up:Q", title="times faster"), tooltip=["batch", alt.Tooltip("speed-up:Q", format=".1f")])
+        .encode(
+            x=alt.X("batch:O", title="batch size B", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("speed-up:Q", title="times faster"),
+            tooltip=["batch", alt.Tooltip("speed-up:Q", format=".1f")],
+        )
         .properties(width=200, height=220)
     ) + alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 3]).encode(y="y:Q")
     mo.vstack(
@@ -235,7 +274,12 @@ def _(cols, rows, timing_batch, timing_button):
             mo.hstack([timing_chart, speedup_chart], justify="start"),
             lab.table(
                 [
-                    {"batch B": t["batch"], "loop (ms)": f"{1e3 * t['loop_s']:.3f}", "vmap (ms)": f"{1e3 * t['vmap_s']:.3f}", "vmap speed-up": f"{t['speedup']:.1f}x"}
+                    {
+                        "batch B": t["batch"],
+                        "loop (ms)": f"{1e3 * t['loop_s']:.3f}",
+                        "vmap (ms)": f"{1e3 * t['vmap_s']:.3f}",
+                        "vmap speed-up": f"{t['speedup']:.1f}x",
+                    }
                     for t in timings
                 ],
                 caption=f"Measured on {MACHINE}; a TPU run needs its own measurement.",
@@ -246,8 +290,8 @@ def _(cols, rows, timing_batch, timing_button):
 
 
 @app.cell
-def test_check_passes(check_error, check_passed):
-    assert check_passed, f"vmap differs from the Python loop by {check_error}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -260,7 +304,9 @@ def test_output_shape_follows_out_axes(args, in_axes, out_axis, result):
 
 @app.cell
 def test_timing_measured_both_sides(timings):
-    assert all(t["loop_s"] > 0 and t["vmap_s"] > 0 and t["max_abs_difference"] <= 1e-4 for t in timings)
+    assert all(
+        t["loop_s"] > 0 and t["vmap_s"] > 0 and t["max_abs_difference"] <= 1e-4 for t in timings
+    )
     return
 
 

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import statistics
-import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.perf import timing
+
 AXIS_CHOICES = ("0", "1", "2", "None")  # what a learner can pick for each in_axes entry
 OUT_AXIS_CHOICES = ("0", "1")
-RELATIVE_TOLERANCE = 1e-5  # float32 vmap vs a float64 loop
 
 
 def parse_axis(text: str) -> int | None:
@@ -181,7 +180,10 @@ def problem(name: str, shapes, in_axes, out_axes: int) -> str | None:
         return "in_axes maps no argument: at least one entry must be an axis, not None"
     for arg, shape, axis in zip(example.arg_names, shapes, in_axes, strict=True):
         if axis is not None and axis >= len(shape):
-            return f"in_axes asks for axis {axis} of {arg}, but {arg} has shape {tuple(shape)}: only {len(shape)} axes"
+            return (
+                f"in_axes asks for axis {axis} of {arg}, but {arg} has shape {tuple(shape)}: "
+                f"only {len(shape)} axes"
+            )
     mapped = {
         arg: shape[axis]
         for arg, shape, axis in zip(example.arg_names, shapes, in_axes, strict=True)
@@ -241,26 +243,8 @@ def loop_reference(name: str, args, in_axes, out_axes: int) -> np.ndarray:
     return np.stack(outputs, axis=out_axes)
 
 
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max(max |reference|, 1), in float64."""
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    if result.shape != reference.shape:
-        raise ValueError(f"shapes differ: {result.shape} vs {reference.shape}")
-    return float(np.max(np.abs(result - reference)) / max(float(np.max(np.abs(reference))), 1.0))
-
-
 _affine_per_example = jax.jit(_affine_jax)
 _affine_vmapped = jax.jit(jax.vmap(_affine_jax, in_axes=(0, 0, None)))
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def loop_vs_vmap(
@@ -295,8 +279,8 @@ def loop_vs_vmap(
         return _affine_vmapped(m_BRC, v_BC, b_R)
 
     looped, mapped = jax.block_until_ready((loop(), one_call()))  # warm-up: compile both
-    loop_s = _median_seconds(loop, repeats)
-    vmap_s = _median_seconds(one_call, repeats)
+    loop_s = timing.median_seconds(loop, repeats)
+    vmap_s = timing.median_seconds(one_call, repeats)
     return {
         "batch": batch,
         "rows": rows,
