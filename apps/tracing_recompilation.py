@@ -13,17 +13,29 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.perf import compilation
 
     lab.use_cpu_devices()
     MIN_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
     FLAGS = lab.Flags(
-        lab.Flag("lengths", "5, 6, 7, 5, 6, 7, 12, 13, 14, 3", "input lengths, one call each (comma-separated)"),
-        lab.Flag("center", "alternate", "the static flag center on each call", choices=compilation.CENTER_PATTERNS),
+        lab.Flag(
+            "lengths",
+            "5, 6, 7, 5, 6, 7, 12, 13, 14, 3",
+            "input lengths, one call each (comma-separated)",
+        ),
+        lab.Flag(
+            "center",
+            "alternate",
+            "the static flag center on each call",
+            choices=compilation.CENTER_PATTERNS,
+        ),
         lab.Flag("min_bucket", 4, "smallest bucket (a power of two)", choices=MIN_BUCKETS),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
-        description="Tracing, static arguments, and recompilation: count compiles, read the jaxpr, pad to buckets.",
+        description=(
+            "Tracing, static arguments, and recompilation: count compiles, read the jaxpr, pad "
+            "to buckets."
+        ),
     )
     ARGS = FLAGS.parse()
     MACHINE = f"this {jax.default_backend().upper()}"
@@ -53,7 +65,9 @@ def _():
 
 @app.cell
 def _():
-    lengths_text = mo.ui.text(value=ARGS.lengths, label="input lengths, one call each", full_width=True)
+    lengths_text = mo.ui.text(
+        value=ARGS.lengths, label="input lengths, one call each", full_width=True
+    )
     center = FLAGS.control("center", ARGS, label="static flag center")
     min_bucket = FLAGS.control("min_bucket", ARGS, label="smallest bucket")
     seed = FLAGS.control("seed", ARGS)
@@ -67,10 +81,8 @@ def _(center, lengths_text):
         lengths = compilation.parse_lengths(lengths_text.value)
         problem = None
     except ValueError as error:
-        lengths, problem = [], str(error)
-    if problem and lab.mode() == "script":
-        print(f"STOPPED: --lengths: {problem}")
-    mo.stop(problem is not None, mo.callout(mo.md(f"**These lengths do not work:** {problem}."), kind="warn"))
+        lengths, problem = [], f"--lengths: {error}"
+    lab.guard(problem, headline="These lengths do not work.")
     centers = compilation.centers_for(center.value, len(lengths))
     mo.md(
         """
@@ -91,7 +103,9 @@ def _(center, lengths_text):
 @app.cell
 def _(centers, lengths, min_bucket, seed):
     exact = compilation.run_calls(lengths, centers, "exact", seed=seed.value)
-    bucketed = compilation.run_calls(lengths, centers, "pow2", int(min_bucket.value), seed=seed.value)
+    bucketed = compilation.run_calls(
+        lengths, centers, "pow2", int(min_bucket.value), seed=seed.value
+    )
     call_rows = [
         {
             "call": e.call,
@@ -108,15 +122,27 @@ def _(centers, lengths, min_bucket, seed):
     ]
     cumulative = pd.DataFrame(
         [
-            {"call": r.call, "strategy": strategy, "compilations so far": int(sum(x.traced for x in records[: r.call + 1]))}
-            for strategy, records in (("exact shapes", exact), (f"buckets (powers of two, >= {min_bucket.value})", bucketed))
+            {
+                "call": r.call,
+                "strategy": strategy,
+                "compilations so far": int(sum(x.traced for x in records[: r.call + 1])),
+            }
+            for strategy, records in (
+                ("exact shapes", exact),
+                (f"buckets (powers of two, >= {min_bucket.value})", bucketed),
+            )
             for r in records
         ]
     )
     cumulative_chart = (
         alt.Chart(cumulative, title="compilations so far, call by call")
         .mark_line(point=True, interpolate="step-after")
-        .encode(x="call:O", y=alt.Y("compilations so far:Q", axis=alt.Axis(tickMinStep=1)), color="strategy:N", strokeDash="strategy:N")
+        .encode(
+            x="call:O",
+            y=alt.Y("compilations so far:Q", axis=alt.Axis(tickMinStep=1)),
+            color="strategy:N",
+            strokeDash="strategy:N",
+        )
         .properties(width=420, height=200)
     )
     mo.vstack(
@@ -148,27 +174,38 @@ def _(bucketed, centers, exact, lengths, min_bucket):
     }
     observed = {"exact": sum(r.traced for r in exact), "buckets": sum(r.traced for r in bucketed)}
     cache_sizes = {"exact": exact[-1].cache_size, "buckets": bucketed[-1].cache_size}
-    check_error = max(abs(r.result - r.reference) / max(1.0, abs(r.reference)) for r in exact + bucketed)
-    check_tolerance = 1e-5
-    counts_match = observed == expected and all(v in (None, observed[k]) for k, v in cache_sizes.items())
-    check_passed = check_error <= check_tolerance and counts_match
+    counts_match = observed == expected and all(
+        v in (None, observed[k]) for k, v in cache_sizes.items()
+    )
+    check = lab.Check(
+        "padded/bucketed and exact results equal NumPy float64 on the unpadded data, and the "
+        "compile counts equal the distinct buckets (closed form: exact "
+        f"{expected['exact']}, buckets {expected['buckets']}; traced {observed['exact']}, "
+        f"{observed['buckets']})",
+        # one scalar per call, each relative to max(|reference|, 1)
+        numerics.elementwise_relative_error(
+            [r.result for r in exact + bucketed], [r.reference for r in exact + bucketed]
+        ),
+        numerics.tolerance("float32"),
+        facts={"compile counts equal the closed form and JAX's cache size": counts_match},
+    )
     mo.vstack(
         [
-            lab.check_badge(
-                check_passed,
-                f"padded/bucketed and exact results equal NumPy float64 on the unpadded data, and the compile counts equal the distinct buckets (closed form: exact {expected['exact']}, buckets {expected['buckets']}; traced {observed['exact']}, {observed['buckets']})",
-                check_error,
-                check_tolerance,
-            ),
+            check,
             lab.table(
                 [
-                    {"strategy": k, "compilations (trace counter)": observed[k], "JAX cache size": cache_sizes[k], "closed form": expected[k]}
+                    {
+                        "strategy": k,
+                        "compilations (trace counter)": observed[k],
+                        "JAX cache size": cache_sizes[k],
+                        "closed form": expected[k],
+                    }
                     for k in observed
                 ]
             ),
         ]
     )
-    return check_passed, counts_match, expected, observed
+    return check, counts_match, observed
 
 
 @app.cell
@@ -190,8 +227,8 @@ def _(bucketed):
             ),
             mo.hstack(
                 [
-                    mo.md(f"`center={first.center}`\n```\n{compilation.jaxpr_text(first.padded, first.center)}\n```"),
-                    mo.md(f"`center={other_center}`\n```\n{compilation.jaxpr_text(first.padded, other_center)}\n```"),
+                    mo.md(f"`center={_c}`\n```\n{compilation.jaxpr_text(first.padded, _c)}\n```")
+                    for _c in (first.center, other_center)
                 ],
                 widths="equal",
             ),
@@ -218,10 +255,10 @@ def _(bucketed, seed):
     Static means *part of the signature*: each distinct value compiles its own program, so
     keep static arguments to a few values (a mode, a flag, a size), never data.
 
-    **Padding.** Call {longest.call} has length {longest.length}, padded to {longest.padded}. The
-    masked function gives {longest.result:.6f} (NumPy on the unpadded data: {longest.reference:.6f}).
-    The same statistic over the padded array *without* the mask: **{without_mask:.6f}**: the
-    zeros count as data. Masks keep padding out of every sum and count.
+    **Padding.** Call {longest.call} has length {longest.length}, padded to {longest.padded}.
+    The masked function gives {longest.result:.6f} (NumPy on the unpadded data:
+    {longest.reference:.6f}). The same statistic over the padded array *without* the mask:
+    **{without_mask:.6f}**: the zeros count as data. Masks keep padding out of every sum and count.
     """
             ),
         ]
@@ -230,8 +267,8 @@ def _(bucketed, seed):
 
 
 @app.cell
-def test_check_passes(check_passed, expected, observed):
-    assert check_passed, f"results or compile counts differ: observed {observed}, expected {expected}"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
