@@ -64,11 +64,13 @@ def mask_ratio_problem(patch: int, mask_ratio: float) -> str | None:
     if hidden < 1:
         return (
             f"mask ratio {mask_ratio:g} of {patches} patch{'es' if patches > 1 else ''} hides "
-            f"round({mask_ratio * patches:g}) = 0 patches: nothing to predict. Raise the ratio or use smaller patches."
+            f"round({mask_ratio * patches:g}) = 0 patches: nothing to predict. "
+            "Raise the ratio or use smaller patches."
         )
     if hidden > patches - 1:
         return (
-            f"mask ratio {mask_ratio:g} of {patches} patch{'es' if patches > 1 else ''} hides all {hidden}: "
+            f"mask ratio {mask_ratio:g} of {patches} patch{'es' if patches > 1 else ''} "
+            f"hides all {hidden}: "
             "no visible pixel is left to reconstruct from. Lower the ratio or use smaller patches."
         )
     return None
@@ -274,7 +276,8 @@ def train(
         raise ValueError(problem)
     if steps < 1 or batch_size < 1 or not learning_rate > 0:
         raise ValueError(
-            f"need steps >= 1, batch_size >= 1, learning_rate > 0; got {steps}, {batch_size}, {learning_rate}"
+            "need steps >= 1, batch_size >= 1, learning_rate > 0; "
+            f"got {steps}, {batch_size}, {learning_rate}"
         )
     images = np.asarray(images_NYX, np.float32)
     patches = num_patches(patch)
