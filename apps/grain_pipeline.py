@@ -15,7 +15,7 @@ with app.setup:
     import pandas as pd
 
     from core import data, lab
-    from core.lab import text
+    from core.lab import charts, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -26,10 +26,13 @@ with app.setup:
         lab.Flag("process_count", 2, "JAX processes (hosts) sharing the data", lo=1, hi=4),
         lab.Flag("process_index", 0, "this process's index", lo=0, hi=3),
         lab.Flag("interrupt_at", 3, "batches read before the iterator state is saved", lo=0, hi=64),
-        description="Load, batch, and checkpoint order with Grain: seeded shuffles, per-process shards, iterator state.",
+        description=(
+            "Load, batch, and checkpoint order with Grain: seeded shuffles, per-process shards, "
+            "iterator state."
+        ),
     )
     ARGS = FLAGS.parse()
-    PROCESS_COLORS = alt.Scale(domain=[0, 1, 2, 3], range=["#4c78a8", "#f58518", "#54a24b", "#b279a2"])
+    PROCESS_COLORS = alt.Scale(domain=[0, 1, 2, 3], range=charts.distinct_colors(4))
 
 
 @app.cell(hide_code=True)
@@ -67,7 +70,13 @@ def _():
 
 @app.cell
 def _(process_count):
-    process_index = mo.ui.slider(0, process_count.value - 1, value=min(ARGS.process_index, process_count.value - 1), label="this process", show_value=True)
+    process_index = mo.ui.slider(
+        0,
+        process_count.value - 1,
+        value=min(ARGS.process_index, process_count.value - 1),
+        label="this process",
+        show_value=True,
+    )
     process_index
     return (process_index,)
 
@@ -77,12 +86,16 @@ def _(batch_size, epochs, examples, process_count, process_index, seed):
     # Flags that cannot work stop headless; in the UI the controls are bounded.
     problem = None
     if not lab.interactive() and ARGS.process_index >= ARGS.process_count:
-        problem = f"--process-index {ARGS.process_index} does not exist with --process-count {ARGS.process_count}: indices run from 0 to {ARGS.process_count - 1}."
+        problem = (
+            f"--process-index {ARGS.process_index} does not exist with --process-count "
+            f"{ARGS.process_count}: indices run from 0 to {ARGS.process_count - 1}."
+        )
     elif examples.value < process_count.value:
-        problem = f"{examples.value} examples cannot give each of {process_count.value} processes at least one: use fewer processes or more examples."
-    if problem and lab.mode() == "script":
-        print(f"STOPPED: {problem}")
-    mo.stop(problem is not None, mo.callout(mo.md(f"**Can't shard this way.** {problem}"), kind="warn"))
+        problem = (
+            f"{examples.value} examples cannot give each of {process_count.value} processes at "
+            "least one: use fewer processes or more examples."
+        )
+    lab.guard(problem, headline="Can't shard this way.")
 
     columns = data.make_columns(seed.value, examples.value, features=2, classes=3)
     source = data.ColumnSource(columns)
@@ -91,7 +104,11 @@ def _(batch_size, epochs, examples, process_count, process_index, seed):
     per_epoch = [data.batches_per_epoch(examples.value, batch_size.value, s) for s in shards]
     reads = {}  # process -> list of batches (example ids), all epochs
     for _shard, _batches in zip(shards, per_epoch, strict=True):
-        _iterator = data.grain_iterator(data.grain_dataset(source, contract, batch_size.value, seed.value, _shard, num_epochs=epochs.value))
+        _iterator = data.grain_iterator(
+            data.grain_dataset(
+                source, contract, batch_size.value, seed.value, _shard, num_epochs=epochs.value
+            )
+        )
         reads[_shard.index] = data.take_ids(_iterator, _batches * epochs.value)
     mine = data.Shard(process_index.value, process_count.value)
     read_rows = pd.DataFrame(
@@ -102,12 +119,31 @@ def _(batch_size, epochs, examples, process_count, process_index, seed):
             for k, ex in enumerate(sum(batches[e * per_epoch[p] : (e + 1) * per_epoch[p]], []))
         ]
     )
-    ownership = alt.Chart(read_rows[read_rows["epoch"] == 0], title="which process reads which example (epoch 0)").mark_rect(stroke="white").encode(
-        x=alt.X("example:O"), y=alt.Y("process:O"), color=alt.Color("process:N", scale=PROCESS_COLORS, legend=None), tooltip=["process", "example", "position"]
-    ).properties(width=min(640, 22 * examples.value), height=24 * process_count.value)
-    order_grid = alt.Chart(read_rows[read_rows["process"] == mine.index], title=f"process {mine.index}: the order it reads, epoch by epoch").encode(x=alt.X("position:O", title="position in the epoch"), y="epoch:O")
-    order_chart = (order_grid.mark_rect(stroke="white").encode(color=alt.Color("example:Q", scale=alt.Scale(scheme="viridis"), legend=None)) + order_grid.mark_text(color="white").encode(text="example:O")).properties(
-        width=min(640, 28 * len(range(mine.index, examples.value, mine.count))), height=28 * epochs.value
+    ownership = (
+        alt.Chart(
+            read_rows[read_rows["epoch"] == 0], title="which process reads which example (epoch 0)"
+        )
+        .mark_rect(stroke="white")
+        .encode(
+            x=alt.X("example:O"),
+            y=alt.Y("process:O"),
+            color=alt.Color("process:N", scale=PROCESS_COLORS, legend=None),
+            tooltip=["process", "example", "position"],
+        )
+        .properties(width=min(640, 22 * examples.value), height=24 * process_count.value)
+    )
+    order_grid = alt.Chart(
+        read_rows[read_rows["process"] == mine.index],
+        title=f"process {mine.index}: the order it reads, epoch by epoch",
+    ).encode(x=alt.X("position:O", title="position in the epoch"), y="epoch:O")
+    order_chart = (
+        order_grid.mark_rect(stroke="white").encode(
+            color=alt.Color("example:Q", scale=alt.Scale(scheme="viridis"), legend=None)
+        )
+        + order_grid.mark_text(color="white").encode(text="example:O")
+    ).properties(
+        width=min(640, 28 * len(range(mine.index, examples.value, mine.count))),
+        height=28 * epochs.value,
     )
     mo.vstack(
         [
@@ -138,7 +174,13 @@ def _(batch_size, epochs, examples, process_count, process_index, seed):
 @app.cell
 def _(epochs, mine, per_epoch):
     total_batches = per_epoch[mine.index] * epochs.value
-    interrupt_at = mo.ui.slider(0, total_batches, value=min(ARGS.interrupt_at, total_batches), label="save the iterator after batch", show_value=True)
+    interrupt_at = mo.ui.slider(
+        0,
+        total_batches,
+        value=min(ARGS.interrupt_at, total_batches),
+        label="save the iterator after batch",
+        show_value=True,
+    )
     interrupt_at
     return interrupt_at, total_batches
 
@@ -154,13 +196,24 @@ def _(
     source,
     total_batches,
 ):
+    # Headless only: in the UI the slider is bounded by the batches this process reads.
+    _problem = None
     if not lab.interactive() and ARGS.interrupt_at > total_batches:
-        _reads = text.plural(total_batches, "batch", "batches") + " in " + text.plural(epochs.value, "epoch")
-        print(f"STOPPED: --interrupt-at {ARGS.interrupt_at} is past the end: process {mine.index} reads {_reads}.")
-    mo.stop(not lab.interactive() and ARGS.interrupt_at > total_batches, mo.callout(mo.md(f"`--interrupt-at {ARGS.interrupt_at}` is past the end: this process reads {total_batches} batches."), kind="warn"))
+        _reads = (
+            text.plural(total_batches, "batch", "batches")
+            + " in "
+            + text.plural(epochs.value, "epoch")
+        )
+        _problem = (
+            f"--interrupt-at {ARGS.interrupt_at} is past the end: process {mine.index} reads "
+            f"{_reads}."
+        )
+    lab.guard(_problem)
 
     def _dataset():
-        return data.grain_dataset(source, contract, batch_size.value, seed.value, mine, num_epochs=epochs.value)
+        return data.grain_dataset(
+            source, contract, batch_size.value, seed.value, mine, num_epochs=epochs.value
+        )
 
     uninterrupted = data.take_ids(data.grain_iterator(_dataset()), total_batches)
     first_iterator = data.grain_iterator(_dataset())
@@ -173,7 +226,10 @@ def _(
     loader = data.grain_loader(source, batch_size.value, seed.value, mine, num_epochs=epochs.value)
     loader_all = [[int(i) for i in b["id"]] for b in loader]
     loader_iterator = iter(loader)
-    loader_before = [[int(i) for i in next(loader_iterator)["id"]] for _ in range(min(interrupt_at.value, len(loader_all)))]
+    loader_before = [
+        [int(i) for i in next(loader_iterator)["id"]]
+        for _ in range(min(interrupt_at.value, len(loader_all)))
+    ]
     loader_state = data.loader_state_to_json(loader_iterator.get_state())
     loader_resumed = iter(loader)
     loader_resumed.set_state(data.loader_state_from_json(loader_state))
@@ -195,8 +251,9 @@ def _(
             mo.md(f"```json\n{json.dumps(loader_state, indent=1)}\n```"),
             mo.md(
                 "`DataLoader`'s sampler shards **contiguously** (process *i* gets one block of "
-                "examples) where `MapDataset` slicing interleaves; its `Batch` runs over the record "
-                "stream, so a batch can straddle two epochs. Both shard disjointly and cover the data."
+                "examples) where `MapDataset` slicing interleaves; its `Batch` runs over the "
+                "record stream, so a batch can straddle two epochs. Both shard disjointly and "
+                "cover the data."
             ),
         ]
     )
@@ -230,54 +287,75 @@ def _(
     shard_sets = [set(sum(batches[: per_epoch[p]], [])) for p, batches in reads.items()]
     disjoint = sum(len(s) for s in shard_sets) == len(set().union(*shard_sets))
     covering = set().union(*shard_sets) == set(all_ids.tolist())
-    interleaved = all(sorted(s) == all_ids[p :: len(shard_sets)].tolist() for p, s in enumerate(shard_sets))
+    interleaved = all(
+        sorted(s) == all_ids[p :: len(shard_sets)].tolist() for p, s in enumerate(shard_sets)
+    )
     epochs_are_permutations = all(
-        sorted(sum(batches[e * per_epoch[p] : (e + 1) * per_epoch[p]], [])) == sorted(shard_sets[p]) for p, batches in reads.items() for e in range(epochs.value)
+        sorted(sum(batches[e * per_epoch[p] : (e + 1) * per_epoch[p]], [])) == sorted(shard_sets[p])
+        for p, batches in reads.items()
+        for e in range(epochs.value)
     )
     restored_equal = before + after == uninterrupted
     loader_equal = loader_before + loader_after == loader_all
-    mismatches = sum(a != b for a, b in zip(sum(before + after, []), sum(uninterrupted, []), strict=False)) + abs(len(sum(before + after, [])) - len(sum(uninterrupted, [])))
-    check_passed = bool(restored_equal and loader_equal and disjoint and covering and interleaved and epochs_are_permutations)
-    mo.vstack(
-        [
-            lab.check_badge(
-                check_passed,
-                f"process {mine.index}: order after restoring the iterator == uninterrupted order (MapDataset and DataLoader); {len(shard_sets)} shards disjoint and covering; every epoch a permutation of its shard",
-                float(mismatches),
-                None,
-            ),
-            lab.table(
-                [
-                    {"property": "restored order == uninterrupted (MapDataset)", "holds": restored_equal},
-                    {"property": "restored order == uninterrupted (DataLoader)", "holds": loader_equal},
-                    {"property": "shards disjoint", "holds": disjoint},
-                    {"property": "shards cover every example", "holds": covering},
-                    {"property": "shard i holds examples i, i+n, ... (NumPy slicing)", "holds": interleaved},
-                    {"property": "every epoch is a permutation of the shard", "holds": epochs_are_permutations},
-                ]
-            ),
-        ]
+    mismatches = sum(
+        a != b for a, b in zip(sum(before + after, []), sum(uninterrupted, []), strict=False)
+    ) + abs(len(sum(before + after, [])) - len(sum(uninterrupted, [])))
+    check = lab.Check(
+        f"process {mine.index}: order after restoring the iterator == uninterrupted order "
+        f"(MapDataset and DataLoader); {len(shard_sets)} shards disjoint and covering; every "
+        "epoch a permutation of its shard",
+        {"ids out of place after restoring (MapDataset)": float(mismatches)},
+        0.0,
+        facts={
+            "restored order == uninterrupted (MapDataset)": restored_equal,
+            "restored order == uninterrupted (DataLoader)": loader_equal,
+            "shards disjoint": disjoint,
+            "shards cover every example": covering,
+            "shard i holds examples i, i+n, ... (NumPy slicing)": interleaved,
+            "every epoch is a permutation of the shard": epochs_are_permutations,
+        },
     )
-    return check_passed, covering, disjoint, restored_equal
+    check
+    return check, covering, disjoint, restored_equal
 
 
 @app.cell
 def _(after, before, interrupt_at, uninterrupted):
     stream = pd.DataFrame(
-        [{"batch": k, "slot": s, "example": ex, "run": "uninterrupted"} for k, b in enumerate(uninterrupted) for s, ex in enumerate(b)]
-        + [{"batch": k, "slot": s, "example": ex, "run": "saved, restored, continued"} for k, b in enumerate(before + after) for s, ex in enumerate(b)]
+        [
+            {"batch": k, "slot": s, "example": ex, "run": "uninterrupted"}
+            for k, b in enumerate(uninterrupted)
+            for s, ex in enumerate(b)
+        ]
+        + [
+            {"batch": k, "slot": s, "example": ex, "run": "saved, restored, continued"}
+            for k, b in enumerate(before + after)
+            for s, ex in enumerate(b)
+        ]
     )
-    lines = alt.Chart(stream, title="example ids in reading order: both runs (the rule marks the save)").mark_point(filled=True).encode(
-        x=alt.X("batch:Q"), y=alt.Y("example:Q"), color="run:N", shape="run:N", tooltip=["run", "batch", "slot", "example"]
+    lines = (
+        alt.Chart(stream, title="example ids in reading order: both runs (the rule marks the save)")
+        .mark_point(filled=True)
+        .encode(
+            x=alt.X("batch:Q"),
+            y=alt.Y("example:Q"),
+            color="run:N",
+            shape="run:N",
+            tooltip=["run", "batch", "slot", "example"],
+        )
     )
-    rule = alt.Chart(pd.DataFrame({"batch": [interrupt_at.value - 0.5]})).mark_rule(strokeDash=[4, 4]).encode(x="batch:Q")
+    rule = (
+        alt.Chart(pd.DataFrame({"batch": [interrupt_at.value - 0.5]}))
+        .mark_rule(strokeDash=[4, 4])
+        .encode(x="batch:Q")
+    )
     (lines + rule).properties(width=520, height=220)
     return
 
 
 @app.cell
-def test_check_passes(check_passed):
-    assert check_passed
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
