@@ -17,7 +17,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.lab import text
     from core.state import checkpoint, recovery_demo
 
@@ -28,7 +28,9 @@ with app.setup:
         lab.Flag("dropout", 0.1, "dropout rate (uses the dropout key)", lo=0.0, hi=0.9, step=0.05),
         lab.Flag("seed", 0, "data, init and dropout seed", lo=0, hi=9999),
         lab.Flag("async_save", True, "save asynchronously (Orbax writes in the background)"),
-        description="Save model, optimizer, and random state: a complete Orbax checkpoint, verified.",
+        description=(
+            "Save model, optimizer, and random state: a complete Orbax checkpoint, verified."
+        ),
     )
     ARGS = FLAGS.parse()
 
@@ -68,16 +70,21 @@ def _():
 
 @app.cell
 def _(async_save, dropout, hidden, seed, steps):
-    config = recovery_demo.TrainConfig(seed=seed.value, hidden=hidden.value, dropout=float(dropout.value))
+    config = recovery_demo.TrainConfig(
+        seed=seed.value, hidden=hidden.value, dropout=float(dropout.value)
+    )
     # A fresh temporary directory per run; it is deleted when this cell runs again.
     run_dir = tempfile.TemporaryDirectory(prefix="save_full_state-")
     checkpoint_dir = pathlib.Path(run_dir.name) / "checkpoints"
-    trained = recovery_demo.train(config, checkpoint_dir, steps.value, save_every=steps.value, async_save=async_save.value)
+    trained = recovery_demo.train(
+        config, checkpoint_dir, steps.value, save_every=steps.value, async_save=async_save.value
+    )
     saved_state, saved_data_state = trained.state, trained.data_state
     mo.md(
         f"Trained **{text.plural(steps.value, 'step')}** "
         f"(last loss {trained.losses[steps.value]:.4f}) and saved step "
-        f"{steps.value} {'asynchronously' if async_save.value else 'synchronously'} to a temporary directory."
+        f"{steps.value} {'asynchronously' if async_save.value else 'synchronously'} to a "
+        "temporary directory."
     )
     return checkpoint_dir, config, saved_data_state, saved_state
 
@@ -94,7 +101,12 @@ def _(checkpoint_dir, saved_state, steps):
         ("dropout key", saved_state["rng"], "raw uint32 key data: the next dropout masks"),
     ]
     part_rows = [
-        {"part": name, "leaves": len(jax.tree.leaves(tree)), "bytes": sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree)), "why it matters": why}
+        {
+            "part": name,
+            "leaves": len(jax.tree.leaves(tree)),
+            "bytes": sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree)),
+            "why it matters": why,
+        }
         for name, tree, why in parts
     ]
     tree_rows = checkpoint.directory_tree(checkpoint_dir / str(steps.value))
@@ -117,7 +129,13 @@ def _(checkpoint_dir, saved_state, steps):
         .properties(width=420, height=120)
     )
     manifest = json.loads((checkpoint_dir / str(steps.value) / checkpoint.MANIFEST).read_text())
-    manifest_preview = {**manifest, "files": dict(list(manifest["files"].items())[:4]) | {"...": f"{len(manifest['files'])} files in all"}, "state_tree": manifest["state_tree"][:4] + [f"... {len(manifest['state_tree'])} leaves in all"]}
+    manifest_preview = {
+        **manifest,
+        "files": dict(list(manifest["files"].items())[:4])
+        | {"...": f"{len(manifest['files'])} files in all"},
+        "state_tree": manifest["state_tree"][:4]
+        + [f"... {len(manifest['state_tree'])} leaves in all"],
+    }
     mo.vstack(
         [
             mo.md("## What a complete training state holds"),
@@ -132,7 +150,12 @@ def _(checkpoint_dir, saved_state, steps):
     (config and metadata, JSON). `manifest.json` was written after the commit.
     """
             ),
-            lab.table([{"path": r["path"], "bytes": r["bytes"] if r["kind"] == "file" else ""} for r in tree_rows]),
+            lab.table(
+                [
+                    {"path": r["path"], "bytes": r["bytes"] if r["kind"] == "file" else ""}
+                    for r in tree_rows
+                ]
+            ),
             size_chart,
             mo.md("`manifest.json` (abridged):"),
             mo.md(f"```json\n{json.dumps(manifest_preview, indent=1)[:2500]}\n```"),
@@ -177,32 +200,41 @@ def _(config, restored, saved_data_state, saved_state, steps):
                 "shape": str(a.shape),
                 "dtype": str(a.dtype),
                 "equal": a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b)),
-                "max |diff|": float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0,
+                "max |diff|": numerics.max_abs_error(a, b) if a.shape == b.shape else np.inf,
             }
         )
-    same_tree = jax.tree_util.tree_structure(saved_state) == jax.tree_util.tree_structure(restored.state)
-    check_error = max(r["max |diff|"] for r in leaf_rows)
-    check_passed = bool(
-        same_tree and all(r["equal"] for r in leaf_rows) and restored.step == steps.value and restored.data_state == saved_data_state and restored.config == config.to_dict()
+    same_tree = jax.tree_util.tree_structure(saved_state) == jax.tree_util.tree_structure(
+        restored.state
+    )
+    check = lab.Check(
+        f"restored == saved, leaf by leaf ({len(leaf_rows)} leaves: params, both Adam moments, "
+        "count, step, dropout key; numpy array_equal), and data position, step and config equal",
+        {"max |diff| over all leaves": max(r["max |diff|"] for r in leaf_rows)},
+        0.0,
+        facts={
+            "same tree structure": same_tree,
+            "every leaf array_equal (same dtype and shape)": all(r["equal"] for r in leaf_rows),
+            "step equal": restored.step == steps.value,
+            "data position equal": restored.data_state == saved_data_state,
+            "config equal": restored.config == config.to_dict(),
+        },
     )
     mo.vstack(
         [
-            lab.check_badge(
-                check_passed,
-                f"restored == saved, leaf by leaf ({len(leaf_rows)} leaves: params, both Adam moments, count, step, dropout key; numpy array_equal), and data position, step and config equal",
-                check_error,
-                None,
-            ),
+            check,
             lab.table(leaf_rows),
-            mo.md(f"Data position: saved `{saved_data_state}`, restored `{restored.data_state}`; metadata `{restored.metadata}`."),
+            mo.md(
+                f"Data position: saved `{saved_data_state}`, restored `{restored.data_state}`; "
+                f"metadata `{restored.metadata}`."
+            ),
         ]
     )
-    return check_passed, leaf_rows
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_passed, leaf_rows):
-    assert check_passed, [r for r in leaf_rows if not r["equal"]]
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -214,7 +246,9 @@ def test_manifest_covers_every_file_and_leaf(
     steps,
 ):
     _step_dir = checkpoint_dir / str(steps.value)
-    _files = {p.relative_to(_step_dir).as_posix() for p in _step_dir.rglob("*") if p.is_file()} - {checkpoint.MANIFEST}
+    _files = {p.relative_to(_step_dir).as_posix() for p in _step_dir.rglob("*") if p.is_file()} - {
+        checkpoint.MANIFEST
+    }
     assert set(manifest["files"]) == _files
     assert len(manifest["state_tree"]) == len(jax.tree.leaves(saved_state))
     return
