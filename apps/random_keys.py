@@ -10,7 +10,8 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
+    from core.lab import charts
     from core.lessons.control_flow import random_keys
 
     lab.use_cpu_devices()
@@ -19,9 +20,22 @@ with app.setup:
         lab.Flag("fanout", 2, "keys per split in the key tree", lo=2, hi=4),
         lab.Flag("depth", 2, "levels of splitting in the key tree", lo=1, hi=3),
         lab.Flag("steps", 4, "training steps that fold_in their step number", lo=1, hi=16),
-        lab.Flag("devices", 8, "devices that each draw their own stream (at most jax.device_count())", lo=1, hi=64),
+        lab.Flag(
+            "devices",
+            8,
+            "devices that each draw their own stream (at most jax.device_count())",
+            lo=1,
+            hi=64,
+        ),
         lab.Flag("per_device", 6, "numbers each device draws", lo=1, hi=32),
-        lab.Flag("samples", 5000, "samples for the KS test and the histograms", lo=20, hi=200_000, step=10),
+        lab.Flag(
+            "samples",
+            5000,
+            "samples for the KS test and the histograms",
+            lo=20,
+            hi=200_000,
+            step=10,
+        ),
         lab.Flag("bins", 40, "histogram bins", lo=5, hi=100),
         description="Random keys without surprises: split, fold_in, the reuse bug, a KS test.",
     )
@@ -56,7 +70,9 @@ def _():
     fanout = FLAGS.control("fanout", ARGS)
     depth = FLAGS.control("depth", ARGS)
     steps = FLAGS.control("steps", ARGS)
-    devices = mo.ui.slider(1, device_count, value=min(ARGS.devices, device_count), label="devices", show_value=True)
+    devices = mo.ui.slider(
+        1, device_count, value=min(ARGS.devices, device_count), label="devices", show_value=True
+    )
     per_device = FLAGS.control("per_device", ARGS, label="numbers per device")
     samples = FLAGS.control("samples", ARGS)
     bins = FLAGS.control("bins", ARGS)
@@ -84,7 +100,13 @@ def _():
 def _(seed):
     root_key = jax.random.key(seed.value)
     # One key per purpose, split once from the root: nothing below draws from the same key twice.
-    purpose_keys = dict(zip(("tree", "reuse", "steps", "devices", "normal", "uniform"), jax.random.split(root_key, 6), strict=True))
+    purpose_keys = dict(
+        zip(
+            ("tree", "reuse", "steps", "devices", "normal", "uniform"),
+            jax.random.split(root_key, 6),
+            strict=True,
+        )
+    )
     root_words = random_keys.key_words(root_key)
     mo.md(
         f"""
@@ -104,20 +126,63 @@ def _(seed):
 def _(depth, fanout, purpose_keys):
     tree_nodes = random_keys.key_tree(purpose_keys["tree"], fanout.value, depth.value)
     tree_frame = pd.DataFrame(
-        [{"path": n.path, "level": n.level, "position": n.position, "key_data": f"[{n.words[0]}, {n.words[1]}]", "hex": n.hex} for n in tree_nodes]
+        [
+            {
+                "path": n.path,
+                "level": n.level,
+                "position": n.position,
+                "key_data": f"[{n.words[0]}, {n.words[1]}]",
+                "hex": n.hex,
+            }
+            for n in tree_nodes
+        ]
     )
     node_at = {n.path: n for n in tree_nodes}
     tree_edges = pd.DataFrame(
-        [{"level": node_at[n.parent].level, "position": node_at[n.parent].position, "level2": n.level, "position2": n.position} for n in tree_nodes if n.parent]
+        [
+            {
+                "level": node_at[n.parent].level,
+                "position": node_at[n.parent].position,
+                "level2": n.level,
+                "position2": n.position,
+            }
+            for n in tree_nodes
+            if n.parent
+        ]
     )
     leaf_count = fanout.value**depth.value
     y_scale = alt.Scale(domain=[-0.5, leaf_count - 0.5], reverse=True, nice=False)
     x_scale = alt.Scale(domain=[-0.2, depth.value + 0.9], nice=False)
     tree_chart = (
-        alt.Chart(tree_edges).mark_rule(color="#999999").encode(x=alt.X("level:Q", scale=x_scale, title="split level", axis=alt.Axis(tickMinStep=1, format="d")), y=alt.Y("position:Q", scale=y_scale, axis=None), x2="level2:Q", y2="position2:Q")
-        + alt.Chart(tree_frame).mark_circle(size=90).encode(x="level:Q", y="position:Q", color=alt.Color("level:O", legend=None), tooltip=["path", "key_data", "hex"])
-        + alt.Chart(tree_frame).mark_text(align="left", dx=8, fontSize=10).encode(x="level:Q", y="position:Q", text="hex:N")
-    ).properties(title=f"split({fanout.value}) applied {depth.value} times: key data in hex", width=160 * (depth.value + 1), height=max(120, 18 * leaf_count))
+        alt.Chart(tree_edges)
+        .mark_rule(color="#999999")
+        .encode(
+            x=alt.X(
+                "level:Q",
+                scale=x_scale,
+                title="split level",
+                axis=alt.Axis(tickMinStep=1, format="d"),
+            ),
+            y=alt.Y("position:Q", scale=y_scale, axis=None),
+            x2="level2:Q",
+            y2="position2:Q",
+        )
+        + alt.Chart(tree_frame)
+        .mark_circle(size=90)
+        .encode(
+            x="level:Q",
+            y="position:Q",
+            color=alt.Color("level:O", legend=None),
+            tooltip=["path", "key_data", "hex"],
+        )
+        + alt.Chart(tree_frame)
+        .mark_text(align="left", dx=8, fontSize=10)
+        .encode(x="level:Q", y="position:Q", text="hex:N")
+    ).properties(
+        title=f"split({fanout.value}) applied {depth.value} times: key data in hex",
+        width=160 * (depth.value + 1),
+        height=max(120, 18 * leaf_count),
+    )
     mo.vstack(
         [
             mo.md(
@@ -154,16 +219,36 @@ def _(purpose_keys, samples):
     scatter_n = min(800, samples.value)
     pairs = pd.concat(
         [
-            pd.DataFrame({"first draw": reuse.reused_a[:scatter_n], "second draw": reuse.reused_b[:scatter_n], "keys": "one key, used twice"}),
-            pd.DataFrame({"first draw": reuse.split_a[:scatter_n], "second draw": reuse.split_b[:scatter_n], "keys": "k1, k2 = split(key)"}),
+            pd.DataFrame(
+                {
+                    "first draw": reuse.reused_a[:scatter_n],
+                    "second draw": reuse.reused_b[:scatter_n],
+                    "keys": "one key, used twice",
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "first draw": reuse.split_a[:scatter_n],
+                    "second draw": reuse.split_b[:scatter_n],
+                    "keys": "k1, k2 = split(key)",
+                }
+            ),
         ]
     )
     pair_chart = (
         alt.Chart(pairs)
         .mark_circle(size=12, opacity=0.5)
-        .encode(x="first draw:Q", y="second draw:Q", color=alt.Color("keys:N", legend=None, sort=["one key, used twice"]))
+        .encode(
+            x="first draw:Q",
+            y="second draw:Q",
+            color=alt.Color("keys:N", legend=None, sort=["one key, used twice"]),
+        )
         .properties(width=220, height=220)
-        .facet(column=alt.Column("keys:N", title=None, sort=["one key, used twice", "k1, k2 = split(key)"]))
+        .facet(
+            column=alt.Column(
+                "keys:N", title=None, sort=["one key, used twice", "k1, k2 = split(key)"]
+            )
+        )
         .properties(title=f"the first {scatter_n} pairs of draws")
     )
     mo.vstack(
@@ -194,7 +279,10 @@ def _(purpose_keys, samples):
 def _(purpose_keys, steps):
     step_result = random_keys.step_keys(purpose_keys["steps"], steps.value)
     step_words = step_result.words
-    step_rows = [{"step": t, "step_key = fold_in(key, step): key data (hex)": random_keys.key_hex(w)} for t, w in enumerate(step_words)]
+    step_rows = [
+        {"step": t, "step_key = fold_in(key, step): key data (hex)": random_keys.key_hex(w)}
+        for t, w in enumerate(step_words)
+    ]
     collide = step_result.split_equals_fold_in
     mo.vstack(
         [
@@ -210,10 +298,11 @@ def _(purpose_keys, steps):
             lab.table(step_rows),
             mo.callout(
                 mo.md(
-                    f"**A surprise worth knowing**: `split(key, {steps.value})[i] == fold_in(key, i)` for every "
-                    f"i here: **{collide}**. JAX's default threefry derives both from the same counter, so "
-                    "splitting a key *and* folding step numbers into it gives colliding keys. Give each use "
-                    "its own parent key (as this lesson does with `purpose_keys`)."
+                    f"**A surprise worth knowing**: `split(key, {steps.value})[i] == "
+                    f"fold_in(key, i)` for every i here: **{collide}**. JAX's default threefry "
+                    "derives both from the same counter, so splitting a key *and* folding step "
+                    "numbers into it gives colliding keys. Give each use its own parent key (as "
+                    "this lesson does with `purpose_keys`)."
                 ),
                 kind="warn" if collide else "info",
             ),
@@ -227,24 +316,30 @@ def _(device_count, devices, per_device, purpose_keys):
     # Headless, a flag asking for more devices than exist stops the lesson; the slider cannot.
     device_problem = None
     if not lab.interactive() and ARGS.devices > device_count:
-        device_problem = f"--devices {ARGS.devices} asks for more devices than JAX sees ({device_count}): pass at most {device_count}."
-    if device_problem and lab.mode() == "script":
-        print(f"STOPPED: {device_problem}")
-    mo.stop(device_problem is not None, mo.callout(mo.md(f"**Not enough devices.** {device_problem}"), kind="warn"))
+        device_problem = (
+            f"--devices {ARGS.devices} asks for more devices than JAX sees ({device_count}): "
+            f"pass at most {device_count}."
+        )
+    lab.guard(device_problem, headline="Not enough devices.")
 
-    device_samples_DN = random_keys.per_device_samples_DN(purpose_keys["devices"], devices.value, per_device.value)
-    device_reference_DN = random_keys.per_device_reference_DN(purpose_keys["devices"], devices.value, per_device.value)
-    device_error = float(np.max(np.abs(np.asarray(device_samples_DN) - device_reference_DN)))
-    device_rows_distinct = len({tuple(r) for r in np.asarray(device_samples_DN)}) == devices.value
-    held_by = {int(range(devices.value)[s.index[0]][0]): s.device.id for s in device_samples_DN.addressable_shards}
-    device_frame = pd.DataFrame(
-        [{"device": f"device {held_by[d]}", "draw": i, "value": float(v)} for (d, i), v in np.ndenumerate(np.asarray(device_samples_DN))]
+    device_samples_DN = random_keys.per_device_samples_DN(
+        purpose_keys["devices"], devices.value, per_device.value
     )
-    device_chart = (
-        alt.Chart(device_frame, title="each device's draws: fold_in(key, axis_index)")
-        .mark_rect()
-        .encode(x="draw:O", y=alt.Y("device:N", sort=None), color=alt.Color("value:Q", scale=alt.Scale(scheme="redblue", domainMid=0)), tooltip=["device", "draw", alt.Tooltip("value:Q", format="+.4f")])
-        .properties(width=min(640, 28 * per_device.value), height=22 * devices.value)
+    device_reference_DN = random_keys.per_device_reference_DN(
+        purpose_keys["devices"], devices.value, per_device.value
+    )
+    device_error = numerics.max_abs_error(device_samples_DN, device_reference_DN)
+    device_rows_distinct = len({tuple(r) for r in np.asarray(device_samples_DN)}) == devices.value
+    held_by = {
+        int(range(devices.value)[s.index[0]][0]): s.device.id
+        for s in device_samples_DN.addressable_shards
+    }
+    _held = [held_by[d] for d in range(devices.value)]
+    device_chart = charts.heatmap(
+        np.asarray(device_samples_DN),
+        "each device's draws: fold_in(key, axis_index)",
+        row_title="device" if _held == list(range(devices.value)) else f"row (devices {_held})",
+        col_title="draw",
     )
     mo.vstack(
         [
@@ -274,7 +369,9 @@ def _(device_count, devices, per_device, purpose_keys):
 
 @app.cell
 def _(bins, purpose_keys, samples):
-    drawn = {d: random_keys.sample(purpose_keys[d], d, samples.value) for d in random_keys.DISTRIBUTIONS}
+    drawn = {
+        d: random_keys.sample(purpose_keys[d], d, samples.value) for d in random_keys.DISTRIBUTIONS
+    }
     ks_results = {d: random_keys.ks_test(x, d) for d, x in drawn.items()}
     few_per_bin = samples.value < 5 * bins.value
     mo.vstack(
@@ -292,12 +389,27 @@ def _(bins, purpose_keys, samples):
             ),
             lab.table(
                 [
-                    {"distribution": r.distribution, "samples": r.n, "KS statistic": f"{r.statistic:.4f}", "p-value": f"{r.pvalue:.3f}", f"p > {random_keys.KS_ALPHA:g}": str(r.pvalue > random_keys.KS_ALPHA)}
+                    {
+                        "distribution": r.distribution,
+                        "samples": r.n,
+                        "KS statistic": f"{r.statistic:.4f}",
+                        "p-value": f"{r.pvalue:.3f}",
+                        f"p > {random_keys.KS_ALPHA:g}": str(r.pvalue > random_keys.KS_ALPHA),
+                    }
                     for r in ks_results.values()
                 ]
             ),
             *(
-                [mo.callout(mo.md(f"Only {samples.value / bins.value:.1f} samples per bin: the histograms below are mostly noise. Raise **samples** or lower **bins**."), kind="warn")]
+                [
+                    mo.callout(
+                        mo.md(
+                            f"Only {samples.value / bins.value:.1f} samples per bin: the "
+                            "histograms below are mostly noise. Raise **samples** or lower "
+                            "**bins**."
+                        ),
+                        kind="warn",
+                    )
+                ]
                 if few_per_bin
                 else []
             ),
@@ -310,36 +422,60 @@ def _(bins, purpose_keys, samples):
 def _(device_error, device_rows_distinct, ks_results, reuse):
     # Independent references: scipy.stats' CDFs for the KS tests, and np.array_equal on the
     # host for the reuse bug; the per-device streams redrawn on one device (vmap, no shard_map).
-    ks_pass = all(r.pvalue > random_keys.KS_ALPHA for r in ks_results.values())
-    check_passed = ks_pass and reuse.reused_identical and not reuse.split_identical and device_rows_distinct and device_error <= 1e-6
-    lab.check_badge(
-        check_passed,
+    check = lab.Check(
         "KS p-values vs scipy.stats ("
         + ", ".join(f"{d} {r.pvalue:.3f}" for d, r in ks_results.items())
         + f", need > {random_keys.KS_ALPHA:g}); reuse bug detected (reused key: identical draws "
-        f"{reuse.reused_identical}, split keys: {reuse.split_identical}); per-device streams distinct and equal to fold_in(key, d) drawn on one device",
-        device_error,
-        1e-6,
+        f"{reuse.reused_identical}, split keys: {reuse.split_identical}); per-device streams "
+        "distinct and equal to fold_in(key, d) drawn on one device",
+        {"per-device streams vs fold_in(key, d) on one device": device_error},
+        numerics.tolerance("float32"),
+        facts={
+            **{
+                f"KS {d}: p-value > {random_keys.KS_ALPHA:g}": r.pvalue > random_keys.KS_ALPHA
+                for d, r in ks_results.items()
+            },
+            "a reused key gives identical draws": reuse.reused_identical,
+            "split keys give different draws": not reuse.split_identical,
+            "every device's row is distinct": device_rows_distinct,
+        },
     )
-    return (check_passed,)
+    check
+    return (check,)
 
 
 @app.cell
 def _(bins, drawn):
     def histogram_chart(distribution):
-        rows = pd.DataFrame(random_keys.histogram_vs_pdf(drawn[distribution], distribution, bins.value)).assign(zero=0.0)
-        bars = alt.Chart(rows).mark_rect(opacity=0.6, stroke="white", strokeWidth=0.5).encode(x=alt.X("bin_left:Q", title="value"), x2="bin_right:Q", y=alt.Y("density:Q", title="density"), y2="zero:Q")
-        curve = alt.Chart(rows).mark_line(color="#e45756", strokeWidth=2).encode(x="centre:Q", y="pdf:Q")
-        return (bars + curve).properties(title=f"{distribution}: histogram vs pdf (red)", width=300, height=200)
-
+        rows = pd.DataFrame(
+            random_keys.histogram_vs_pdf(drawn[distribution], distribution, bins.value)
+        ).assign(zero=0.0)
+        bars = (
+            alt.Chart(rows)
+            .mark_rect(opacity=0.6, stroke="white", strokeWidth=0.5)
+            .encode(
+                x=alt.X("bin_left:Q", title="value"),
+                x2="bin_right:Q",
+                y=alt.Y("density:Q", title="density"),
+                y2="zero:Q",
+            )
+        )
+        curve = (
+            alt.Chart(rows)
+            .mark_line(color="#e45756", strokeWidth=2)
+            .encode(x="centre:Q", y="pdf:Q")
+        )
+        return (bars + curve).properties(
+            title=f"{distribution}: histogram vs pdf (red)", width=300, height=200
+        )
 
     mo.hstack([histogram_chart(d) for d in random_keys.DISTRIBUTIONS])
     return
 
 
 @app.cell
-def test_check_passes(check_passed, ks_results):
-    assert check_passed, f"KS p-values {[r.pvalue for r in ks_results.values()]} or reuse/device checks failed"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 

@@ -189,7 +189,8 @@ def per_device_samples_DN(key: jax.Array, devices: int, n: int) -> jax.Array:
     """
     if not 1 <= devices <= jax.device_count():
         raise ValueError(
-            f"devices must be between 1 and {jax.device_count()} (jax.device_count()), got {devices}"
+            f"devices must be between 1 and {jax.device_count()} (jax.device_count()), got "
+            f"{devices}"
         )
     if n < 1:
         raise ValueError(f"need at least one sample per device, got n={n}")
@@ -198,7 +199,8 @@ def per_device_samples_DN(key: jax.Array, devices: int, n: int) -> jax.Array:
 
 @functools.cache
 def _per_device_program(devices: int, n: int):
-    """The jitted shard_map program for (devices, n), built once so every key reuses its compilation."""
+    """The jitted shard_map program for (devices, n), built once so every key reuses its
+    compilation."""
     from core.distributed import sharding  # the mesh helper of the sharding lessons
 
     mesh = sharding.make_mesh((devices,), ("device",))
