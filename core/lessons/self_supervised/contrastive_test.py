@@ -252,8 +252,10 @@ def lesson_claims(seed, temperature=0.5, feature_width=16, steps=200, batch=128,
 
         def accuracy(p):
             return contrastive.linear_probe(
-                contrastive.features_jit(p, train_x), split.y_train,
-                contrastive.features_jit(p, test_x), split.y_test,
+                contrastive.features_jit(p, train_x),
+                split.y_train,
+                contrastive.features_jit(p, test_x),
+                split.y_test,
             )["test accuracy"]
 
         margins["probe gain - 2 points"] = accuracy(result.params) - accuracy(params) - 0.02
