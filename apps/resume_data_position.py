@@ -14,16 +14,31 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import curriculum, data, lab
+    from core import curriculum, data, lab, numerics
     from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag("steps", 16, "steps of the uninterrupted run (N)", lo=2, hi=80),
-        lab.Flag("resume_at", 8, "the checkpoint step the fresh process resumes from (K)", lo=1, hi=79),
+        lab.Flag(
+            "resume_at", 8, "the checkpoint step the fresh process resumes from (K)", lo=1, hi=79
+        ),
         lab.Flag("seed", 0, "data, init and dropout seed", lo=0, hi=9999),
-        lab.Flag("dropout", 0.1, "dropout rate (the dropout key must be restored too)", lo=0.0, hi=0.9, step=0.05),
-        lab.Flag("batch_size", 8, "examples per batch (48 examples: an epoch is 6 batches at 8)", lo=1, hi=48),
+        lab.Flag(
+            "dropout",
+            0.1,
+            "dropout rate (the dropout key must be restored too)",
+            lo=0.0,
+            hi=0.9,
+            step=0.05,
+        ),
+        lab.Flag(
+            "batch_size",
+            8,
+            "examples per batch (48 examples: an epoch is 6 batches at 8)",
+            lo=1,
+            hi=48,
+        ),
         description="Recover data position and resume: a fresh process continues bit for bit.",
     )
     ARGS = FLAGS.parse()
@@ -62,7 +77,13 @@ def _():
 
 @app.cell
 def _(steps):
-    resume_at = mo.ui.slider(1, steps.value - 1, value=min(ARGS.resume_at, steps.value - 1), label="resume from step K", show_value=True)
+    resume_at = mo.ui.slider(
+        1,
+        steps.value - 1,
+        value=min(ARGS.resume_at, steps.value - 1),
+        label="resume from step K",
+        show_value=True,
+    )
     run_button = mo.ui.run_button(label="Resume in a fresh process")
     mo.hstack([resume_at, run_button], justify="start")
     return resume_at, run_button
@@ -72,18 +93,28 @@ def _(steps):
 def _(batch_size, dropout, resume_at, seed, steps):
     problem = None
     if not lab.interactive() and ARGS.resume_at >= ARGS.steps:
-        problem = f"--resume-at {ARGS.resume_at} must be below --steps {ARGS.steps}: there is nothing left to resume."
-    if problem and lab.mode() == "script":
-        print(f"STOPPED: {problem}")
-    mo.stop(problem is not None, mo.callout(mo.md(problem or ""), kind="warn"))
+        problem = (
+            f"--resume-at {ARGS.resume_at} must be below --steps {ARGS.steps}: there is nothing "
+            "left to resume."
+        )
+    lab.guard(problem)
 
-    config = recovery_demo.TrainConfig(seed=seed.value, dropout=float(dropout.value), batch_size=batch_size.value)
+    config = recovery_demo.TrainConfig(
+        seed=seed.value, dropout=float(dropout.value), batch_size=batch_size.value
+    )
     run_dir = tempfile.TemporaryDirectory(prefix="resume_data_position-")
     full_dir = pathlib.Path(run_dir.name) / "uninterrupted"
     digests = {}
     full = recovery_demo.train(
-        config, full_dir, steps.value, save_every=resume_at.value, max_to_keep=None, digests=True,
-        on_event=lambda e: digests.__setitem__(e["step"], e["digest"]) if e["event"] == "state" else None,
+        config,
+        full_dir,
+        steps.value,
+        save_every=resume_at.value,
+        max_to_keep=None,
+        digests=True,
+        on_event=lambda e: (
+            digests.__setitem__(e["step"], e["digest"]) if e["event"] == "state" else None
+        ),
     )
     # The fresh process gets a directory with only the step-K checkpoint in it.
     resume_dir = pathlib.Path(run_dir.name) / "resumed"
@@ -112,20 +143,46 @@ def _(batch_size, dropout, resume_at, seed, steps):
 def _(config, resume_at, resume_dir, run_button, steps):
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.callout(mo.md("Press **Resume in a fresh process** to start `python -m core.state.recovery_demo` on the step-K checkpoint (a few seconds: a new Python imports JAX and compiles)."), kind="info"),
+        mo.callout(
+            mo.md(
+                "Press **Resume in a fresh process** to start `python -m "
+                "core.state.recovery_demo` on the step-K checkpoint (a few seconds: a new Python "
+                "imports JAX and compiles)."
+            ),
+            kind="info",
+        ),
     )
     overrides = [f"{k}={v}" for k, v in config.to_dict().items()]
-    child_command = recovery_demo.command(resume_dir, steps.value, "--save-every", str(resume_at.value), *overrides)
+    child_command = recovery_demo.command(
+        resume_dir, steps.value, "--save-every", str(resume_at.value), *overrides
+    )
     with mo.status.spinner(title="Resuming in a fresh Python process..."):
-        child = subprocess.run(child_command, capture_output=True, text=True, cwd=curriculum.REPO_ROOT, env=lab.child_env(JAX_PLATFORMS="cpu"), timeout=300)
+        child = subprocess.run(
+            child_command,
+            capture_output=True,
+            text=True,
+            cwd=curriculum.REPO_ROOT,
+            env=lab.child_env(JAX_PLATFORMS="cpu"),
+            timeout=300,
+        )
     child_events = recovery_demo.parse_events(child.stdout)
     mo.stop(
         child.returncode != 0,
-        mo.callout(mo.md(f"The fresh process failed (exit {child.returncode}):\n```\n{child.stderr[-2000:]}\n```"), kind="danger"),
+        mo.callout(
+            mo.md(
+                f"The fresh process failed (exit {child.returncode}):\n"
+                f"```\n{child.stderr[-2000:]}\n```"
+            ),
+            kind="danger",
+        ),
     )
     resumed_event = next(e for e in child_events if e["event"] in ("resumed", "fresh"))
     resumed_losses = {e["step"]: e["loss"] for e in child_events if e["event"] == "step"}
-    mo.md(f"`{' '.join(child_command[1:3])} --checkpoint-dir .../resumed --steps {steps.value} ...` printed {len(child_events)} events; it **{resumed_event['event']}**" + (f" from step {resumed_event['step']}." if "step" in resumed_event else "."))
+    mo.md(
+        f"`{' '.join(child_command[1:3])} --checkpoint-dir .../resumed --steps {steps.value} "
+        f"...` printed {len(child_events)} events; it **{resumed_event['event']}**"
+        + (f" from step {resumed_event['step']}." if "step" in resumed_event else ".")
+    )
     return resumed_event, resumed_losses
 
 
@@ -133,56 +190,104 @@ def _(config, resume_at, resume_dir, run_button, steps):
 def _(digests, full, resume_at, resumed_event, resumed_losses, steps):
     # Independent reference: the uninterrupted run in this process; the result comes from another.
     expected_steps = list(range(resume_at.value + 1, steps.value + 1))
-    differences = [abs(resumed_losses[s] - full.losses[s]) for s in expected_steps if s in resumed_losses]
-    check_error = max(differences) if differences else float("inf")
+    _common = [s for s in expected_steps if s in resumed_losses]
+    loss_error = (
+        numerics.max_abs_error(
+            [resumed_losses[s] for s in _common], [full.losses[s] for s in _common]
+        )
+        if _common
+        else float("inf")
+    )
     digest_rows = [
-        {"part": part, "uninterrupted at K": digests[resume_at.value][part], "restored in the fresh process": resumed_event.get("digest", {}).get(part, "-"), "equal": digests[resume_at.value][part] == resumed_event.get("digest", {}).get(part)}
+        {
+            "part": part,
+            "uninterrupted at K": digests[resume_at.value][part],
+            "restored in the fresh process": resumed_event.get("digest", {}).get(part, "-"),
+            "equal": digests[resume_at.value][part] == resumed_event.get("digest", {}).get(part),
+        }
         for part in checkpoint.DIGEST_GROUPS
     ]
-    check_passed = bool(
-        resumed_event.get("step") == resume_at.value and sorted(resumed_losses) == expected_steps and check_error == 0.0 and all(r["equal"] for r in digest_rows)
-    )
-    mo.vstack(
-        [
-            lab.check_badge(
-                check_passed,
-                f"fresh process resumed from step {resume_at.value}; losses of steps {resume_at.value + 1}..{steps.value} equal the uninterrupted run's bit for bit; params, both Adam moments, count, step, dropout key and data position equal at step {resume_at.value} (sha256)",
-                check_error,
-                None,
+    check = lab.Check(
+        f"fresh process resumed from step {resume_at.value}; losses of steps "
+        f"{resume_at.value + 1}..{steps.value} equal the uninterrupted run's bit for bit; "
+        "params, both Adam moments, count, step, dropout key and data position equal at step "
+        f"{resume_at.value} (sha256)",
+        {"losses: resumed vs uninterrupted (max |difference|)": loss_error},
+        0.0,
+        facts={
+            f"resumed from step {resume_at.value}": resumed_event.get("step") == resume_at.value,
+            f"a loss for every step {resume_at.value + 1}..{steps.value}": (
+                sorted(resumed_losses) == expected_steps
             ),
-            lab.table(digest_rows),
-        ]
+            "every part's sha256 equal at step K": all(r["equal"] for r in digest_rows),
+        },
     )
-    return check_error, check_passed
+    mo.vstack([check, lab.table(digest_rows)])
+    return check, loss_error
 
 
 @app.cell
-def _(check_error, full, resume_at, resumed_losses):
+def _(full, loss_error, resume_at, resumed_losses):
     curves = pd.DataFrame(
-        [{"step": s, "loss": v, "run": "uninterrupted (this process)"} for s, v in full.losses.items()]
-        + [{"step": s, "loss": v, "run": "resumed (fresh process)"} for s, v in resumed_losses.items()]
+        [
+            {"step": s, "loss": v, "run": "uninterrupted (this process)"}
+            for s, v in full.losses.items()
+        ]
+        + [
+            {"step": s, "loss": v, "run": "resumed (fresh process)"}
+            for s, v in resumed_losses.items()
+        ]
     )
-    line = alt.Chart(curves[curves["run"].str.startswith("un")]).mark_line(color="#4c78a8").encode(x="step:Q", y=alt.Y("loss:Q", scale=alt.Scale(zero=False)), tooltip=["run", "step", "loss"])
-    points = alt.Chart(curves[curves["run"].str.startswith("re")]).mark_point(color="#f58518", size=70, filled=False).encode(x="step:Q", y="loss:Q", tooltip=["run", "step", "loss"])
-    rule = alt.Chart(pd.DataFrame({"step": [resume_at.value]})).mark_rule(strokeDash=[4, 4]).encode(x="step:Q")
+    line = (
+        alt.Chart(curves[curves["run"].str.startswith("un")])
+        .mark_line(color="#4c78a8")
+        .encode(
+            x="step:Q",
+            y=alt.Y("loss:Q", scale=alt.Scale(zero=False)),
+            tooltip=["run", "step", "loss"],
+        )
+    )
+    points = (
+        alt.Chart(curves[curves["run"].str.startswith("re")])
+        .mark_point(color="#f58518", size=70, filled=False)
+        .encode(x="step:Q", y="loss:Q", tooltip=["run", "step", "loss"])
+    )
+    rule = (
+        alt.Chart(pd.DataFrame({"step": [resume_at.value]}))
+        .mark_rule(strokeDash=[4, 4])
+        .encode(x="step:Q")
+    )
     mo.vstack(
         [
-            (line + points + rule).properties(title=f"loss per step: line = uninterrupted, circles = resumed (max |difference| = {check_error})", width=520, height=240),
-            mo.md("Try: set dropout to 0.5 (the masks differ step by step, yet the resumed run matches), or resume from a step inside an epoch: the iterator state puts the fresh process on the very next batch."),
+            (line + points + rule).properties(
+                title=(
+                    "loss per step: line = uninterrupted, circles = resumed "
+                    f"(max |difference| = {loss_error})"
+                ),
+                width=520,
+                height=240,
+            ),
+            mo.md(
+                "Try: set dropout to 0.5 (the masks differ step by step, yet the resumed run "
+                "matches), or resume from a step inside an epoch: the iterator state puts the "
+                "fresh process on the very next batch."
+            ),
         ]
     )
     return
 
 
 @app.cell
-def test_check_passes(check_passed):
-    assert check_passed
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
 @app.cell
 def test_losses_are_bitwise_equal(full, resumed_losses):
-    assert resumed_losses and all(np.float64(v) == np.float64(full.losses[s]) for s, v in resumed_losses.items())
+    assert resumed_losses and all(
+        np.float64(v) == np.float64(full.losses[s]) for s, v in resumed_losses.items()
+    )
     return
 
 
