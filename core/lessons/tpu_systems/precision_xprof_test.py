@@ -3,6 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from core import numerics
 from core.lessons.tpu_systems import precision_xprof as q
 
 
@@ -42,8 +43,8 @@ def test_int8_matmul_is_exact_on_the_integer_codes(scheme):
 def test_per_channel_beats_per_tensor_when_columns_differ():
     x, w = q.example_operands(jax.random.key(2), 16, 128, 32, channel_spread=100.0)
     exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
-    per_tensor = q.relative_error(q.int8_matmul(x, w, "per-tensor"), exact)
-    per_channel = q.relative_error(q.int8_matmul(x, w, "per-channel"), exact)
+    per_tensor = numerics.norm_relative_error(q.int8_matmul(x, w, "per-tensor"), exact)
+    per_channel = numerics.norm_relative_error(q.int8_matmul(x, w, "per-channel"), exact)
     assert per_channel < per_tensor / 2
     # the small columns are where one shared scale hurts most
     worst_tensor = q.worst_column_error(q.int8_matmul(x, w, "per-tensor"), exact)
@@ -55,9 +56,11 @@ def test_per_channel_beats_per_tensor_when_columns_differ():
 def test_error_levels_follow_the_unit_roundoff(k):
     x, w = q.example_operands(jax.random.key(k), 16, k, 16)
     exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
-    assert q.relative_error(q.matmul("float32", x, w), exact) < 1e-6
-    assert q.relative_error(q.matmul("bf16 inputs, f32 accumulate", x, w), exact) < 2**-7
-    assert q.relative_error(q.matmul("int8 per-channel", x, w), exact) < 0.05
+    assert numerics.norm_relative_error(q.matmul("float32", x, w), exact) < 1e-6
+    assert (
+        numerics.norm_relative_error(q.matmul("bf16 inputs, f32 accumulate", x, w), exact) < 2**-7
+    )
+    assert numerics.norm_relative_error(q.matmul("int8 per-channel", x, w), exact) < 0.05
 
 
 def test_bf16_accumulation_error_grows_with_k():
@@ -77,15 +80,15 @@ def test_sweep_with_zero_padding_equals_direct_products():
     rows = q.error_sweep(jax.random.key(4), 8, 8, [32, 128], kinds=("float32", "int8 per-tensor"))
     x, w = q.example_operands(jax.random.key(4), 8, 128, 8)
     exact = np.asarray(x[:, :32], np.float64) @ np.asarray(w[:32], np.float64)
-    direct = q.relative_error(q.matmul("int8 per-tensor", x[:, :32], w[:32]), exact)
+    direct = numerics.norm_relative_error(q.matmul("int8 per-tensor", x[:, :32], w[:32]), exact)
     padded = next(r for r in rows if r["K"] == 32 and r["kind"] == "int8 per-tensor")
     assert padded["error vs float64"] == pytest.approx(direct, rel=1e-6)
     assert [r["K"] for r in rows] == [32, 32, 128, 128]
 
 
 def test_relative_error_reference():
-    assert q.relative_error([3.0, 4.0], [3.0, 4.0]) == 0.0
-    assert q.relative_error([0.0, 0.0], [3.0, 4.0]) == 1.0
+    assert numerics.norm_relative_error([3.0, 4.0], [3.0, 4.0]) == 0.0
+    assert numerics.norm_relative_error([0.0, 0.0], [3.0, 4.0]) == 1.0
     assert q.worst_column_error([[1.0, 0.0]], [[1.0, 2.0]]) == 1.0
 
 
