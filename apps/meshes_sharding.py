@@ -10,18 +10,31 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import distributed, lab
+    from core import distributed, lab, numerics
     from core.distributed import sharding
+    from core.lab import charts
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))
     MESH_SHAPE_NAMES = ("1-D",) + tuple(
-        dict.fromkeys(sharding.mesh_shape_name(s) for n in MESH_SIZES for s in sharding.mesh_shapes(n))
+        dict.fromkeys(
+            sharding.mesh_shape_name(s) for n in MESH_SIZES for s in sharding.mesh_shapes(n)
+        )
     )
     SPEC_NAMES = tuple(sharding.valid_partition_specs(("x", "y")))
     FLAGS = lab.Flags(
-        lab.Flag("mesh_size", max(MESH_SIZES), "devices in the mesh (a divisor of the device count)", choices=MESH_SIZES),
-        lab.Flag("mesh_shape", "1-D", "mesh shape: 1-D (axis x) or AxB (axes x, y), A*B = mesh size", choices=MESH_SHAPE_NAMES),
+        lab.Flag(
+            "mesh_size",
+            max(MESH_SIZES),
+            "devices in the mesh (a divisor of the device count)",
+            choices=MESH_SIZES,
+        ),
+        lab.Flag(
+            "mesh_shape",
+            "1-D",
+            "mesh shape: 1-D (axis x) or AxB (axes x, y), A*B = mesh size",
+            choices=MESH_SHAPE_NAMES,
+        ),
         lab.Flag("x_spec", "P('x')", "PartitionSpec of x (batch, features)", choices=SPEC_NAMES),
         lab.Flag("w_spec", "P()", "PartitionSpec of W (features, hidden)", choices=SPEC_NAMES),
         lab.Flag("batch", 16, "rows of x", lo=1, hi=64),
@@ -31,7 +44,8 @@ with app.setup:
         description="Arrays, meshes, and sharding: PartitionSpecs and how shardings propagate.",
     )
     ARGS = FLAGS.parse()
-    TABLEAU10 = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac")
+    # One colour per device, no two alike.
+    DEVICE_COLORS = charts.distinct_colors(jax.device_count())
 
 
 @app.cell(hide_code=True)
@@ -62,7 +76,10 @@ def _():
     seed = FLAGS.control("seed", ARGS)
     mo.vstack(
         [
-            mo.md(f"JAX sees **{jax.device_count()}** devices; a mesh uses a divisor of that many: {', '.join(map(str, MESH_SIZES))}."),
+            mo.md(
+                f"JAX sees **{jax.device_count()}** devices; a mesh uses a divisor of that many: "
+                f"{', '.join(map(str, MESH_SIZES))}."
+            ),
             mo.hstack([mesh_size, batch, features, hidden, seed], justify="start", wrap=True),
         ]
     )
@@ -76,7 +93,10 @@ def _(mesh_size):
     wanted_shape = str(int(mesh_size.value)) if ARGS.mesh_shape == "1-D" else ARGS.mesh_shape
     flag_problems = []
     if wanted_shape not in _shapes:
-        flag_problems.append(f"--mesh-shape {ARGS.mesh_shape} does not use {mesh_size.value} devices: pick one of {', '.join(_shapes)}.")
+        flag_problems.append(
+            f"--mesh-shape {ARGS.mesh_shape} does not use {mesh_size.value} devices: "
+            f"pick one of {', '.join(_shapes)}."
+        )
         wanted_shape = str(int(mesh_size.value))
     mesh_shape = mo.ui.dropdown(options=list(_shapes), value=wanted_shape, label="mesh shape")
     mesh_shape
@@ -85,13 +105,17 @@ def _(mesh_size):
 
 @app.cell
 def _(flag_problems, mesh_shape):
-    _specs = list(sharding.valid_partition_specs(sharding.axis_names_for(sharding.parse_mesh_shape(mesh_shape.value))))
+    _axes = sharding.axis_names_for(sharding.parse_mesh_shape(mesh_shape.value))
+    _specs = list(sharding.valid_partition_specs(_axes))
     spec_problems = list(flag_problems)
     _chosen = {}
     for _name in ("x_spec", "w_spec"):
         _chosen[_name] = getattr(ARGS, _name)
         if _chosen[_name] not in _specs:
-            spec_problems.append(f"--{_name.replace('_', '-')} \"{_chosen[_name]}\" names axis 'y', but mesh {mesh_shape.value} has only axis 'x'.")
+            spec_problems.append(
+                f"--{_name.replace('_', '-')} \"{_chosen[_name]}\" names axis 'y', but mesh "
+                f"{mesh_shape.value} has only axis 'x'."
+            )
             _chosen[_name] = "P()"
     x_spec = mo.ui.dropdown(options=_specs, value=_chosen["x_spec"], label="x spec")
     w_spec = mo.ui.dropdown(options=_specs, value=_chosen["w_spec"], label="W spec")
@@ -117,17 +141,24 @@ def _(
         sharding.divisibility_problem((batch.value, features.value), mesh, x_partition)
         or sharding.divisibility_problem((features.value, hidden.value), mesh, w_partition)
     )
-    if problem and lab.mode() == "script":
-        print(f"STOPPED: {problem}")
-    mo.stop(problem is not None, mo.callout(mo.md(f"**Can't shard this way.** {problem}"), kind="warn"))
-    x_BF, w_FH = sharding.example_inputs(jax.random.key(seed.value), batch.value, features.value, hidden.value)
+    lab.guard(problem, headline="Can't shard this way.")
+    x_BF, w_FH = sharding.example_inputs(
+        jax.random.key(seed.value), batch.value, features.value, hidden.value
+    )
     steps = distributed.propagation_steps(x_BF, w_FH, mesh, x_partition, w_partition)
+    _make_mesh = (
+        f"jax.make_mesh({tuple(mesh.devices.shape)}, {mesh.axis_names}, "
+        f"axis_types=(AxisType.Auto,) * {len(mesh.axis_names)})"
+    )
+    _w_text = (
+        sharding.describe_spec(w_partition).replace("rows", "features").replace("cols", "hidden")
+    )
     mo.md(
         f"""
-    `mesh = jax.make_mesh({tuple(mesh.devices.shape)}, {mesh.axis_names}, axis_types=(AxisType.Auto,) * {len(mesh.axis_names)})`
+    `mesh = {_make_mesh}`
     (Auto lets XLA choose the communication; `jax.make_mesh` defaults to Explicit).
 
-    `x`: {sharding.describe_spec(x_partition)}. `W`: {sharding.describe_spec(w_partition).replace("rows", "features").replace("cols", "hidden")}.
+    `x`: {sharding.describe_spec(x_partition)}. `W`: {_w_text}.
     """
     )
     return mesh, steps, w_FH, x_BF
@@ -148,16 +179,23 @@ def _(mesh, steps):
                 "bytes on all devices": sum(r.nbytes for r in _layout),
             }
         )
-    _hlo = distributed.compiled_hlo(lambda x, w: (x @ w).sum(), steps[0]["result"], steps[1]["result"])
+    _hlo = distributed.compiled_hlo(
+        lambda x, w: (x @ w).sum(), steps[0]["result"], steps[1]["result"]
+    )
     _ops = distributed.hlo_collectives(_hlo)
+    _collectives = ", ".join(f"`{r['op']}` of {r['shape']} ({r['bytes']} B)" for r in _ops)
     mo.vstack(
         [
-            mo.md("## Sharding propagation\nXLA decides the sharding of every intermediate from the inputs' shardings:"),
+            mo.md(
+                "## Sharding propagation\nXLA decides the sharding of every intermediate from "
+                "the inputs' shardings:"
+            ),
             lab.table(_rows),
             mo.md(
                 f"Collectives XLA inserted for `sum(x @ W)` on {mesh.size} devices: "
-                + (", ".join(f"`{r['op']}` of {r['shape']} ({r['bytes']} B)" for r in _ops) or "**none**")
-                + ". Splitting the contracting dimension (features) leaves each device a partial sum: an `all-reduce` appears."
+                + (_collectives or "**none**")
+                + ". Splitting the contracting dimension (features) leaves each device a partial "
+                "sum: an `all-reduce` appears."
             ),
         ]
     )
@@ -172,21 +210,59 @@ def _(steps):
         rows = []
         for r in layout:
             (r0, r1), (c0, c1) = r.index if len(r.index) == 2 else ((0, 1), (0, 1))
-            rows.append({"value": step["value"], "device": r.device, "row0": r0, "row1": r1, "col0": c0, "col1": c1, "rows": shape[0], "cols": shape[1], "holds": r.index_text("a")})
+            rows.append(
+                {
+                    "value": step["value"],
+                    "device": r.device,
+                    "row0": r0,
+                    "row1": r1,
+                    "col0": c0,
+                    "col1": c1,
+                    "rows": shape[0],
+                    "cols": shape[1],
+                    "holds": r.index_text("a"),
+                }
+            )
         return rows
 
-
     _frame = pd.DataFrame([row for step in steps[:3] for row in _blocks(step)])
-    _whole = alt.Chart().mark_rect(color="#eeeeee", stroke="#999999").encode(x=alt.X("zero:Q", title="col"), x2="cols:Q", y=alt.Y("zero:Q", title="row", scale=alt.Scale(reverse=True)), y2="rows:Q").transform_calculate(zero="0")
-    _held = alt.Chart().mark_rect().encode(
-        x="col0:Q", x2="col1:Q", y="row0:Q", y2="row1:Q",
-        color=alt.Color("device:N", legend=None, scale=alt.Scale(domain=list(range(jax.device_count())), range=[TABLEAU10[i % 10] for i in range(jax.device_count())])),
-        tooltip=["value", "device", "holds"],
+    _whole = (
+        alt.Chart()
+        .mark_rect(color="#eeeeee", stroke="#999999")
+        .encode(
+            x=alt.X("zero:Q", title="col"),
+            x2="cols:Q",
+            y=alt.Y("zero:Q", title="row", scale=alt.Scale(reverse=True)),
+            y2="rows:Q",
+        )
+        .transform_calculate(zero="0")
+    )
+    _held = (
+        alt.Chart()
+        .mark_rect()
+        .encode(
+            x="col0:Q",
+            x2="col1:Q",
+            y="row0:Q",
+            y2="row1:Q",
+            color=alt.Color(
+                "device:N",
+                legend=None,
+                scale=alt.Scale(domain=list(range(jax.device_count())), range=DEVICE_COLORS),
+            ),
+            tooltip=["value", "device", "holds"],
+        )
     )
     mo.vstack(
         [
-            mo.md("## What each device holds\nOne panel per device and value: the whole array in grey, that device's block in color."),
-            alt.layer(_whole, _held, data=_frame).properties(width=70, height=70).facet(row=alt.Row("value:N", title=None), column=alt.Column("device:N")).resolve_scale(x="independent", y="independent"),
+            mo.md(
+                "## What each device holds\nOne panel per device and value: the whole array in "
+                "grey, that device's block in color."
+            ),
+            alt.layer(_whole, _held, data=_frame)
+            .properties(width=70, height=70)
+            .facet(row=alt.Row("value:N", title=None), column=alt.Column("device:N"))
+            .resolve_scale(x="independent", y="independent"),
         ]
     )
     return
@@ -196,26 +272,37 @@ def _(steps):
 def _(steps, w_FH, x_BF):
     # Independent reference: NumPy float64 on the same inputs.
     reference_BH = np.asarray(x_BF, np.float64) @ np.asarray(w_FH, np.float64)
-    check_errors = {
-        "y vs NumPy float64 (max abs)": float(np.max(np.abs(np.asarray(steps[2]["result"], np.float64) - reference_BH))),
-        "each y shard vs its slice of NumPy y": sharding.max_shard_error(steps[2]["result"], reference_BH),
-        "sum(y) vs NumPy float64 (relative)": abs(float(steps[3]["result"]) - reference_BH.sum()) / max(1.0, abs(reference_BH.sum())),
-        "each x shard vs its slice of x (exact)": sharding.max_shard_error(steps[0]["result"], np.asarray(x_BF)),
-    }
-    check_tolerance = 1e-5
-    check_passed = max(check_errors.values()) <= check_tolerance and check_errors["each x shard vs its slice of x (exact)"] == 0.0
-    mo.vstack(
-        [
-            lab.check_badge(check_passed, "sharded x @ W and sum(x @ W) equal NumPy float64; every shard equals its slice", max(check_errors.values()), check_tolerance),
-            lab.table([{"comparison": k, "error": f"{v:.3g}"} for k, v in check_errors.items()]),
-        ]
+    _float32 = numerics.tolerance("float32")
+    check = lab.Check(
+        "sharded x @ W and sum(x @ W) equal NumPy float64; every shard equals its slice",
+        {
+            "y vs NumPy float64 (max abs)": numerics.max_abs_error(
+                steps[2]["result"], reference_BH
+            ),
+            "each y shard vs its slice of NumPy y": sharding.max_shard_error(
+                steps[2]["result"], reference_BH
+            ),
+            "sum(y) vs NumPy float64 (relative)": numerics.scaled_max_error(
+                steps[3]["result"], reference_BH.sum()
+            ),
+            "each x shard vs its slice of x (exact)": sharding.max_shard_error(
+                steps[0]["result"], np.asarray(x_BF)
+            ),
+        },
+        {
+            "y vs NumPy float64 (max abs)": _float32,
+            "each y shard vs its slice of NumPy y": _float32,
+            "sum(y) vs NumPy float64 (relative)": _float32,
+            "each x shard vs its slice of x (exact)": 0.0,
+        },
     )
-    return check_errors, check_passed
+    check
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_errors, check_passed):
-    assert check_passed, check_errors
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
@@ -231,7 +318,12 @@ def test_offered_choices_fit(mesh_size):
     assert jax.device_count() % int(mesh_size.value) == 0
     for _shape in sharding.mesh_shapes(int(mesh_size.value)):
         for _spec in sharding.valid_partition_specs(sharding.axis_names_for(_shape)).values():
-            assert sharding.divisibility_problem((64, 64), dict(zip(sharding.axis_names_for(_shape), _shape, strict=True)), _spec) is None
+            assert (
+                sharding.divisibility_problem(
+                    (64, 64), dict(zip(sharding.axis_names_for(_shape), _shape, strict=True)), _spec
+                )
+                is None
+            )
     return
 
 
