@@ -9,7 +9,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.lab import text
     from core.lessons.control_flow import pytrees
 
@@ -19,11 +19,18 @@ with app.setup:
         lab.Flag("width", 16, "units of the first hidden layer", lo=1, hi=512),
         lab.Flag("depth", 3, "Dense layers (hidden layers + the output layer)", lo=1, hi=8),
         lab.Flag("outputs", 2, "output features", lo=1, hi=64),
-        lab.Flag("taper", "constant", "hidden widths: all equal, or halving layer by layer", choices=pytrees.TAPERS),
+        lab.Flag(
+            "taper",
+            "constant",
+            "hidden widths: all equal, or halving layer by layer",
+            choices=pytrees.TAPERS,
+        ),
         lab.Flag("dtype", "float32", "parameter dtype (a tree_map cast)", choices=pytrees.DTYPES),
         lab.Flag("batch", 4, "rows of the input for the forward pass", lo=1, hi=64),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
-        description="Pytrees and structured parameters: tree_map, flatten/unflatten, custom nodes, paths.",
+        description=(
+            "Pytrees and structured parameters: tree_map, flatten/unflatten, custom nodes, paths."
+        ),
     )
     ARGS = FLAGS.parse()
 
@@ -72,13 +79,13 @@ def _():
 @app.cell
 def _(depth, inputs, outputs, taper, width):
     try:
-        widths = pytrees.layer_widths(inputs.value, width.value, depth.value, outputs.value, taper.value)
+        widths = pytrees.layer_widths(
+            inputs.value, width.value, depth.value, outputs.value, taper.value
+        )
         widths_problem = None
     except ValueError as error:
         widths, widths_problem = None, str(error)
-    if widths_problem and lab.mode() == "script":
-        print(f"STOPPED: {widths_problem}")
-    mo.stop(widths_problem is not None, mo.callout(mo.md(f"**These widths do not make an MLP.** {widths_problem}."), kind="warn"))
+    lab.guard(widths_problem, headline="These widths do not make an MLP.")
     mo.md(
         f"""
     ## The network: widths `{widths}`
@@ -100,7 +107,9 @@ def _(dtype, seed, widths):
     ## The parameter pytree
 
     ```python
-    @functools.partial(jax.tree_util.register_dataclass, data_fields=["w", "b"], meta_fields=["activation"])
+    @functools.partial(
+        jax.tree_util.register_dataclass, data_fields=["w", "b"], meta_fields=["activation"]
+    )
     @dataclasses.dataclass(frozen=True)
     class Dense:
         w: jax.Array          # (in, out): a leaf
@@ -115,7 +124,10 @@ def _(dtype, seed, widths):
     """
             ),
             mo.md(f"```text\n{pytrees.tree_outline(params)}\n```"),
-            mo.md(f"Its structure, `jax.tree_util.tree_structure(params)` (leaves are `*`):\n```text\n{pytrees.treedef_text(treedef)}\n```"),
+            mo.md(
+                "Its structure, `jax.tree_util.tree_structure(params)` (leaves are "
+                f"`*`):\n```text\n{pytrees.treedef_text(treedef)}\n```"
+            ),
         ]
     )
     return params, treedef
@@ -125,18 +137,41 @@ def _(dtype, seed, widths):
 def _(params):
     leaves_info = pytrees.leaf_infos(params)
     leaf_frame = pd.DataFrame(
-        [{"path": i.path, "kind": "weights" if i.path.endswith(".w") else "biases", "shape": str(i.shape), "dtype": i.dtype, "elements": i.size, "bytes": i.nbytes} for i in leaves_info]
+        [
+            {
+                "path": i.path,
+                "kind": "weights" if i.path.endswith(".w") else "biases",
+                "shape": str(i.shape),
+                "dtype": i.dtype,
+                "elements": i.size,
+                "bytes": i.nbytes,
+            }
+            for i in leaves_info
+        ]
     )
     bytes_chart = (
         alt.Chart(leaf_frame, title="bytes per leaf")
         .mark_bar()
-        .encode(x=alt.X("bytes:Q"), y=alt.Y("path:N", sort=None, title=None), color=alt.Color("kind:N"), tooltip=["path", "shape", "dtype", "elements", "bytes"])
+        .encode(
+            x=alt.X("bytes:Q"),
+            y=alt.Y("path:N", sort=None, title=None),
+            color=alt.Color("kind:N"),
+            tooltip=["path", "shape", "dtype", "elements", "bytes"],
+        )
         .properties(width=360, height=max(60, 22 * len(leaf_frame)))
     )
     mo.vstack(
         [
-            mo.md("## Every leaf, by path\n`for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]: keystr(path), leaf.shape, leaf.dtype, leaf.nbytes`"),
-            mo.hstack([lab.table(leaf_frame.to_dict("records")), bytes_chart], justify="start", align="start"),
+            mo.md(
+                "## Every leaf, by path\n`for path, leaf in "
+                "jax.tree_util.tree_flatten_with_path(params)[0]: keystr(path), leaf.shape, "
+                "leaf.dtype, leaf.nbytes`"
+            ),
+            mo.hstack(
+                [lab.table(leaf_frame.to_dict("records")), bytes_chart],
+                justify="start",
+                align="start",
+            ),
         ]
     )
     return (leaves_info,)
@@ -144,18 +179,22 @@ def _(params):
 
 @app.cell
 def _(batch, params, seed, widths):
-    x_BI, y_BO = pytrees.example_batch(jax.random.key(seed.value), widths[0], widths[-1], batch.value)
+    x_BI, y_BO = pytrees.example_batch(
+        jax.random.key(seed.value), widths[0], widths[-1], batch.value
+    )
     learning_rate = 0.1
     # grad returns a pytree shaped exactly like params; tree_map pairs their leaves up.
     tree_map_step = pytrees.tree_map_demo(params, x_BI, y_BO, learning_rate)
     cast_dtype = pytrees.other_dtype(params["layers"][0].w.dtype.name)
     recast = pytrees.cast(cast_dtype, params)
+    _structure = jax.tree_util.tree_structure
+    _same_structure = _structure(tree_map_step.grads) == _structure(params)
     mo.md(
         f"""
     ## tree_map: one function, every leaf
 
     - `jax.grad(loss)(params, x, y)` returns gradients with the **same structure** as `params`
-      (same treedef: **{jax.tree_util.tree_structure(tree_map_step.grads) == jax.tree_util.tree_structure(params)}**).
+      (same treedef: **{_same_structure}**).
     - An SGD step is one line over two trees:
       `jax.tree.map(lambda p, g: p - {learning_rate} * g, params, grads)`: the loss on this batch
       went from {tree_map_step.loss_before:.4f} to {tree_map_step.loss_after:.4f}.
@@ -218,23 +257,27 @@ def _(dtype, leaves_info, params, round_trip_equal, widths, x_BI):
     counted = sum(i.size for i in leaves_info)
     counted_bytes = sum(i.nbytes for i in leaves_info)
     forward_reference = pytrees.mlp_reference(params, x_BI)
-    forward_error = pytrees.relative_error(pytrees.mlp_apply(params, x_BI), forward_reference)
-    forward_tolerance = pytrees.forward_tolerance(widths, dtype.value)
-    check_passed = counted == expected_count and counted_bytes == expected_bytes and round_trip_equal and forward_error <= forward_tolerance
-    lab.check_badge(
-        check_passed,
-        f"{counted} parameters / {counted_bytes} bytes in the leaves vs the closed form Σ(in·out + out) = "
-        f"{expected_count} / {expected_bytes} bytes; flatten/unflatten round trip equal: {round_trip_equal}; "
-        f"forward pass in {dtype.value} vs NumPy float64",
-        forward_error,
-        forward_tolerance,
+    forward_error = numerics.scaled_max_error(pytrees.mlp_apply(params, x_BI), forward_reference)
+    check = lab.Check(
+        f"{counted} parameters / {counted_bytes} bytes in the leaves vs the closed form "
+        f"Σ(in·out + out) = {expected_count} / {expected_bytes} bytes; flatten/unflatten round "
+        f"trip equal: {round_trip_equal}; forward pass in {dtype.value} vs NumPy float64",
+        {f"forward pass in {dtype.value} vs NumPy float64": forward_error},
+        # the dtype's tolerance once per layer: each layer's output is rounded again
+        pytrees.forward_tolerance(widths, dtype.value),
+        facts={
+            "parameter count equals the closed form": counted == expected_count,
+            "bytes equal the closed form": counted_bytes == expected_bytes,
+            "flatten/unflatten round trip is equal": round_trip_equal,
+        },
     )
-    return check_passed, counted, expected_count
+    check
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_passed, counted, expected_count):
-    assert check_passed, f"{counted} leaves' elements vs closed form {expected_count}, or round trip / forward failed"
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 

@@ -18,11 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 DTYPES = ("float32", "bfloat16", "float16")
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per element
-# Relative error allowed per layer of a forward pass in each dtype against numpy float64:
-# about 2.5x the unit roundoff (bf16 2^-8, f16 2^-11) for the rounding of each layer's output.
-RELATIVE_TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 2e-3}
 TAPERS = ("constant", "halving")
 ACTIVATIONS = ("tanh", "identity")
 
@@ -63,7 +62,8 @@ def layer_widths(
         raise ValueError(f"taper must be one of {TAPERS}, got {taper!r}")
     if min(inputs, width, depth, outputs) < 1:
         raise ValueError(
-            f"inputs, width, depth and outputs must all be >= 1, got {inputs}, {width}, {depth}, {outputs}"
+            f"inputs, width, depth and outputs must all be >= 1, got {inputs}, {width}, {depth}, "
+            f"{outputs}"
         )
     hidden = [width // (2**i if taper == "halving" else 1) for i in range(depth - 1)]
     if hidden and hidden[-1] < 1:
@@ -157,15 +157,10 @@ def mlp_reference(params: dict, x_BI) -> np.ndarray:
 
 
 def forward_tolerance(widths: Sequence[int], dtype: str) -> float:
-    """Allowed max |forward - reference| / max(|reference|, 1): per-layer tolerance x layers."""
-    return RELATIVE_TOLERANCE[dtype] * (len(widths) - 1)
-
-
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max(|reference|, 1), in float64."""
-    result = np.asarray(result).astype(np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    return float(np.max(np.abs(result - reference)) / max(np.max(np.abs(reference)), 1.0))
+    """Allowed numerics.scaled_max_error of the forward pass vs NumPy float64: the dtype's
+    tolerance once per layer, since every layer's output is rounded to ``dtype`` again and the
+    errors accumulate through the depth."""
+    return numerics.tolerance(dtype) * (len(widths) - 1)
 
 
 def mse_loss(params: dict, x_BI: jax.Array, y_BO: jax.Array) -> jax.Array:
@@ -253,7 +248,8 @@ def _label(node) -> str:
 
 
 def tree_outline(tree, name: str = "params") -> str:
-    """An indented picture of the tree: containers and nodes, then each leaf's dtype[shape] and bytes."""
+    """An indented picture of the tree: containers and nodes, then each leaf's dtype[shape]
+    and bytes."""
     leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(tree)
     lines = [f"{name}: {_label(tree)}"]
     drawn: set[tuple] = set()

@@ -3,6 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from core import numerics
 from core.lessons.control_flow import pytrees
 
 SETTINGS = [  # inputs, width, depth, outputs, taper
@@ -96,16 +97,13 @@ def test_forward_matches_numpy_float64(widths, batch, dtype):
     result = pytrees.mlp_apply(params, x)
     assert result.shape == (batch, widths[-1]) and result.dtype == jnp.dtype(dtype)
     reference = pytrees.mlp_reference(params, np.asarray(x))
-    assert pytrees.relative_error(result, reference) <= pytrees.forward_tolerance(widths, dtype)
+    assert numerics.scaled_max_error(result, reference) <= pytrees.forward_tolerance(widths, dtype)
 
 
-def test_relative_error_by_hand():
-    assert pytrees.relative_error(np.array([1.0, 2.5]), np.array([1.0, 2.0])) == 0.25
-    assert pytrees.relative_error(np.array([0.5]), np.array([0.25])) == 0.25  # scale floor of 1
-    assert (
-        pytrees.forward_tolerance((3, 4, 5, 2), "bfloat16")
-        == 3 * pytrees.RELATIVE_TOLERANCE["bfloat16"]
-    )
+def test_scaled_error_and_forward_tolerance_by_hand():
+    assert numerics.scaled_max_error(np.array([1.0, 2.5]), np.array([1.0, 2.0])) == 0.25
+    assert numerics.scaled_max_error(np.array([0.5]), np.array([0.25])) == 0.25  # scale floor of 1
+    assert pytrees.forward_tolerance((3, 4, 5, 2), "bfloat16") == 3 * numerics.tolerance("bfloat16")
 
 
 @pytest.mark.parametrize("widths", [(3, 4, 2), (2, 6, 6, 1)])
