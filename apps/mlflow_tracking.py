@@ -15,18 +15,23 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import curriculum, lab
+    from core import curriculum, lab, numerics
     from core.lab import text
     from core.state import checkpoint, recovery_demo, tracking
 
     lab.use_cpu_devices()
     LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)
     FLAGS = lab.Flags(
-        lab.Flag("runs", 3, "runs in the sweep (learning rates 0.003, 0.01, 0.03, 0.1)", lo=1, hi=4),
+        lab.Flag(
+            "runs", 3, "runs in the sweep (learning rates 0.003, 0.01, 0.03, 0.1)", lo=1, hi=4
+        ),
         lab.Flag("steps", 30, "training steps per run", lo=2, hi=200),
         lab.Flag("hidden", 16, "hidden width of the MLP", lo=1, hi=128),
         lab.Flag("seed", 0, "data, init and dropout seed", lo=0, hi=9999),
-        description="Track experiments and lineage with MLflow: params, metric histories, data identity, code, checkpoints.",
+        description=(
+            "Track experiments and lineage with MLflow: params, metric histories, data "
+            "identity, code, checkpoints."
+        ),
     )
     ARGS = FLAGS.parse()
 
@@ -67,15 +72,27 @@ def _():
 def _(hidden, runs, seed, steps):
     run_dir = tempfile.TemporaryDirectory(prefix="mlflow_tracking-")
     store_dir = pathlib.Path(run_dir.name)
-    with mo.status.spinner(title="Opening the MLflow store (the first time on a machine builds its schema: ~10 s)..."):
+    with mo.status.spinner(
+        title="Opening the MLflow store (the first time on a machine builds its schema: ~10 s)..."
+    ):
         tracker = tracking.Tracker(store_dir)
     revision = tracking.git_revision(curriculum.REPO_ROOT)
     trained = {}
     logged_ids = {}
-    for _learning_rate in mo.status.progress_bar(LEARNING_RATES[: runs.value], title="training and logging", remove_on_exit=True):
-        _config = recovery_demo.TrainConfig(seed=seed.value, hidden=hidden.value, learning_rate=_learning_rate)
+    for _learning_rate in mo.status.progress_bar(
+        LEARNING_RATES[: runs.value], title="training and logging", remove_on_exit=True
+    ):
+        _config = recovery_demo.TrainConfig(
+            seed=seed.value, hidden=hidden.value, learning_rate=_learning_rate
+        )
         _checkpoint_dir = store_dir / f"checkpoints-lr{_learning_rate}"
-        _result = recovery_demo.train(_config, _checkpoint_dir, steps.value, save_every=max(1, steps.value // 2), max_to_keep=2)
+        _result = recovery_demo.train(
+            _config,
+            _checkpoint_dir,
+            steps.value,
+            save_every=max(1, steps.value // 2),
+            max_to_keep=2,
+        )
         _name = f"lr={_learning_rate}"
         trained[_name] = (_config, _result)
         logged_ids[_name] = tracker.log_run(
@@ -88,8 +105,12 @@ def _(hidden, runs, seed, steps):
                 "data.examples_read": str(len(_result.example_ids)),
                 "git.revision": revision,
                 "checkpoint.dir": str(_checkpoint_dir),
-                "checkpoint.steps": ",".join(map(str, sorted(checkpoint.step_dirs(_checkpoint_dir)))),
-                "checkpoint.latest": str(_checkpoint_dir / str(max(checkpoint.step_dirs(_checkpoint_dir)))),
+                "checkpoint.steps": ",".join(
+                    map(str, sorted(checkpoint.step_dirs(_checkpoint_dir)))
+                ),
+                "checkpoint.latest": str(
+                    _checkpoint_dir / str(max(checkpoint.step_dirs(_checkpoint_dir)))
+                ),
             },
         )
     mo.md(
@@ -119,7 +140,10 @@ def _(tracker):
     )
     mo.vstack(
         [
-            mo.md("## The runs, read back from the store\nSame data (equal `data.sha256`); the order differs only if the seed does; the code is the revision you ran."),
+            mo.md(
+                "## The runs, read back from the store\nSame data (equal `data.sha256`); the "
+                "order differs only if the seed does; the code is the revision you ran."
+            ),
             mo.ui.table(runs_table, selection=None, label="runs"),
             mo.md("What differs between the runs (params that are equal everywhere are left out):"),
             lab.table(tracker.compare("loss")),
@@ -131,8 +155,13 @@ def _(tracker):
 @app.cell
 def _(tracker):
     histories = pd.DataFrame(tracker.history("loss"))
-    alt.Chart(histories, title="loss histories, as stored in MLflow").mark_line(point=alt.OverlayMarkDef(size=12)).encode(
-        x="step:Q", y=alt.Y("value:Q", title="loss"), color=alt.Color("run:N", title="run"), tooltip=["run", "step", "value"]
+    alt.Chart(histories, title="loss histories, as stored in MLflow").mark_line(
+        point=alt.OverlayMarkDef(size=12)
+    ).encode(
+        x="step:Q",
+        y=alt.Y("value:Q", title="loss"),
+        color=alt.Color("run:N", title="run"),
+        tooltip=["run", "step", "value"],
     ).properties(width=520, height=240)
     return (histories,)
 
@@ -141,33 +170,52 @@ def _(tracker):
 def _(logged_ids, summaries, tracker, trained):
     # Independent reference: the losses and configs held in this process, compared with what
     # MLflow returns from its SQLite store; the data hash recomputed with hashlib.
-    mismatches = []
+    _loss_errors, _params_match, _data_match, _paths_exist = [], [], [], []
     for _name, (_config, _result) in trained.items():
-        _stored = {row["step"]: row["value"] for row in tracker.history("loss", [logged_ids[_name]])}
-        if _stored != _result.losses:
-            mismatches.append(f"{_name}: loss history differs")
+        _stored = {
+            row["step"]: row["value"] for row in tracker.history("loss", [logged_ids[_name]])
+        }
+        _steps = sorted(_result.losses)
+        _loss_errors.append(
+            numerics.max_abs_error(
+                [_stored[s] for s in _steps], [_result.losses[s] for s in _steps]
+            )
+            if sorted(_stored) == _steps
+            else float("inf")
+        )
         _summary = next(s for s in summaries if s.run_id == logged_ids[_name])
-        if _summary.params.get("learning_rate") != str(_config.learning_rate) or _summary.params.get("hidden") != str(_config.hidden):
-            mismatches.append(f"{_name}: params differ")
+        _params_match.append(
+            _summary.params.get("learning_rate") == str(_config.learning_rate)
+            and _summary.params.get("hidden") == str(_config.hidden)
+        )
         _columns = recovery_demo.columns(_config)
         _digest = hashlib.sha256()
         for _field in sorted(_columns):
-            _digest.update(f"{_field}:{_columns[_field].dtype.str}:{_columns[_field].shape};".encode() + _columns[_field].tobytes())
-        if _summary.tags.get("data.sha256") != _digest.hexdigest():
-            mismatches.append(f"{_name}: data sha256 differs")
-        if not pathlib.Path(_summary.tags.get("checkpoint.latest", "")).is_dir():
-            mismatches.append(f"{_name}: checkpoint path missing")
-    check_passed = not mismatches and len(summaries) == len(trained)
-    lab.check_badge(
-        check_passed,
+            _column = _columns[_field]
+            _digest.update(
+                f"{_field}:{_column.dtype.str}:{_column.shape};".encode() + _column.tobytes()
+            )
+        _data_match.append(_summary.tags.get("data.sha256") == _digest.hexdigest())
+        _paths_exist.append(pathlib.Path(_summary.tags.get("checkpoint.latest", "")).is_dir())
+    check = lab.Check(
         f"{text.plural(len(trained), 'run')}: loss histories read back from MLflow equal the "
         "in-memory losses exactly; params, data sha256 (recomputed with hashlib) and checkpoint "
-        "paths match"
-        + (f"; problems: {mismatches}" if mismatches else ""),
-        float(len(mismatches)),
-        None,
+        "paths match",
+        {
+            "loss histories: MLflow vs in memory (max |difference|)": max(
+                _loss_errors, default=float("inf")
+            )
+        },
+        0.0,
+        facts={
+            "every run read back from the store": len(summaries) == len(trained),
+            "params match": all(_params_match),
+            "data sha256 matches hashlib": all(_data_match),
+            "latest checkpoint directory exists": all(_paths_exist),
+        },
     )
-    return check_passed, mismatches
+    check
+    return (check,)
 
 
 @app.cell
@@ -188,8 +236,8 @@ def _(store_dir):
 
 
 @app.cell
-def test_check_passes(check_passed, mismatches):
-    assert check_passed, mismatches
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
