@@ -13,17 +13,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import statistics
-import time
 from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Values stay in [-1, 1] (tanh) and errors do not grow with T (tanh contracts), so one
-# absolute tolerance serves every length.
-TOLERANCE = 1e-5
+from core.perf import timing
 
 
 def example_inputs(key: jax.Array, length: int, hidden: int):
@@ -105,14 +101,6 @@ def sweep_lengths(max_length: int, start: int = 4) -> list[int]:
     return lengths
 
 
-def max_error(result, reference) -> float:
-    """max |result - reference| over (h_T, hs), in float64."""
-    return max(
-        float(np.max(np.abs(np.asarray(r, np.float64) - np.asarray(e, np.float64))))
-        for r, e in zip(result, reference, strict=True)
-    )
-
-
 def jaxpr_equation_count(fn: Callable, *args) -> int:
     """Top-level equations in ``jax.make_jaxpr(fn)(*args)``: a deterministic stand-in for
     how much the compiler has to chew on (a scan is one equation, whatever its length)."""
@@ -152,24 +140,17 @@ def measure(implementation: str, w_HH, h0_H, xs_TH, repeats: int = 5) -> Timing:
         return body(w, h, xs)
 
     equations = jaxpr_equation_count(fresh, w_HH, h0_H, xs_TH)
-    start = time.perf_counter()
-    lowered = jax.jit(fresh).lower(w_HH, h0_H, xs_TH)
-    traced = time.perf_counter()
-    compiled = lowered.compile()
-    done = time.perf_counter()
-    jax.block_until_ready(compiled(w_HH, h0_H, xs_TH))  # warm up
-    runs = []
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(w_HH, h0_H, xs_TH))
-        runs.append(time.perf_counter() - t0)
+    jitted = jax.jit(fresh)
+    stages = timing.time_compile(jitted, w_HH, h0_H, xs_TH)  # lower and compile, apart
+    # Steady state: the first call (untimed) reuses the executable compiled above.
+    run_s = timing.median_seconds(lambda: jitted(w_HH, h0_H, xs_TH), max(1, repeats), warmup=1)
     return Timing(
         implementation,
         int(xs_TH.shape[0]),
         equations,
-        traced - start,
-        done - traced,
-        statistics.median(runs),
+        stages["trace + lower (s)"],
+        stages["compile (s)"],
+        run_s,
     )
 
 
