@@ -10,13 +10,15 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import distributed, lab
+    from core import distributed, lab, numerics
     from core.distributed import sharding
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))
     FLAGS = lab.Flags(
-        lab.Flag("mesh_size", max(MESH_SIZES), "devices in the 1-D mesh (axis x)", choices=MESH_SIZES),
+        lab.Flag(
+            "mesh_size", max(MESH_SIZES), "devices in the 1-D mesh (axis x)", choices=MESH_SIZES
+        ),
         lab.Flag("optimizer", "adam", "optax optimizer", choices=distributed.OPTIMIZERS),
         lab.Flag("batch", 16, "examples per step", lo=1, hi=64),
         lab.Flag("features", 8, "input features F", lo=1, hi=64),
@@ -63,7 +65,19 @@ def _():
         [
             mo.hstack([mesh_size, optimizer, learning_rate, seed], justify="start", wrap=True),
             mo.hstack([batch, features, hidden, classes], justify="start", wrap=True),
-            lab.table([{"strategy": s, "what is split": distributed.STRATEGY_WORDS[s], "parameter specs": ", ".join(f"{k}: `{sharding.spec_name(v)}`" for k, v in distributed.param_specs(s).items())} for s in distributed.STRATEGIES]),
+            lab.table(
+                [
+                    {
+                        "strategy": s,
+                        "what is split": distributed.STRATEGY_WORDS[s],
+                        "parameter specs": ", ".join(
+                            f"{k}: `{sharding.spec_name(v)}`"
+                            for k, v in distributed.param_specs(s).items()
+                        ),
+                    }
+                    for s in distributed.STRATEGIES
+                ]
+            ),
         ]
     )
     return (
@@ -89,18 +103,28 @@ def _(
     optimizer,
     seed,
 ):
-    _problems = [p for s in distributed.STRATEGIES if (p := distributed.strategy_problem(s, int(mesh_size.value), batch.value, features.value, hidden.value))]
+    _shapes = (int(mesh_size.value), batch.value, features.value, hidden.value)
+    _problems = [
+        p for s in distributed.STRATEGIES if (p := distributed.strategy_problem(s, *_shapes))
+    ]
     problem = " ".join(_problems) or None
-    if problem and lab.mode() == "script":
-        print(f"STOPPED: {problem}")
-    mo.stop(problem is not None, mo.callout(mo.md(f"**The mesh does not divide these shapes.** {problem}"), kind="warn"))
+    lab.guard(problem, headline="The mesh does not divide these shapes.")
     mesh = sharding.make_mesh((int(mesh_size.value),), ("x",))
-    params = distributed.init_mlp(jax.random.key(seed.value), features.value, hidden.value, classes.value)
-    data = distributed.example_batch(jax.random.fold_in(jax.random.key(seed.value), 1), batch.value, features.value, classes.value)
+    params = distributed.init_mlp(
+        jax.random.key(seed.value), features.value, hidden.value, classes.value
+    )
+    data = distributed.example_batch(
+        jax.random.fold_in(jax.random.key(seed.value), 1),
+        batch.value,
+        features.value,
+        classes.value,
+    )
     tx = distributed.make_optimizer(optimizer.value, learning_rate.value)
     single = distributed.sharded_step(params, data, None, "data", tx)
     results = {}
-    for _strategy in mo.status.progress_bar(distributed.STRATEGIES, title="one step per strategy", remove_on_exit=True):
+    for _strategy in mo.status.progress_bar(
+        distributed.STRATEGIES, title="one step per strategy", remove_on_exit=True
+    ):
         results[_strategy] = distributed.sharded_step(params, data, mesh, _strategy, tx)
     return data, mesh, params, results, single
 
@@ -109,28 +133,33 @@ def _(
 def _(data, learning_rate, optimizer, params, results, single):
     # Independent references: the single-device step, and NumPy float64 backprop (+ SGD).
     reference_loss, reference_grads = distributed.reference_loss_and_grads(params, data)
-    check_rows = []
+    _errors = {}  # all absolute: max |a - b|
     for _name, _result in results.items():
-        _row = {
-            "strategy": _name,
-            "|loss - single device|": abs(_result.loss - single.loss),
-            "max |params - single device|": distributed.max_tree_error(_result.params, single.params),
-            "|loss - NumPy f64|": abs(_result.loss - reference_loss),
-        }
+        _errors[f"{_name}: |loss - single device|"] = numerics.max_abs_error(
+            _result.loss, single.loss
+        )
+        _errors[f"{_name}: max |params - single device|"] = distributed.max_tree_error(
+            _result.params, single.params
+        )
+        _errors[f"{_name}: |loss - NumPy f64|"] = numerics.max_abs_error(
+            _result.loss, reference_loss
+        )
         if optimizer.value == "sgd":
-            _expected = {k: np.asarray(params[k], np.float64) - learning_rate.value * reference_grads[k] for k in params}
-            _row["max |params - NumPy f64 SGD|"] = distributed.max_tree_error(_result.params, _expected)
-        check_rows.append(_row)
-    check_error = max(v for r in check_rows for k, v in r.items() if k != "strategy")
-    check_tolerance = 1e-5
-    check_passed = check_error <= check_tolerance
-    mo.vstack(
-        [
-            lab.check_badge(check_passed, f"data parallel, FSDP and tensor parallel steps equal the single-device step and NumPy float64 ({optimizer.value})", check_error, check_tolerance),
-            lab.table([{k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in r.items()} for r in check_rows]),
-        ]
+            _expected = {
+                k: np.asarray(params[k], np.float64) - learning_rate.value * reference_grads[k]
+                for k in params
+            }
+            _errors[f"{_name}: max |params - NumPy f64 SGD|"] = distributed.max_tree_error(
+                _result.params, _expected
+            )
+    check = lab.Check(
+        "data parallel, FSDP and tensor parallel steps equal the single-device step and "
+        f"NumPy float64 ({optimizer.value})",
+        _errors,
+        numerics.tolerance("float32"),
     )
-    return check_error, check_passed
+    check
+    return (check,)
 
 
 @app.cell
@@ -145,15 +174,34 @@ def _(mesh, results):
                 "parameter bytes / device": max(_params.values()),
                 "optimizer bytes / device": max(_opt.values(), default=0),
                 "total on all devices": sum(_params.values()) + sum(_opt.values()),
-                "collectives in the step": ", ".join(f"{n}× {op}" for op, n in _result.collectives.items()) or "none",
+                "collectives in the step": ", ".join(
+                    f"{n}× {op}" for op, n in _result.collectives.items()
+                )
+                or "none",
             }
         )
-    _long = pd.DataFrame(bytes_rows).melt(id_vars="strategy", value_vars=["parameter bytes / device", "optimizer bytes / device"], var_name="what", value_name="bytes")
+    _long = pd.DataFrame(bytes_rows).melt(
+        id_vars="strategy",
+        value_vars=["parameter bytes / device", "optimizer bytes / device"],
+        var_name="what",
+        value_name="bytes",
+    )
     mo.vstack(
         [
-            mo.md(f"## Memory per device ({mesh.size} devices)\nRead from each array's `addressable_shards`: the largest device's share."),
+            mo.md(
+                f"## Memory per device ({mesh.size} devices)\nRead from each array's "
+                "`addressable_shards`: the largest device's share."
+            ),
             lab.table(bytes_rows),
-            alt.Chart(_long, title="bytes each device holds").mark_bar().encode(x=alt.X("bytes:Q"), y=alt.Y("strategy:N", title=None), color="what:N", yOffset="what:N", tooltip=["strategy", "what", "bytes"]),
+            alt.Chart(_long, title="bytes each device holds")
+            .mark_bar()
+            .encode(
+                x=alt.X("bytes:Q"),
+                y=alt.Y("strategy:N", title=None),
+                color="what:N",
+                yOffset="what:N",
+                tooltip=["strategy", "what", "bytes"],
+            ),
             mo.md(
                 "FSDP and tensor parallel keep a slice of the weights (and of Adam's two moments) "
                 "on each device; data parallel keeps a full copy everywhere and pays only one "
@@ -166,8 +214,8 @@ def _(mesh, results):
 
 
 @app.cell
-def test_check_passes(check_error, check_passed):
-    assert check_passed, check_error
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
