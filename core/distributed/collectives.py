@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
 from core.distributed import sharding
 
 P = jax.sharding.PartitionSpec
@@ -268,9 +269,7 @@ def device_bytes(tree) -> dict[int, int]:
 def max_tree_error(a, b) -> float:
     """max |a - b| over all leaves, in float64."""
     return max(
-        float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
-        if np.size(x)
-        else 0.0
+        numerics.max_abs_error(x, y)
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
     )
 

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 P = jax.sharding.PartitionSpec
 
 AXIS_NAMES = {1: ("x",), 2: ("x", "y")}  # mesh axis names by mesh rank
@@ -288,8 +290,7 @@ def max_shard_error(array: jax.Array, reference: np.ndarray) -> float:
             raise ValueError(
                 f"shard on device {piece.device.id} has shape {got.shape}, slice {expected.shape}"
             )
-        if got.size:
-            worst = max(worst, float(np.max(np.abs(got - expected))))
+        worst = max(worst, numerics.max_abs_error(got, expected))
     return worst
 
 

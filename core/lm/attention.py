@@ -25,11 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 DTYPES = ("float32", "bfloat16")
 
-# Max |result - reference| / max(|reference|, 1) accepted for attention outputs in each
-# input dtype (bf16 keeps 8 significant bits: unit roundoff 2^-9 ~ 2e-3, a few roundings).
-TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2}
+# kept until the apps call core.numerics (issue 13); then removed
+TOLERANCE = {dtype: numerics.tolerance(dtype) for dtype in DTYPES}
 
 MASK_VALUE = -1e30  # finite: exp(MASK_VALUE - max) == 0.0 in float32, never NaN
 
@@ -324,7 +325,7 @@ def _jax_nn_jitted(q_BTHK, k_BSHK, v_BSHK, causal=False):
 
 
 def relative_error(result, reference) -> float:
-    """max |result - reference| / max(max |reference|, 1), in float64."""
-    result = np.asarray(jnp.asarray(result).astype(jnp.float32), np.float64)
-    reference = np.asarray(jnp.asarray(reference).astype(jnp.float32), np.float64)
-    return float(np.max(np.abs(result - reference)) / max(float(np.max(np.abs(reference))), 1.0))
+    """numerics.scaled_max_error of both rounded to float32 first (as this copy always did)."""
+    # kept until the apps call core.numerics (issue 13); then removed
+    float32 = (jnp.asarray(a).astype(jnp.float32) for a in (result, reference))
+    return numerics.scaled_max_error(*float32)

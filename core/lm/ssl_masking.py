@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from core import numerics
 from core.lm import attention, tokenizer
 
 MASK_ID = tokenizer.VOCAB_SIZE  # 256: one id past the bytes, never produced by encode()
@@ -415,7 +416,7 @@ def neighbour_perturbation_gap(params: dict, batch: dict, seed: int = 0) -> tupl
         changed = np.asarray(
             forward_on_batch(params, {**batch, "inputs_BT": jnp.asarray(noisy, jnp.int32)})
         )
-        worst = max(worst, float(np.max(np.abs(changed - base)[audited_here])))
+        worst = max(worst, numerics.max_abs_error(changed[audited_here], base[audited_here]))
         audited += int(audited_here.sum())
     return worst, audited
 

@@ -29,6 +29,8 @@ import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 POLICIES = ("none", "everything_saveable", "dots_saveable", "nothing_saveable")
 
 
@@ -169,7 +171,4 @@ def max_grad_difference(grads_a, grads_b) -> float:
     leaves_a, leaves_b = jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)
     if len(leaves_a) != len(leaves_b):
         raise ValueError(f"gradient trees differ: {len(leaves_a)} vs {len(leaves_b)} leaves")
-    return max(
-        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-        for a, b in zip(leaves_a, leaves_b, strict=True)
-    )
+    return max(numerics.max_abs_error(a, b) for a, b in zip(leaves_a, leaves_b, strict=True))
