@@ -12,7 +12,7 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab
+    from core import lab, numerics
     from core.perf import machine, remat, timing
     from core.tpu import topology_compile
 
@@ -23,8 +23,15 @@ with app.setup:
         lab.Flag("depth", 4, "tanh layers", lo=1, hi=8),
         lab.Flag("batch", 256, "batch rows B", lo=8, hi=2048, step=8),
         lab.Flag("repeats", 10, "timed gradient steps per policy", lo=3, hi=50),
-        lab.Flag("tpu", "v5e:2x2", "also compile for one chip of this TPU topology", choices=TOPOLOGIES),
-        lab.Flag("show", "dots_saveable", "policy whose printed residuals are shown", choices=remat.POLICIES),
+        lab.Flag(
+            "tpu", "v5e:2x2", "also compile for one chip of this TPU topology", choices=TOPOLOGIES
+        ),
+        lab.Flag(
+            "show",
+            "dots_saveable",
+            "policy whose printed residuals are shown",
+            choices=remat.POLICIES,
+        ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         description="Memory, rematerialization, and optimization tradeoffs.",
     )
@@ -62,14 +69,23 @@ def _():
     repeats = FLAGS.control("repeats", ARGS)
     tpu = FLAGS.control("tpu", ARGS, label="TPU topology")
     seed = FLAGS.control("seed", ARGS)
-    mo.vstack([mo.hstack([width, depth, batch], justify="start"), mo.hstack([repeats, tpu, seed], justify="start")])
+    mo.vstack(
+        [
+            mo.hstack([width, depth, batch], justify="start"),
+            mo.hstack([repeats, tpu, seed], justify="start"),
+        ]
+    )
     return batch, depth, repeats, seed, tpu, width
 
 
 @app.cell
 def _(batch, depth, seed, width):
-    params, x_BW, y_BW = remat.init_mlp(jax.random.key(seed.value), width.value, depth.value, batch.value)
-    residuals = {policy: remat.saved_residuals(policy, params, x_BW, y_BW) for policy in remat.POLICIES}
+    params, x_BW, y_BW = remat.init_mlp(
+        jax.random.key(seed.value), width.value, depth.value, batch.value
+    )
+    residuals = {
+        policy: remat.saved_residuals(policy, params, x_BW, y_BW) for policy in remat.POLICIES
+    }
     grads = {policy: remat.grad_fn(policy)(params, x_BW, y_BW) for policy in remat.POLICIES}
     return grads, params, residuals, x_BW, y_BW
 
@@ -80,9 +96,16 @@ def _(params, repeats, tpu, x_BW, y_BW):
     cpu_memory = {p: remat.compiled_memory(p, params, x_BW, y_BW) for p in remat.POLICIES}
     tpu_memory = {}
     if tpu.value != "none" and tpu_problem is None:
-        for _policy in mo.status.progress_bar(remat.POLICIES, title=f"compiling for {tpu.value}", remove_on_exit=True):
-            tpu_memory[_policy] = remat.compiled_memory(_policy, params, x_BW, y_BW, topology=tpu.value)
-    step_times = {p: timing.time_calls(remat.grad_fn(p), params, x_BW, y_BW, repeats=repeats.value, label=p) for p in remat.POLICIES}
+        for _policy in mo.status.progress_bar(
+            remat.POLICIES, title=f"compiling for {tpu.value}", remove_on_exit=True
+        ):
+            tpu_memory[_policy] = remat.compiled_memory(
+                _policy, params, x_BW, y_BW, topology=tpu.value
+            )
+    step_times = {
+        p: timing.time_calls(remat.grad_fn(p), params, x_BW, y_BW, repeats=repeats.value, label=p)
+        for p in remat.POLICIES
+    }
     return cpu_memory, step_times, tpu_memory, tpu_problem
 
 
@@ -98,14 +121,22 @@ def _(cpu_memory, residuals, step_times, tpu, tpu_memory, tpu_problem):
             "CPU compiler temp KB": cpu_memory[_policy]["temp_size_in_bytes"] / 1e3,
         }
         if tpu_memory:
-            _row[f"{tpu.value} compiler peak KB"] = topology_compile.peak_bytes(tpu_memory[_policy]) / 1e3
+            _row[f"{tpu.value} compiler peak KB"] = (
+                topology_compile.peak_bytes(tpu_memory[_policy]) / 1e3
+            )
         _row["step time, median ms (this CPU)"] = step_times[_policy].summary.median * 1e3
         evidence_rows.append(_row)
     _note = f"\n\n*TPU compile skipped: {tpu_problem}*" if tpu_problem else ""
     mo.vstack(
         [
             mo.md("## Three kinds of evidence" + _note),
-            lab.table([{k: (f"{v:,.1f}" if isinstance(v, float) else v) for k, v in row.items()} for row in evidence_rows], caption=f"Step times measured on {MACHINE}."),
+            lab.table(
+                [
+                    {k: (f"{v:,.1f}" if isinstance(v, float) else v) for k, v in row.items()}
+                    for row in evidence_rows
+                ],
+                caption=f"Step times measured on {MACHINE}.",
+            ),
         ]
     )
     return (evidence_rows,)
@@ -113,7 +144,9 @@ def _(cpu_memory, residuals, step_times, tpu, tpu_memory, tpu_problem):
 
 @app.cell
 def _(evidence_rows):
-    _long = pd.DataFrame(evidence_rows).melt(id_vars="policy", var_name="evidence", value_name="value")
+    _long = pd.DataFrame(evidence_rows).melt(
+        id_vars="policy", var_name="evidence", value_name="value"
+    )
     _long = _long[_long["evidence"] != "residuals saved (not inputs)"]
     _charts = [
         alt.Chart(_long[_long["evidence"] == _evidence], title=_evidence)
@@ -129,7 +162,9 @@ def _(evidence_rows):
     ]
     mo.vstack(
         [
-            alt.vconcat(*(alt.hconcat(*_charts[i : i + 2]) for i in range(0, len(_charts), 2))).resolve_scale(x="independent"),
+            alt.vconcat(
+                *(alt.hconcat(*_charts[i : i + 2]) for i in range(0, len(_charts), 2))
+            ).resolve_scale(x="independent"),
             mo.md(
                 """
     Read each panel on its own scale:
@@ -176,24 +211,41 @@ def _(residuals, show):
 def _(grads, params, x_BW, y_BW):
     # Independent reference: hand-written backpropagation in NumPy float64.
     reference = remat.mlp_grads_numpy(params, x_BW, y_BW)
-    check_errors = {f"{p} vs NumPy float64": remat.max_grad_difference(grads[p], reference) for p in remat.POLICIES}
-    check_errors |= {f"{p} vs no remat": remat.max_grad_difference(grads[p], grads["none"]) for p in remat.POLICIES[1:]}
-    check_tolerance = 1e-5
-    check_passed = max(check_errors.values()) <= check_tolerance
-    lab.check_badge(check_passed, "gradients of every policy equal the no-remat gradients and NumPy float64 backprop", max(check_errors.values()), check_tolerance)
-    return check_errors, check_passed
+    # Worst leaf of max |g - ref| / max(max |ref|, 1). This mean-squared error's gradients
+    # stay below 1 (at most 0.16 over the controls' ranges), so it is the largest absolute
+    # difference (remat.max_grad_difference).
+    check_errors = {
+        f"{p} vs NumPy float64": numerics.tree_scaled_max_error(grads[p], reference)
+        for p in remat.POLICIES
+    }
+    check_errors |= {
+        f"{p} vs no remat": numerics.tree_scaled_max_error(grads[p], grads["none"])
+        for p in remat.POLICIES[1:]
+    }
+    check = lab.Check(
+        "gradients of every policy equal the no-remat gradients and NumPy float64 backprop",
+        check_errors,
+        numerics.tolerance("float32"),
+    )
+    check
+    return (check,)
 
 
 @app.cell
-def test_check_passes(check_errors, check_passed):
-    assert check_passed, check_errors
+def test_check_passes(check):
+    check.assert_passed()
     return
 
 
 @app.cell
 def test_residuals_shrink_with_the_policy(evidence_rows):
     saved = {row["policy"]: row["saved residual KB"] for row in evidence_rows}
-    assert saved["nothing_saveable"] < saved["dots_saveable"] < saved["none"] == saved["everything_saveable"]
+    assert (
+        saved["nothing_saveable"]
+        < saved["dots_saveable"]
+        < saved["none"]
+        == saved["everything_saveable"]
+    )
     return
 
 
