@@ -98,7 +98,7 @@ def test_every_app_with_a_guard_has_a_refused_case():
     guarded = {
         path.stem
         for path in curriculum.APPS_DIR.glob("*.py")
-        if 'print(f"STOPPED' in path.read_text(encoding="utf-8")
+        if "lab.guard(" in path.read_text(encoding="utf-8")
     }
     covered = {stem for stem, _flags, _why in REFUSALS}
     assert guarded - covered - set(NO_FLAG_REFUSAL) == set(), "add a refused case for these apps"
