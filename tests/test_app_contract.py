@@ -80,8 +80,27 @@ def test_lesson_is_named_and_has_a_check(app_path):
         c.slug for c in curriculum.CAPSTONES
     }
     source = app_path.read_text(encoding="utf-8")
-    assert "lab.check_badge(" in source, "a check cell shows a pass/fail badge"
+    assert "lab.Check(" in source, "the check cell is a lab.Check (core.numerics errors)"
     assert "title" in source
+    tests = [ast.unparse(c) for c in _cells(_tree(app_path)) if c.name.startswith("test_")]
+    assert any(".assert_passed()" in t for t in tests), "a test cell calls check.assert_passed()"
+
+
+@pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
+def test_app_speaks_the_one_check_vocabulary(app_path):
+    """No hand-made badge, no STOPPED print beside a mo.stop: lab.Check and lab.guard."""
+    source = app_path.read_text(encoding="utf-8")
+    assert "lab.check_badge(" not in source, "use lab.Check (it prints and renders the badge)"
+    assert "STOPPED" not in source, "use lab.guard(problem): it prints STOPPED headless"
+    assert "def relative_error" not in source, "error measures live in core.numerics"
+
+
+@pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
+def test_test_cells_come_last(app_path):
+    names = [cell.name for cell in _cells(_tree(app_path))]
+    first_test = next(i for i, name in enumerate(names) if name.startswith("test_"))
+    late = [name for name in names[first_test:] if not name.startswith("test_")]
+    assert not late, f"cells after the first test_* cell: {late} (tests go last)"
 
 
 @pytest.fixture(scope="session")
