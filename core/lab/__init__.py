@@ -162,23 +162,6 @@ class Flags:
         return mo.ui.slider(flag.lo, flag.hi, step=step, value=value, label=label, show_value=True)
 
 
-def check_badge(
-    passed: bool, what: str, error: float | None = None, tolerance: float | None = None
-):
-    """A pass/fail callout for a lesson's check cell, with the measured error."""
-    import marimo as mo
-
-    measured = ""
-    if error is not None:
-        measured = f" max error {error:.3g}" + (
-            f" (tolerance {tolerance:.1g})" if tolerance else ""
-        )
-    text = f"**{'PASS' if passed else 'FAIL'}**: {what}.{measured}"
-    if mode() == "script":
-        print(("PASS" if passed else "FAIL") + f": {what}.{measured}")
-    return mo.callout(mo.md(text), kind="success" if passed else "danger")
-
-
 class Check:
     """A lesson's check: measured errors against their tolerances, one PASS/FAIL verdict.
 
