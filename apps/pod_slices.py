@@ -36,9 +36,6 @@ with app.setup:
         ),
     )
     ARGS = FLAGS.parse()
-    # Absolute, not the float32 table: N processes reduce the gradients in another order than
-    # one process, so float32 results may differ by rounding (they agree to ~1e-6 at most).
-    PROCESS_TOLERANCE = 1e-6
 
 
 @app.cell(hide_code=True)
@@ -186,7 +183,7 @@ def _(difference, multi, processes, single):
         f"{single.devices_per_process} devices: losses and weights",
         # max |a - b| over every number of the two results (rehearse.max_difference)
         {"losses and weights: N processes vs 1 (absolute)": difference},
-        PROCESS_TOLERANCE,
+        rehearse.AGREEMENT_TOLERANCE,  # absolute: another process count, another sum order
         facts={"every process printed the same result": rehearse.results_agree(multi)},
     )
     check

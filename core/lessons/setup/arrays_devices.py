@@ -79,17 +79,6 @@ def row_stats_reference(x_RC: np.ndarray) -> np.ndarray:
     return np.stack([np.sum(x * x, axis=1), np.mean(x, axis=1)], axis=1)
 
 
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max(|reference|, 1), in float64.
-
-    Deprecated: numerics.scaled_max_error is this measure. Kept only while apps/flax_nnx.py
-    and apps/cnn_digits.py still call it; delete it when they move to core.numerics.
-    """
-    result = np.asarray(result, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
-    return float(np.max(np.abs(result - reference)) / max(np.max(np.abs(reference)), 1.0))
-
-
 @dataclasses.dataclass(frozen=True)
 class PlacementStep:
     description: str
