@@ -1,1 +1,4 @@
-"""Lesson code of the phase "TPU Systems: Generations, Memory, Precision & XProf" (one module per lesson app)."""
+"""Lesson code of the phase "TPU Systems: Generations, Memory, Precision & XProf".
+
+One module per lesson app.
+"""
