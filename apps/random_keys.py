@@ -383,7 +383,7 @@ def _(bins, purpose_keys, samples):
     The Kolmogorov-Smirnov statistic is the largest gap between the samples' empirical CDF
     and the true CDF; its p-value is the chance of a gap that large from a correct
     generator. The check below asks for p > {random_keys.KS_ALPHA:g}: a correct generator
-    fails it one seed in {1 / random_keys.KS_ALPHA:.0f} (per distribution), so a pass on
+    fails it one seed in {1 / random_keys.KS_ALPHA:,.0f} (per distribution), so a pass on
     your seed is evidence, not proof.
     """
             ),
