@@ -16,9 +16,7 @@ import os
 import pathlib
 import platform
 import socket
-import statistics
 import tempfile
-import time
 
 import pydantic
 
@@ -123,6 +121,7 @@ def collective_check(repeats: int = 5) -> dict:
     import numpy as np
 
     from core import numerics
+    from core.perf import timing
 
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -143,16 +142,8 @@ def collective_check(repeats: int = 5) -> dict:
         )(x_N)
         return summed
 
-    start = time.perf_counter()
-    out = total(values_N)
-    out.block_until_ready()
-    compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = total(values_N)
-        out.block_until_ready()
-        times.append(time.perf_counter() - start)
+    out, compile_s = timing.timed_call(total, values_N)  # trace + compile + one run
+    steady = timing.time_calls(total, values_N, repeats=repeats, warmup=0)
     # Every device holds the total; read one addressable shard (works multi-process too).
     result = float(np.asarray(out.addressable_shards[0].data).reshape(-1)[0])
     all_equal = all(np.all(np.asarray(shard.data) == result) for shard in out.addressable_shards)
@@ -164,7 +155,7 @@ def collective_check(repeats: int = 5) -> dict:
         "expected": expected,
         "passed": bool(all_equal and numerics.scaled_max_error(result, expected) <= PSUM_TOLERANCE),
         "compile_s": compile_s,
-        "median_s": statistics.median(times),
+        "median_s": steady.summary.median,
         "repeats": repeats,
     }
 

@@ -23,6 +23,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from core.perf import timing
+
 OPTIMIZERS = ("adam", "sgd", "momentum")
 
 # The defaults of the lesson "A compiled train and evaluation step" (apps/train_eval_step.py),
@@ -279,10 +281,8 @@ class StepTiming:
 
 def timed_call(fn: Callable, *args):
     """(output, seconds) of one call of ``fn(*args)``, the clock stopped after
-    ``jax.block_until_ready`` (JAX returns when the work is queued, not when it is done)."""
-    start = time.perf_counter()
-    output = jax.block_until_ready(fn(*args))
-    return output, time.perf_counter() - start
+    ``jax.block_until_ready`` (core.perf.timing.timed_call)."""
+    return timing.timed_call(fn, *args)
 
 
 def time_calls(fn: Callable, *args, repeats: int = 20, first_s: float | None = None) -> StepTiming:
@@ -295,9 +295,9 @@ def time_calls(fn: Callable, *args, repeats: int = 20, first_s: float | None = N
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if first_s is None:
-        _, first_s = timed_call(fn, *args)
-    steady = [timed_call(fn, *args)[1] for _ in range(repeats)]
-    return StepTiming(first_s, steady)
+        _, first_s = timing.timed_call(fn, *args)
+    steady = timing.time_calls(fn, *args, repeats=repeats, warmup=0)
+    return StepTiming(first_s, list(steady.samples))
 
 
 def reference_update(

@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import statistics
-import time
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -27,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core import numerics
+from core.perf import timing
 
 # --------------------------------------------------------------------------- jit lesson
 
@@ -135,15 +134,6 @@ def jit_eager_reference(name: str, x) -> dict[str, np.ndarray]:
     return {"jit": jitted, "eager": eager, "numpy float64": example.numpy_f(np.asarray(x))}
 
 
-def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def count_fusions(compiled_text: str) -> int:
     """Fused kernels XLA launches: ``fusion(`` calls in the ENTRY computation of compiled HLO."""
     entry = compiled_text[compiled_text.find("\nENTRY") :]
@@ -176,20 +166,14 @@ def timed_outputs(name: str, size: int, repeats: int = 5, seed: int = 0) -> tupl
     example = get_example(name)
     x = example_input(size, seed)
     f = example.make()  # fresh: a cold compile cache
-    start = time.perf_counter()
-    lowered = jax.jit(f).lower(x)
-    trace_lower_s = time.perf_counter() - start
-    start = time.perf_counter()
-    compiled = lowered.compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    jit_out = jax.block_until_ready(compiled(x))
-    first_call_s = time.perf_counter() - start
-    jit_s = _median_seconds(lambda: compiled(x), repeats)
+    ahead = timing.lower_and_compile(jax.jit(f), x)
+    compiled, trace_lower_s, compile_s = ahead.executable, ahead.lower_s, ahead.compile_s
+    jit_out, first_call_s = timing.timed_call(compiled, x)
+    jit_s = timing.median_seconds(lambda: compiled(x), repeats)
     eager_out = jax.block_until_ready(f(x))  # eager warm-up: each op compiles once per shape
-    eager_s = _median_seconds(lambda: f(x), repeats)
+    eager_s = timing.median_seconds(lambda: f(x), repeats)
     saved_per_call = eager_s - jit_s
-    timing = {
+    figures = {
         "function": name,
         "size": size,
         "repeats": repeats,
@@ -211,7 +195,7 @@ def timed_outputs(name: str, size: int, repeats: int = 5, seed: int = 0) -> tupl
         "eager": np.asarray(eager_out),
         "numpy float64": example.numpy_f(np.asarray(x)),
     }
-    return timing, outputs
+    return figures, outputs
 
 
 def jit_vs_eager(
@@ -413,9 +397,12 @@ def run_calls(
         size = bucket_length(n, bucketing, min_bucket)
         x_S, mask_S = pad_to(data[:n], size)
         before = len(counted.traces)
-        start = time.perf_counter()
-        result = float(counted(jnp.asarray(x_S), jnp.asarray(mask_S), center))
-        seconds = time.perf_counter() - start
+        result, seconds = timing.timed_call(  # the host copies and the read-back included
+            lambda x, mask, c: float(counted(jnp.asarray(x), jnp.asarray(mask), c)),
+            x_S,
+            mask_S,
+            center,
+        )
         traced = len(counted.traces) > before
         shapes = {s for s, _ in seen}
         flags = {c for _, c in seen}

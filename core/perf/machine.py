@@ -17,11 +17,11 @@ import os
 import pathlib
 import platform
 import re
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
+
+from core.perf import timing
 
 DEFAULT_JSON = (
     pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "machine.json"
@@ -56,16 +56,6 @@ def machine_label() -> str:
     return f"{cpu_model()}, {core_count()} cores (this CPU)"
 
 
-def _median_seconds(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile + warm caches outside the clock
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def measure_matmul(n: int = 1024, dtype: str = "float32", repeats: int = 5) -> dict:
     """Sustained FLOP/s of an n x n matmul in ``dtype`` (median of ``repeats``)."""
     if n < 1 or repeats < 1:
@@ -73,7 +63,9 @@ def measure_matmul(n: int = 1024, dtype: str = "float32", repeats: int = 5) -> d
     key_a, key_b = jax.random.split(jax.random.key(0))
     a = jax.random.normal(key_a, (n, n), jnp.float32).astype(dtype)
     b = jax.random.normal(key_b, (n, n), jnp.float32).astype(dtype)
-    seconds = _median_seconds(jax.jit(jnp.matmul), (a, b), repeats)
+    matmul = jax.jit(jnp.matmul)
+    # one warm-up call compiles and warms the caches outside the clock
+    seconds = timing.median_seconds(lambda: matmul(a, b), repeats, warmup=1)
     flops = 2.0 * n**3
     return {
         "kernel": f"matmul {n}x{n} {dtype}",
@@ -93,13 +85,13 @@ def measure_bandwidth(megabytes: float = 256, repeats: int = 5) -> dict:
     if n < 1 or repeats < 1:
         raise ValueError(f"array size and repeats must be positive, got {megabytes} MB, {repeats}")
     add_one = jax.jit(lambda v: v + 1, donate_argnums=0)
-    x = jax.block_until_ready(add_one(jnp.zeros((n,), jnp.float32)))  # compile outside the clock
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        x = jax.block_until_ready(add_one(x))
-        samples.append(time.perf_counter() - start)
-    seconds = statistics.median(samples)
+    buffer = {"x": jax.block_until_ready(add_one(jnp.zeros((n,), jnp.float32)))}  # compiles
+
+    def step():
+        buffer["x"] = add_one(buffer["x"])
+        return buffer["x"]
+
+    seconds = timing.median_seconds(step, repeats)
     moved = 2.0 * n * 4
     return {
         "kernel": f"x + 1, {n * 4 / 1e6:.0f} MB float32",

@@ -18,6 +18,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 
@@ -79,12 +80,21 @@ class Timings:
         return summarize(self.samples)
 
 
+def timed_call(fn: Callable, *args, clock=time.perf_counter) -> tuple[Any, float]:
+    """(output, seconds) of one call of ``fn(*args)``, the clock stopped after
+    ``jax.block_until_ready`` (JAX returns when the work is queued, not when it is done).
+    On the first call of a jitted function the seconds include tracing and compiling."""
+    start = clock()
+    output = jax.block_until_ready(fn(*args))
+    return output, clock() - start
+
+
 def time_first_call(fn: Callable, *args, block: bool = True, clock=time.perf_counter) -> float:
     """Seconds for the first call of ``fn``: tracing + compiling + (if ``block``) running."""
-    start = clock()
-    out = fn(*args)
     if block:
-        jax.block_until_ready(out)
+        return timed_call(fn, *args, clock=clock)[1]
+    start = clock()
+    fn(*args)
     return clock() - start
 
 
@@ -179,14 +189,33 @@ def interleaved(
     return wall, cpu
 
 
-def time_compile(jitted, *args, clock=time.perf_counter) -> dict[str, float]:
-    """Seconds to trace+lower and to compile ``jitted`` for ``args``, measured apart."""
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """An executable from ``jitted.lower(*args).compile()`` and the seconds of each part."""
+
+    executable: Any  # jax.stages.Compiled: call it like the jitted function
+    lower_s: float  # trace to a jaxpr + lower to StableHLO
+    compile_s: float  # XLA optimizes and generates code
+
+    @property
+    def total_s(self) -> float:
+        return self.lower_s + self.compile_s
+
+
+def lower_and_compile(jitted, *args, clock=time.perf_counter) -> Compiled:
+    """Lower and compile ``jitted`` for ``args`` ahead of time, timing the two apart."""
     start = clock()
     lowered = jitted.lower(*args)
     lowered_at = clock()
-    lowered.compile()
+    executable = lowered.compile()
     compiled_at = clock()
-    return {"trace + lower (s)": lowered_at - start, "compile (s)": compiled_at - lowered_at}
+    return Compiled(executable, lowered_at - start, compiled_at - lowered_at)
+
+
+def time_compile(jitted, *args, clock=time.perf_counter) -> dict[str, float]:
+    """Seconds to trace+lower and to compile ``jitted`` for ``args``, measured apart."""
+    compiled = lower_and_compile(jitted, *args, clock=clock)
+    return {"trace + lower (s)": compiled.lower_s, "compile (s)": compiled.compile_s}
 
 
 def dispatch_and_compute(

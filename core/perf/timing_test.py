@@ -94,6 +94,30 @@ def test_first_call_and_compile_time_are_separate():
     assert timing.time_first_call(f, x, clock=FakeClock(2.0)) == 2.0
 
 
+def test_timed_call_returns_the_blocked_output_and_its_seconds():
+    seen = []
+    original = jax.block_until_ready
+    try:
+        jax.block_until_ready = lambda x: seen.append("block") or x
+        clock = FakeClock(step=0.5)
+        out, seconds = timing.timed_call(
+            lambda a, b: seen.append("call") or a + b, 2, 3, clock=clock
+        )
+    finally:
+        jax.block_until_ready = original
+    assert (out, seconds) == (5, 0.5) and seen == ["call", "block"]
+    out, _ = timing.timed_call(jax.jit(lambda x: 2 * x), jnp.arange(3.0))
+    np.testing.assert_array_equal(out, [0.0, 2.0, 4.0])
+
+
+def test_lower_and_compile_returns_a_working_executable_and_both_parts():
+    f = jax.jit(lambda x: jnp.sin(x) @ x.T)
+    x = jnp.ones((4, 4))
+    compiled = timing.lower_and_compile(f, x, clock=FakeClock(step=0.25))
+    assert (compiled.lower_s, compiled.compile_s, compiled.total_s) == (0.25, 0.25, 0.5)
+    np.testing.assert_allclose(compiled.executable(x), f(x))
+
+
 def test_dispatch_and_compute_orders_the_clock_reads():
     result = timing.dispatch_and_compute(
         jax.jit(lambda x: x + 1), jnp.ones(3), repeats=3, clock=FakeClock()

@@ -15,8 +15,6 @@ killed job (a preempted Spot VM) loses at most one step of work.
 """
 
 import argparse
-import statistics
-import time
 
 from tpu_scripts import rehearse
 
@@ -25,6 +23,8 @@ process_id, process_count = rehearse.initialize_from_env()  # before any JAX com
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+from core.perf import timing  # noqa: E402
 
 
 def main():
@@ -76,10 +76,8 @@ def main():
 
     times, losses = [], []
     for step in range(first_step, args.steps + 1):
-        start = time.perf_counter()
-        w, loss = train_step(w, x, y)
-        jax.block_until_ready((w, loss))
-        times.append(time.perf_counter() - start)
+        (w, loss), seconds = timing.timed_call(train_step, w, x, y)
+        times.append(seconds)
         losses.append(float(np.asarray(loss.addressable_shards[0].data)))
         if checkpointer is not None:
             checkpointer.save(step, {"w": w}, {"step": step}, vars(args), {"loss": losses[-1]})
@@ -91,7 +89,7 @@ def main():
     if not times:
         times = [float("nan")]
     compile_s = times[0]
-    step_s = statistics.median(times[1:]) if len(times) > 1 else float("nan")
+    step_s = timing.summarize(times[1:]).median if len(times) > 1 else float("nan")
     print(
         f"process {process_id}/{process_count}: {jax.local_device_count()} local of "
         f"{jax.device_count()} devices; compile (first step) {compile_s * 1e3:.1f} ms, "

@@ -5,7 +5,6 @@ forward pass for every new token; both give the same tokens (checked)."""
 from __future__ import annotations
 
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +14,7 @@ from flax import nnx
 from capstones.byte_transformer import args, kv_cache, training
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.bench.steppers import stderr_progress
+from core.perf import timing
 
 
 def decode_prompt(corpus, length: int) -> np.ndarray:
@@ -82,44 +82,43 @@ class Decoders:
         self.prompt = jnp.asarray(prompt_1P)
 
     def _prefill(self, precision):
-        return jax.block_until_ready(self.jit["prefill"](self.state, self.prompt, precision))
+        """((first new token, cache), seconds), blocked."""
+        return timing.timed_call(self.jit["prefill"], self.state, self.prompt, precision)
 
-    def cached(self, precision):
-        """(greedy tokens, prefill seconds, decode seconds for the new_tokens - 1 steps)."""
-        start = time.perf_counter()
-        token, cache = self._prefill(precision)
-        prefilled = time.perf_counter()
+    def _decode_steps(self, token, cache):
         tokens = [token]
         for _ in range(self.new_tokens - 1):
             token, cache = self.jit["decode"](self.state, token, cache)
             tokens.append(token)
-        jax.block_until_ready(tokens)
-        done = time.perf_counter()
-        return [int(t[0]) for t in tokens], prefilled - start, done - prefilled
+        return tokens
+
+    def _decode_loop(self, token, cache):
+        tokens_NB, _ = self.jit["decode_loop"](self.state, token, cache, self.new_tokens - 1)
+        return np.asarray(jax.block_until_ready(tokens_NB))
+
+    def _recompute_steps(self, padded):
+        for length in range(self.prompt_len, self.capacity):
+            padded = self.jit["recompute"](self.state, padded, length)
+        return np.asarray(jax.block_until_ready(padded))[0, self.prompt_len :]
+
+    def cached(self, precision):
+        """(greedy tokens, prefill seconds, decode seconds for the new_tokens - 1 steps)."""
+        (token, cache), prefill_s = self._prefill(precision)
+        tokens, decode_s = timing.timed_call(self._decode_steps, token, cache)
+        return [int(t[0]) for t in tokens], prefill_s, decode_s
 
     def cached_loop(self, precision):
         """``cached`` with the decode steps in one on-device loop (decode_loop_fn)."""
-        start = time.perf_counter()
-        token, cache = self._prefill(precision)
-        prefilled = time.perf_counter()
-        tokens_NB, cache = self.jit["decode_loop"](self.state, token, cache, self.new_tokens - 1)
-        tokens_NB = np.asarray(jax.block_until_ready(tokens_NB))
-        done = time.perf_counter()
-        return (
-            [int(token[0])] + [int(t) for t in tokens_NB[:, 0]],
-            prefilled - start,
-            done - prefilled,
-        )
+        (token, cache), prefill_s = self._prefill(precision)
+        tokens_NB, decode_s = timing.timed_call(self._decode_loop, token, cache)
+        return [int(token[0])] + [int(t) for t in tokens_NB[:, 0]], prefill_s, decode_s
 
     def recompute(self):
         """(greedy tokens, seconds for new_tokens full forwards)."""
         padded = jnp.zeros((1, self.capacity), jnp.int32).at[:, : self.prompt_len].set(self.prompt)
         jax.block_until_ready(padded)
-        start = time.perf_counter()
-        for length in range(self.prompt_len, self.capacity):
-            padded = self.jit["recompute"](self.state, padded, length)
-        tokens = np.asarray(jax.block_until_ready(padded))[0, self.prompt_len :]
-        return [int(t) for t in tokens], time.perf_counter() - start
+        tokens, seconds = timing.timed_call(self._recompute_steps, padded)
+        return [int(t) for t in tokens], seconds
 
 
 def _method(repeats: int) -> str:

@@ -11,14 +11,13 @@ import pathlib
 import re
 import statistics
 import tempfile
-import time
 
 import jax
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import data, training
 from capstones.byte_transformer.bench.steppers import stderr_progress
-from core.perf import machine, trace
+from core.perf import machine, timing, trace
 
 PROFILE_FORMAT = "byte_transformer profile"
 
@@ -134,9 +133,9 @@ def traced_op_rows(compiled, state, batch, trace_dir: pathlib.Path, steps: int):
     with jax.profiler.trace(str(trace_dir)):
         for number in range(steps):
             with jax.profiler.StepTraceAnnotation("train", step_num=number):
-                start = time.perf_counter()
-                state = jax.block_until_ready(compiled(state, batch))[0]
-                wall.append(time.perf_counter() - start)
+                out, seconds = timing.timed_call(compiled, state, batch)
+                state = out[0]
+                wall.append(seconds)
     xplanes = sorted(trace_dir.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
     if not xplanes:
         raise RuntimeError(f"the profiler wrote no .xplane.pb under {trace_dir}")

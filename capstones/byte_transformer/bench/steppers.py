@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import torch_twin, training
@@ -33,21 +30,17 @@ def stderr_progress(line: str) -> None:
 
 
 def step_summary(samples: list[float], cpu: list[float], tokens: int, valid: float) -> dict:
-    ordered = sorted(samples)
-    median = statistics.median(ordered)
-
-    def quantile(q):
-        return float(np.quantile(ordered, q))
-
+    """bench.json's STEP figures of one stepper's wall and CPU samples (core.perf.timing)."""
+    wall = timing.summarize(samples)
     return {
-        "median_s": median,
-        "p10_s": quantile(0.1),
-        "p90_s": quantile(0.9),
-        "min_s": ordered[0],
+        "median_s": wall.median,
+        "p10_s": wall.p10,
+        "p90_s": wall.p90,
+        "min_s": wall.minimum,
         "samples_s": list(samples),
-        "cpu_median_s": statistics.median(cpu),
-        "tokens_per_s": tokens / median,
-        "valid_tokens_per_s": valid / median,
+        "cpu_median_s": timing.summarize(cpu).median,
+        "tokens_per_s": tokens / wall.median,
+        "valid_tokens_per_s": valid / wall.median,
     }
 
 
@@ -75,11 +68,8 @@ def jax_stepper(
     training.make_train_step(config). figures["compiled"] is the executable."""
     step_fn = step_fn or training.make_train_step(config)
     batch = jax.device_put(batch)
-    start = time.perf_counter()
-    lowered = step_fn.lower(state, batch)
-    lowered_at = time.perf_counter()
-    compiled = lowered.compile()
-    compiled_at = time.perf_counter()
+    ahead = timing.lower_and_compile(step_fn, state, batch)
+    compiled = ahead.executable
     holder = {"state": state}
 
     def step():
@@ -88,8 +78,8 @@ def jax_stepper(
         holder["state"] = new_state
 
     figures = {
-        "lower_s": lowered_at - start,
-        "compile_s": compiled_at - lowered_at,
+        "lower_s": ahead.lower_s,
+        "compile_s": ahead.compile_s,
         "xla_cost_analysis_flops": _cost_analysis_flops(compiled),
         "compiled": compiled,
         "batch": batch,
@@ -141,9 +131,7 @@ def torch_compile_stepper(config: config_lib.Config, params: dict, batch: dict):
 
         step = torch_stepper(config, params, batch, True)
         with inductor_config.patch(force_disable_caches=True):
-            start = time.perf_counter()
-            step()
-            first = time.perf_counter() - start
+            _, first = timing.timed_call(step)
         return step, {"first_step_s": first, "caches": "disabled for the first step (cold)"}
     except Exception as exc:  # noqa: BLE001 - any failure of the compiler stack is recorded
         message = " ".join(f"{type(exc).__name__}: {exc}".split())

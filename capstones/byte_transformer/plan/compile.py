@@ -5,14 +5,13 @@ about TPU memory and FLOPs, never about TPU speed."""
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import training
 from capstones.byte_transformer.plan import remat as plan_remat
+from core.perf import timing
 from core.tpu import topology_compile
 
 P = jax.sharding.PartitionSpec
@@ -59,20 +58,21 @@ def compile_for_topology(config: config_lib.Config, topology: str, policy: str |
     state, batch = abstract_inputs(config)
     state_specs = jax.tree.map(lambda leaf: P(), state)
     batch_specs = jax.tree.map(lambda leaf: P("data"), batch)
-    started = time.perf_counter()
-    report, _compiled = topology_compile.compile_for_topology(
-        plan_remat.step_function(config, policy),
-        (state, batch),
-        (state_specs, batch_specs),
-        topology,
-        out_specs=(state_specs, P()),
+    (report, _compiled), compile_s = timing.timed_call(
+        lambda: topology_compile.compile_for_topology(
+            plan_remat.step_function(config, policy),
+            (state, batch),
+            (state_specs, batch_specs),
+            topology,
+            out_specs=(state_specs, P()),
+        )
     )
     memory = dict(report.memory)
     return {
         "topology": topology,
         "device_kind": report.device_kind,
         "chips": report.devices,
-        "compile_s": time.perf_counter() - started,
+        "compile_s": compile_s,
         "remat_policy": policy,
         "memory": memory,
         "peak_bytes": topology_compile.peak_bytes(memory),

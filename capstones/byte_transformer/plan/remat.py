@@ -100,10 +100,8 @@ def first_batch(config: config_lib.Config) -> dict:
 def compile_cpu(config: config_lib.Config, policy: str | None, state, batch) -> dict:
     """Compile the step on this host's default device (CPU) and run it once: the compiled
     program, compile seconds, the CPU compiler's peak and FLOPs, the state after one step."""
-    jitted = jax.jit(step_function(config, policy))
-    started = time.perf_counter()
-    compiled = jitted.lower(state, batch).compile()
-    compile_s = time.perf_counter() - started
+    ahead = timing.lower_and_compile(jax.jit(step_function(config, policy)), state, batch)
+    compiled, compile_s = ahead.executable, ahead.total_s
     new_state, metrics = compiled(state, batch)
     jax.block_until_ready(new_state)
     memory = topology_compile.memory_dict(compiled)
