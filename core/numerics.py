@@ -9,6 +9,7 @@ reference does not have at that place: a non-finite result never passes a check.
     elementwise_relative_error     max over elements of |r - ref| / max(|ref|, 1)
     norm_relative_error(r, ref)    ||r - ref||_F / ||ref||_F               matrices, quantization
     tree_scaled_max_error          scaled_max_error of two pytrees, worst leaf
+    tree_normwise_max_error        max |r - ref| over a pytree / max |ref| over it (no floor)
 
 ``TOLERANCE`` is the table by dtype for a float computation compared with a float64 reference
 (``tolerance(dtype)`` reads it); a check that needs another bound states it with its reason.
@@ -116,3 +117,23 @@ def tree_scaled_max_error(result, reference) -> float:
         raise ValueError(f"pytree structures differ: {result_tree} vs {reference_tree}")
     pairs = zip(result_leaves, reference_leaves, strict=True)
     return max((scaled_max_error(r, ref) for r, ref in pairs), default=0.0)
+
+
+def tree_normwise_max_error(result, reference) -> float:
+    """max |result - reference| over every leaf / max |reference| over every leaf.
+
+    One scale for the whole tree and no floor at 1: for quantities far below 1 (a gradient, an
+    update) where ``tree_scaled_max_error`` would be an absolute error and pass anything small.
+    A zero reference gives 0 for an exact result and a huge error otherwise.
+    """
+    import jax
+
+    result_leaves, result_tree = jax.tree.flatten(result)
+    reference_leaves, reference_tree = jax.tree.flatten(reference)
+    if result_tree != reference_tree:
+        raise ValueError(f"pytree structures differ: {result_tree} vs {reference_tree}")
+    worst, scale = 0.0, 0.0
+    for r, ref in zip(result_leaves, reference_leaves, strict=True):
+        worst = max(worst, max_abs_error(r, ref))
+        scale = max(scale, float(np.max(np.abs(as_float64(ref)), initial=0.0)))
+    return worst / max(scale, 1e-30)

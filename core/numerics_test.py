@@ -57,3 +57,16 @@ def test_tolerance_table_reads_names_and_dtypes():
     assert numerics.tolerance(np.float32) == 1e-5
     with pytest.raises(ValueError, match="no tolerance for dtype 'complex64'"):
         numerics.tolerance("complex64")
+
+
+def test_the_normwise_tree_error_has_one_scale_and_no_floor():
+    reference = {"w": np.full((2, 2), 1e-3), "b": np.array([2e-3, 0.0])}
+    result = {"w": np.full((2, 2), 1e-3), "b": np.array([2e-3, 1e-4])}
+    # 1e-4 off, against the largest reference magnitude 2e-3 (tree_scaled_max_error: 1e-4)
+    assert numerics.tree_normwise_max_error(result, reference) == pytest.approx(0.05)
+    assert numerics.tree_scaled_max_error(result, reference) == pytest.approx(1e-4)
+    assert numerics.tree_normwise_max_error(reference, reference) == 0.0
+    nan = {"w": np.full((2, 2), np.nan), "b": reference["b"]}
+    assert numerics.tree_normwise_max_error(nan, reference) == float("inf")
+    with pytest.raises(ValueError, match="structures differ"):
+        numerics.tree_normwise_max_error({"w": np.ones(2)}, reference)
