@@ -322,10 +322,3 @@ def jax_nn_reference(q_BTHK, k_BSHK, v_BSHK, causal=False) -> jax.Array:
 @functools.partial(jax.jit, static_argnames="causal")
 def _jax_nn_jitted(q_BTHK, k_BSHK, v_BSHK, causal=False):
     return jax.nn.dot_product_attention(q_BTHK, k_BSHK, v_BSHK, is_causal=causal)
-
-
-def relative_error(result, reference) -> float:
-    """numerics.scaled_max_error of both rounded to float32 first (as this copy always did)."""
-    # kept until the apps call core.numerics (issue 13); then removed
-    float32 = (jnp.asarray(a).astype(jnp.float32) for a in (result, reference))
-    return numerics.scaled_max_error(*float32)

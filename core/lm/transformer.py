@@ -651,10 +651,6 @@ def _backbone_jacobian(model, tokens_T, segment_ids_T, positions_T):
     return attention.jacobian(lambda x: model.backbone(x[None], mask)[0].astype(F32), x_TD)
 
 
-def relative_error(result, reference) -> float:
-    # kept until the apps call core.numerics (issue 13); then removed
-    return attention.relative_error(result, reference)
-
 
 # --- where bf16 loses precision ----------------------------------------------------------
 

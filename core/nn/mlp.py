@@ -18,8 +18,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import numerics
-
 DATASETS = ("moons", "spirals", "blobs")
 
 # The defaults of the lesson "Build a tiny multilayer perceptron" (apps/tiny_mlp.py). Its
@@ -408,24 +406,3 @@ def gradient_float64(params, x_BD, y_B, activation: str = "relu"):
         x64 = jnp.asarray(np.asarray(x_BD, np.float64))
         grads = grad_loss(params64, x64, jnp.asarray(np.asarray(y_B)), activation)
         return jax.tree.map(lambda g: np.asarray(g, np.float64), grads)
-
-
-def relative_error(result, reference) -> float:
-    """max |result - reference| / max |reference| over all leaves of two matching pytrees.
-
-    Normwise, in float64: one scale for the whole tree and no floor at 1, so quantities far
-    below 1 (an update, a gradient) are compared relative to their own size.
-    ``numerics.tree_scaled_max_error`` differs twice: each leaf on its own scale, floored at 1
-    (absolute below 1). So this stays until core.numerics has a normwise tree measure
-    (issue 13); ``numerics.max_abs_error`` per leaf gives the shape check and inf on NaN.
-    """
-    leaves_a, leaves_b = jax.tree.leaves(result), jax.tree.leaves(reference)
-    if len(leaves_a) != len(leaves_b):
-        raise ValueError(f"pytrees differ: {len(leaves_a)} vs {len(leaves_b)} leaves")
-    worst_diff, scale = 0.0, 0.0
-    for la, lb in zip(leaves_a, leaves_b, strict=True):
-        if np.shape(la) != np.shape(lb):
-            raise ValueError(f"leaf shapes differ: {np.shape(la)} vs {np.shape(lb)}")
-        worst_diff = max(worst_diff, numerics.max_abs_error(la, lb))
-        scale = max(scale, float(np.max(np.abs(numerics.as_float64(lb)), initial=0.0)))
-    return worst_diff / max(scale, 1e-30)

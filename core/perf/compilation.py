@@ -119,10 +119,6 @@ def tolerance(size: int) -> float:
     return numerics.tolerance("float32") * max(1, size) ** 0.5 + 1e-6
 
 
-def relative_error(result, reference) -> float:
-    # kept until the apps call core.numerics (issue 13); then removed
-    return numerics.scaled_max_error(result, reference)
-
 
 def jit_eager_reference(name: str, x) -> dict[str, np.ndarray]:
     """The same function three ways: {"jit", "eager" (jax.disable_jit), "numpy float64"}."""
