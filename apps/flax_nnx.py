@@ -247,7 +247,8 @@ def _(build_mlp, dropout_rate, dropout_seed, model, params_seed, x_BD):
 
     In training mode each call draws one mask per hidden layer from the `dropout` stream:
     its count went {draws_before} → {draws_between} → {draws_after}, and the two calls differ
-    by up to {np.max(np.abs(first_call - second_call)):.3g}{_no_stream_note}. `model.eval()` switches
+    by up to {np.max(np.abs(first_call - second_call)):.3g}{_no_stream_note}.
+    `model.eval()` switches
     dropout off: two calls agree exactly and draw {draws_in_eval} times. A twin built with the
     same `params` seed but another `dropout` seed has identical weights (max |difference|
     {twin_weight_difference:.1g}) and different masks: separate streams make weight init and
