@@ -187,12 +187,6 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def _write_json(path: pathlib.Path, value) -> None:
-    from core.state import checkpoint
-
-    checkpoint.write_json_atomic(path, value)
-
-
 def time_train_step(config, repeats: int, devices: list | None = None) -> dict:
     """The bench command's train-step timing (capstones.byte_transformer.bench: jax_stepper,
     interleaved, step_summary) on one device, or data parallel over ``devices`` (batch
@@ -258,7 +252,7 @@ def run_child(argv: list[str]) -> int:
     import jax
 
     from capstones.byte_transformer import config as config_lib
-    from capstones.byte_transformer import run_manifest, training
+    from capstones.byte_transformer import documents, run_manifest, training
 
     backend = jax.default_backend()
     devices = jax.devices()
@@ -366,9 +360,9 @@ def run_child(argv: list[str]) -> int:
         if on_tpu
         else "cpu rehearsal — not a TPU result: these numbers describe this CPU host only",
     }
-    _write_json(out / run_manifest.RUNTIME_FILE, runtime)
+    documents.write(out / run_manifest.RUNTIME_FILE, documents.Runtime, runtime)
     name = run_manifest.TPU_RESULT_FILE if on_tpu else run_manifest.REHEARSAL_RESULT_FILE
-    _write_json(out / name, document)
+    documents.write(out / name, documents.JobResult, document)
     _say(f"{document['kind']}: {out / name}")
     return 0
 

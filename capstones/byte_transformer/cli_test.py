@@ -95,6 +95,25 @@ def test_eval_generate_cache_report_export_report(run_dir, capsys):
     assert (run_dir / "report" / "loss.png").stat().st_size > 1000
 
 
+def test_report_refuses_a_damaged_piece_naming_the_file_and_field(run_dir, capsys):
+    """issue 13: a piece that is not what its command writes was read as 'missing' (not
+    JSON) or crashed the report with a KeyError; now: exit 2 naming the file and field."""
+    bench_file = run_dir / "bench.json"
+    report_dir = run_dir / "report"
+    before = _tree(report_dir)
+    try:
+        bench_file.write_text(json.dumps({"format": "byte_transformer bench", "version": 1}))
+        assert cli.main(["report", f"run_dir={run_dir}"]) == 2
+        err = capsys.readouterr().err
+        assert f"{bench_file}: bench.json lacks 'command'" in err and "Traceback" not in err
+        bench_file.write_text("{not json")
+        assert cli.main(["report", f"run_dir={run_dir}"]) == 2
+        assert f"{bench_file} is not JSON" in capsys.readouterr().err
+        assert _tree(report_dir) == before  # nothing written
+    finally:
+        bench_file.unlink(missing_ok=True)
+
+
 def test_module_entry_point_in_a_fresh_process():
     result = subprocess.run(
         [sys.executable, "-m", "capstones.byte_transformer", "--help"],

@@ -17,7 +17,7 @@ share one weights file, and new weights of the same shapes need no re-export. A 
 flat {name: array} dict (kv_cache.Cache.as_dict): k_LBSHK, v_LBSHK, length_B and, for int8,
 k_scale_LBSH, v_scale_LBSH.
 
-manifest.json schema (keys):
+manifest.json schema (keys; documents.ExportManifest, docs/schemas/export_manifest.schema.json):
     {"format": "byte_transformer exported endpoints", "format_version": 1,
      "created": ISO-8601 UTC time,
      "config": Config.to_dict() of the run,
@@ -60,10 +60,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from capstones.byte_transformer import args, kv_cache
-from core.state import checkpoint
+from capstones.byte_transformer import args, documents, kv_cache
 
-FORMAT = "byte_transformer exported endpoints"
+FORMAT = documents.EXPORT_FORMAT
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.npz"
@@ -318,7 +317,7 @@ def export_artifacts(
                 "outputs": named_leaves(("logits_BV", "cache"), out_shapes),
             }
     manifest["manifest_sha256"] = manifest_digest(manifest)
-    checkpoint.write_json_atomic(out / MANIFEST, manifest)
+    documents.write(out / MANIFEST, documents.ExportManifest, manifest)
     return {**manifest, "timings": timings}
 
 
@@ -332,90 +331,34 @@ def _npz_bytes(arrays: dict) -> bytes:
 
 # --- loading and verifying ------------------------------------------------------------------
 
-_LEAF_KEYS = {"name": str, "shape": list, "dtype": str}
-_FILE_KEYS = {"file": str, "sha256": str, "bytes": int}
-_ARTIFACT_KEYS = {
-    **_FILE_KEYS,
-    "kind": str,
-    "precision": str,
-    "platforms": list,
-    "inputs": list,
-    "outputs": list,
-}
-_TOP_KEYS = {
-    "format": str,
-    "format_version": int,
-    "created": str,
-    "config": dict,
-    "shapes": dict,
-    "weights": dict,
-    "artifacts": dict,
-    "versions": dict,
-    "manifest_sha256": str,
-}
-
 
 def schema_problems(manifest) -> list[str]:
-    """What is wrong with the manifest's structure (empty when it is well formed)."""
-    if not isinstance(manifest, dict):
-        return [f"manifest must be a JSON object, got {type(manifest).__name__}"]
-
-    def check(where, value, keys):
-        found = []
-        if not isinstance(value, dict):
-            return [f"{where} must be an object"]
-        for key, kind in keys.items():
-            if key not in value:
-                found.append(f"{where} lacks {key!r}")
-            elif not isinstance(value[key], kind) or (kind is int and isinstance(value[key], bool)):
-                found.append(
-                    f"{where}.{key} must be {kind.__name__}, got {type(value[key]).__name__}"
-                )
-        return found
-
-    def check_leaves(where, leaves):
-        found = []
-        for i, leaf in enumerate(leaves):
-            found += check(f"{where}[{i}]", leaf, _LEAF_KEYS)
-            if isinstance(leaf, dict) and isinstance(leaf.get("shape"), list):
-                if not all(isinstance(d, int) and d >= 0 for d in leaf["shape"]):
-                    found.append(f"{where}[{i}].shape must be non-negative ints")
-        return found
-
-    problems = check("manifest", manifest, _TOP_KEYS)
-    if problems:
-        return problems
+    """What is wrong with the manifest's structure (empty when it is well formed): its
+    model (documents.ExportManifest), then what the model cannot say (format, endpoint
+    names, plain file names)."""
+    found = documents.problem(documents.ExportManifest, manifest)
+    if found is not None:
+        return [found]
+    problems = []
     if manifest["format"] != FORMAT:
         problems.append(f"format is {manifest['format']!r}, expected {FORMAT!r}")
     if manifest["format_version"] != FORMAT_VERSION:
         problems.append(
             f"format_version {manifest['format_version']} is not the supported {FORMAT_VERSION}"
         )
-    problems += check(
-        "shapes",
-        manifest["shapes"],
-        dict.fromkeys(("batch", "prefill_len", "capacity", "vocab_size"), int),
-    )
-    problems += check("weights", manifest["weights"], {**_FILE_KEYS, "leaves": list})
-    if not problems:
-        problems += check_leaves("weights.leaves", manifest["weights"]["leaves"])
     if set(manifest["artifacts"]) - set(ENDPOINTS) or not manifest["artifacts"]:
         problems.append(
-            f"artifacts must be a non-empty subset of {list(ENDPOINTS)}, got {list(manifest['artifacts'])}"
+            f"artifacts must be a non-empty subset of {list(ENDPOINTS)}, "
+            f"got {list(manifest['artifacts'])}"
         )
     for name, entry in manifest["artifacts"].items():
-        found = check(f"artifacts.{name}", entry, _ARTIFACT_KEYS)
-        if not found:
-            found += check_leaves(f"artifacts.{name}.inputs", entry["inputs"])
-            found += check_leaves(f"artifacts.{name}.outputs", entry["outputs"])
-            if f"{entry['kind']}_{entry['precision']}" != name:
-                found.append(
-                    f"artifacts.{name} has kind/precision {entry['kind']}/{entry['precision']}"
-                )
-        problems += found
+        if f"{entry['kind']}_{entry['precision']}" != name:
+            problems.append(
+                f"artifacts.{name} has kind/precision {entry['kind']}/{entry['precision']}"
+            )
     for entry in [manifest["weights"], *manifest["artifacts"].values()]:
-        name = entry.get("file") if isinstance(entry, dict) else None
-        if isinstance(name, str) and (pathlib.Path(name).name != name or name in ("", ".", "..")):
+        name = entry["file"]
+        if pathlib.Path(name).name != name or name in ("", ".", ".."):
             problems.append(f"file {name!r} must be a plain file name inside the directory")
     return problems
 

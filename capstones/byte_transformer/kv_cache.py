@@ -25,7 +25,7 @@ the next decode overwrites the first pad slot.
 
 Commands: ``generate`` (text from a trained run) and ``cache-report``.
 
-cache_report.json schema (keys):
+cache_report.json schema (keys; documents.CacheReport, docs/schemas/cache_report.schema.json):
     {"format": "byte_transformer cache report", "version": 1,
      "model": {d_model, num_layers, num_heads, head_dim, compute_dtype, params},
      "data": {"source": "held-out documents", "files": [...], "windows": int,
@@ -57,12 +57,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from capstones.byte_transformer import args
+from capstones.byte_transformer import args, documents
 from capstones.byte_transformer import config as config_lib
 from core import numerics
 from core.lm import attention, tokenizer, transformer
 from core.lm import generate as generate_lib
-from core.state import checkpoint
 
 PRECISIONS = config_lib.CACHE_PRECISIONS  # ("fp32", "bf16", "int8")
 STORAGE_DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "int8": jnp.int8}
@@ -71,7 +70,7 @@ SCALE_BYTES = 4  # one float32 scale per (token, head) for each of k and v (int8
 TARGET_RATIOS = {"int8": 0.27, "bf16": 0.5}  # max bytes/token vs fp32 (the targets)
 INT8_MAX = 127
 F32 = jnp.float32
-REPORT_FORMAT = "byte_transformer cache report"
+REPORT_FORMAT = documents.CACHE_REPORT_FORMAT
 DEFAULT_PROMPTS = ("def ", "import ", "class ", "    return ")
 GREEDY = generate_lib.SamplingConfig()
 
@@ -727,7 +726,7 @@ def run_cache_report(parsed: args.Parsed) -> int:
         raise args.UsageError(str(exc)) from None
     out = pathlib.Path(parsed["out"] or pathlib.Path(parsed["run_dir"]) / "cache_report.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint.write_json_atomic(out, report)
+    documents.write(out, documents.CacheReport, report)
     print(format_report(report))
     print(f"wrote {out}")
     failed = [r["cache"] for r in report["rows"] if r["meets_target"] is False]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from capstones.byte_transformer import args, data, rundir, training
+from capstones.byte_transformer import args, data, documents, rundir, training
 from core import numerics
 from core.lm import tokenizer, transformer
 from core.state import checkpoint
@@ -43,18 +43,34 @@ PIECES = {
     "plan": ("plan.json", "plan out=DIR/plan.json"),
     "run_manifest": ("run_manifest.json", "run-manifest run_dir=DIR"),
 }
-
-
-def _load_json(path: pathlib.Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+MODELS = {
+    "eval": documents.EvalResult,
+    "cache_report": documents.CacheReport,
+    "export": documents.ExportManifest,
+    "profile": documents.ProfileResult,
+    "bench": documents.BenchResult,
+    "plan": documents.Plan,
+    "run_manifest": documents.RunManifest,
+}
 
 
 def load_pieces(run_dir: pathlib.Path) -> dict[str, Any]:
-    """{piece: parsed JSON or None} for every optional piece."""
-    return {name: _load_json(run_dir / file) for name, (file, _) in PIECES.items()}
+    """{piece: its verified document, or None when the file is not there} for every optional
+    piece (documents.DocumentError, naming the file and field, for one that is not JSON or
+    not what its command writes)."""
+    return {
+        name: documents.load_optional(run_dir / file, MODELS[name])
+        for name, (file, _) in PIECES.items()
+    }
+
+
+def load_metrics(run_dir: pathlib.Path) -> list[dict]:
+    """metrics.jsonl's records (training.read_metrics), each verified (DocumentError)."""
+    path = run_dir / training.METRICS_FILE
+    records = training.read_metrics(run_dir)
+    for number, record in enumerate(records, start=1):
+        documents.check(documents.MetricsRecord, record, f"{path} (record {number})")
+    return records
 
 
 # --- live checks on the trained model ------------------------------------------------------
@@ -225,11 +241,12 @@ def build_report(run_dir: pathlib.Path, live_checks: bool = True) -> dict:
     """Gather everything into one dict (what report.json holds) and draw the charts."""
     run_dir = pathlib.Path(run_dir)
     config, restored = training.load_state(run_dir)  # refuses a missing run: nothing made
+    corpus_path = run_dir / training.CORPUS_FILE
+    corpus_identity = documents.load_optional(corpus_path, documents.CorpusIdentity) or {}
+    metrics = load_metrics(run_dir)
+    pieces = load_pieces(run_dir)  # every piece verified before anything is written
     out = run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
-    corpus_identity = _load_json(run_dir / training.CORPUS_FILE) or {}
-    metrics = training.read_metrics(run_dir)
-    pieces = load_pieces(run_dir)
     report: dict[str, Any] = {
         "run_dir": str(run_dir.absolute()),
         "config": config.to_dict(),
@@ -603,7 +620,7 @@ def _plan_section(plan: dict, report: dict) -> list[str]:
 def write_report(run_dir: pathlib.Path, live_checks: bool = True) -> pathlib.Path:
     report = build_report(run_dir, live_checks)
     out = pathlib.Path(run_dir) / REPORT_DIR
-    checkpoint.write_json_atomic(out / "report.json", report)
+    documents.write(out / "report.json", documents.Report, report)
     markdown = out / "report.md"
     tmp = markdown.with_suffix(".md.tmp")
     tmp.write_text(render_markdown(report))
@@ -614,7 +631,7 @@ def write_report(run_dir: pathlib.Path, live_checks: bool = True) -> pathlib.Pat
 def report_command(parsed: args.Parsed) -> int:
     run_dir = rundir.require_run(parsed["run_dir"])
     path = write_report(run_dir, live_checks=parsed["checks"])
-    report = json.loads((path.parent / "report.json").read_text())
+    report = documents.load(path.parent / "report.json", documents.Report)
     print(f"report: {path} (+ report.json, charts)")
     for name, command in report["missing"].items():
         print(f"  missing {name}: python -m capstones.byte_transformer {command}")

@@ -19,7 +19,7 @@ Nothing here reaches the network. On a TPU VM the metadata server
 header Metadata-Flavor: Google) also knows the accelerator type; this module reads the
 gcloud describe JSON instead, fetched by the person running the job.
 
-run_manifest.json (keys):
+run_manifest.json (keys; documents.RunManifest, docs/schemas/run_manifest.schema.json):
     schema, created_utc, run_dir
     tpu: {name, zone, project, accelerator_type, runtime_version, state, topology, source,
           conflicts: [str]}
@@ -49,9 +49,9 @@ import re
 import socket
 import sys
 
-from capstones.byte_transformer import args
+from capstones.byte_transformer import args, documents
 
-SCHEMA = "byte_transformer run manifest v1"
+SCHEMA = documents.RUN_MANIFEST_SCHEMA
 MANIFEST_FILE = "run_manifest.json"
 RUNTIME_FILE = "runtime.json"
 # result files written by tpu_scripts/byte_transformer_tpu.py: name -> is it a TPU result
@@ -154,18 +154,11 @@ def capture_runtime() -> dict:
 
 
 def validate_runtime(runtime) -> dict:
-    """``runtime`` if it has a backend string and a list of device records, else ValueError."""
-    if not isinstance(runtime, dict):
-        raise ValueError(f"a runtime record is a JSON object, got {type(runtime).__name__}")
-    if not isinstance(runtime.get("backend"), str):
-        raise ValueError("runtime record: 'backend' must be a string")
-    devices = runtime.get("devices")
-    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-        raise ValueError("runtime record: 'devices' must be a list of objects")
-    for index, device in enumerate(devices):
-        for key in ("platform", "device_kind"):
-            if not isinstance(device.get(key), str):
-                raise ValueError(f"runtime record: devices[{index}].{key} must be a string")
+    """``runtime`` if documents.Runtime accepts it (a backend string and device records with
+    a platform and a kind), else ValueError naming the first bad field."""
+    found = documents.problem(documents.Runtime, runtime)
+    if found is not None:
+        raise ValueError(f"runtime record: {found}")
     return runtime
 
 
@@ -384,7 +377,7 @@ def build_manifest(
     if runtime is None:
         recorded = run_dir / RUNTIME_FILE
         if recorded.is_file():
-            runtime = json.loads(recorded.read_text(encoding="utf-8"))
+            runtime = documents.load(recorded, documents.Runtime)
             runtime_source = f"recorded: {RUNTIME_FILE}"
         else:
             runtime = capture_runtime()
@@ -458,12 +451,9 @@ def verdict(manifest: dict) -> str:
 
 
 def write_manifest(manifest: dict, out: str | pathlib.Path) -> pathlib.Path:
-    from core.state import checkpoint
-
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint.write_json_atomic(out, manifest)
-    return out
+    return documents.write(out, documents.RunManifest, manifest)
 
 
 def summary_lines(manifest: dict) -> list[str]:

@@ -6,7 +6,8 @@ A run directory holds everything about one run:
     DIR/corpus.json      which files were trained on / held out, with their sha256
     DIR/metrics.jsonl    one JSON object per step: step, loss, tokens, step_time_s,
                          grad_norm, tokens_per_s, elapsed_s (+ heldout_loss, heldout_bpb
-                         every eval_every steps)
+                         every eval_every steps; documents.MetricsRecord,
+                         docs/schemas/metrics_record.schema.json)
     DIR/checkpoints/     core.state.checkpoint (Orbax + sha256 manifests): params, both Adam
                          moments and count, step, dropout key; the data-stream position
                          and the config beside them
@@ -47,7 +48,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from capstones.byte_transformer import args, data, rundir
+from capstones.byte_transformer import args, data, documents, rundir
 from capstones.byte_transformer import config as config_lib
 from core.lm import corpus as corpus_lib
 from core.lm import transformer
@@ -240,10 +241,10 @@ def _check_corpus(run_dir: pathlib.Path, identity: dict, record: bool = True) ->
     path = run_dir / CORPUS_FILE
     if path.exists():
         try:
-            saved = json.loads(path.read_text())
-            recorded = {key: saved[key] for key in ("train_sha256", "heldout_sha256")}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise args.UsageError(f"{path} is unreadable ({exc!r}); use a new run_dir") from None
+            saved = documents.load(path, documents.CorpusIdentity)
+        except documents.DocumentError as exc:
+            raise args.UsageError(f"{exc}; use a new run_dir") from None
+        recorded = {key: saved[key] for key in ("train_sha256", "heldout_sha256")}
         for key, value in recorded.items():
             if value != identity[key]:
                 raise args.UsageError(
@@ -252,7 +253,7 @@ def _check_corpus(run_dir: pathlib.Path, identity: dict, record: bool = True) ->
                     "use a new run_dir"
                 )
     elif record:
-        checkpoint.write_json_atomic(path, identity)
+        documents.write(path, documents.CorpusIdentity, identity)
 
 
 @dataclasses.dataclass
@@ -415,7 +416,7 @@ def train(
                     evaluation = evaluate(config, state["params"], heldout)
                     record["heldout_loss"] = evaluation["loss"]
                     record["heldout_bpb"] = evaluation["bits_per_byte"]
-                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.write(documents.json_line(documents.MetricsRecord, record))
                 metrics_file.flush()
                 records.append(record)
                 emit({"event": "step", "step": step, "loss": loss})
@@ -566,7 +567,7 @@ def eval_command(parsed: args.Parsed) -> int:
         overlap_files=sorted({d.name for d in corpus.train} & {d.name for d in corpus.heldout}),
         uniform_bits_per_byte=8.0,
     )
-    checkpoint.write_json_atomic(run_dir / EVAL_FILE, result)
+    documents.write(run_dir / EVAL_FILE, documents.EvalResult, result)
     print(
         f"step {result['step']}: held-out loss {result['loss']:.4f} nats/byte = "
         f"{result['bits_per_byte']:.4f} bits/byte over {result['tokens']} bytes of "

@@ -29,7 +29,7 @@
 5. KV-cache bytes per token per layer in fp32, bf16 and int8 (closed form from the shapes,
    cross-checked against the nbytes of real cache arrays).
 
-bench.json schema (keys):
+bench.json schema (keys; model documents.BenchResult, docs/schemas/bench.schema.json):
     {"format": "byte_transformer bench", "version": 1,
      "command": str, "machine": str, "cpu_model": str, "cores": int,
      "load_average": {"start": [1m, 5m, 15m], "end": [...] (includes this run's own load),
@@ -72,7 +72,7 @@ bench.json schema (keys):
     STEP = {"median_s", "p10_s", "p90_s", "min_s", "samples_s": [..], "cpu_median_s",
             "tokens_per_s" (B*T / median), "valid_tokens_per_s", "mfu"}
 
-profile.json schema (keys):
+profile.json schema (keys; documents.ProfileResult, docs/schemas/profile.schema.json):
     {"format": "byte_transformer profile", "version": 1, "machine": str, "config": {...},
      "trace_dir": str, "steps": int, "wall_step_s": [float], "wall_total_s": float,
      "module": str, "threads": int,

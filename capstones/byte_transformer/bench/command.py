@@ -10,16 +10,15 @@ import time
 import jax
 import numpy as np
 
-from capstones.byte_transformer import args, data, training
+from capstones.byte_transformer import args, data, documents, training
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.bench import cache as cache_lib
 from capstones.byte_transformer.bench import decode as decode_lib
 from capstones.byte_transformer.bench import flops as flops_lib
 from capstones.byte_transformer.bench import load, profile, report, steppers
 from core.perf import machine
-from core.state import checkpoint
 
-BENCH_FORMAT = "byte_transformer bench"
+BENCH_FORMAT = documents.BENCH_FORMAT
 TARGETS = {  # name: (op, threshold) from the issue
     "jax_vs_torch_speedup": (">=", 1.15),
     "mfu": (">=", 0.45),
@@ -325,7 +324,7 @@ def bench_command(parsed: args.Parsed) -> int:
         matmul_n=parsed["matmul_n"],
         command=command,
     )
-    checkpoint.write_json_atomic(out, result)
+    documents.write(out, documents.BenchResult, result)
     print(report.format_bench(result))
     print(f"\nwrote {out}")
     return 0
@@ -340,7 +339,7 @@ def profile_command(parsed: args.Parsed) -> int:
     result = profile.run_profile(
         config, out, params, parsed["steps"], parsed["warmup"], parsed["top"]
     )
-    checkpoint.write_json_atomic(out / "profile.json", result)
+    documents.write(out / "profile.json", documents.ProfileResult, result)
     print(report.format_profile(result))
     print(f"wrote {out / 'profile.json'}")
     return 0

@@ -15,11 +15,11 @@ import tempfile
 import jax
 
 from capstones.byte_transformer import config as config_lib
-from capstones.byte_transformer import data, training
+from capstones.byte_transformer import data, documents, training
 from capstones.byte_transformer.bench.steppers import stderr_progress
 from core.perf import machine, timing, trace
 
-PROFILE_FORMAT = "byte_transformer profile"
+PROFILE_FORMAT = documents.PROFILE_FORMAT
 
 
 def _union_seconds(intervals: list[tuple[float, float]]) -> float:

@@ -26,7 +26,7 @@ Dimension glossary: B global batch, b = B / chips (rows per chip), T seq_len, D 
 H heads, K = D / H, F MLP width, V vocabulary (256 bytes), L layers, S max_len, c bytes
 per element of the compute dtype.
 
-plan.json (keys):
+plan.json (keys; model documents.Plan, docs/schemas/plan.schema.json):
     schema, created_utc, command, machine (this host), config (Config.to_dict())
     params: {parts: {name: count}, analytic, actual, matches, formula,
              budget_cross_check: {core_tpu_budget, mlp_biases, total}}

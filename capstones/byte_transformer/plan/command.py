@@ -9,15 +9,14 @@ import sys
 
 import numpy as np
 
-from capstones.byte_transformer import args
+from capstones.byte_transformer import args, documents
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.plan import compile as plan_compile
 from capstones.byte_transformer.plan import memory, precision, recommend, remat, report
 from core.perf import machine
-from core.state import checkpoint
 from core.tpu import specs
 
-SCHEMA = "byte_transformer plan v1"
+SCHEMA = documents.PLAN_SCHEMA
 DEFAULT_TOPOLOGIES = "v5e:2x2,v6e:2x2"
 
 
@@ -132,7 +131,7 @@ def plan_command(parsed: args.Parsed) -> int:
     print(report.report_text(plan))
     out = pathlib.Path(parsed["out"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint.write_json_atomic(out, _jsonable(plan))
+    documents.write(out, documents.Plan, _jsonable(plan))
     print(f"\nplan saved to {out}")
     return 0
 
