@@ -30,7 +30,9 @@ from core.perf import compilation  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (seconds, for a smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (seconds, for a smoke run)"
+    )
     parser.add_argument("-o", "--output", default=str(_report.RESULTS_DIR / "transformations.json"))
     args = parser.parse_args(argv)
 
@@ -40,17 +42,47 @@ def main(argv: list[str] | None = None) -> int:
 
     print("1/3 vmap vs Python loop ...", flush=True)
     vmap_rows = [vmap.loop_vs_vmap(batch=b, repeats=5) for b in batches]
-    print(_report.format_table(vmap_rows, ["batch", "rows", "cols", "loop_s", "vmap_s", "speedup", "max_abs_difference"]))
+    print(
+        _report.format_table(
+            vmap_rows,
+            ["batch", "rows", "cols", "loop_s", "vmap_s", "speedup", "max_abs_difference"],
+        )
+    )
 
     print("\n2/3 jit vs eager ...", flush=True)
     jit_rows = compilation.jit_vs_eager(sizes, repeats=5)
-    print(_report.format_table(jit_rows, ["size", "trace_lower_s", "compile_s", "jit_s", "eager_s", "speedup", "break_even_calls"]))
+    print(
+        _report.format_table(
+            jit_rows,
+            [
+                "size",
+                "trace_lower_s",
+                "compile_s",
+                "jit_s",
+                "eager_s",
+                "speedup",
+                "break_even_calls",
+            ],
+        )
+    )
 
     print("\n3/3 scan vs unrolled loop, compile time ...", flush=True)
     scan_rows = lax_scan.scan_vs_unrolled_compile(lengths)
     for row in scan_rows:
         row["unrolled_over_scan"] = row["unrolled_compile_s"] / row["scan_compile_s"]
-    print(_report.format_table(scan_rows, ["length", "scan_compile_s", "unrolled_compile_s", "unrolled_over_scan", "scan_equations", "unrolled_equations"]))
+    print(
+        _report.format_table(
+            scan_rows,
+            [
+                "length",
+                "scan_compile_s",
+                "unrolled_compile_s",
+                "unrolled_over_scan",
+                "scan_equations",
+                "unrolled_equations",
+            ],
+        )
+    )
 
     document = {
         "machine": _report.machine_label(),

@@ -248,7 +248,8 @@ def run_child(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from core import runtime
 
-    runtime.use_cpu_devices()  # no TPU here: pin the CPU (no slow TPU probe); a TPU VM keeps its TPU
+    # no TPU here: pin the CPU (no slow TPU probe); a TPU VM keeps its TPU
+    runtime.use_cpu_devices()
     import jax
 
     from capstones.byte_transformer import config as config_lib
@@ -302,7 +303,8 @@ def run_child(argv: list[str]) -> int:
         _say(f"timing the train step data parallel over {len(local)} devices")
         parallel = time_train_step(config, args.repeats, list(local))
         _say(
-            f"compile_s {parallel['compile_s']:.2f}; step {parallel['step']['median_s'] * 1e3:.2f} ms; "
+            f"compile_s {parallel['compile_s']:.2f}; "
+            f"step {parallel['step']['median_s'] * 1e3:.2f} ms; "
             f"{parallel['tokens_per_s']:,.0f} tokens/s"
         )
     else:

@@ -54,7 +54,9 @@ def marimo_app_problem(source: str) -> str | None:
     if not has_cells:
         return "it has no `@app.cell` functions"
     runs_as_script = any(
-        isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and "app.run()" in ast.unparse(node)
+        isinstance(node, ast.If)
+        and "__main__" in ast.unparse(node.test)
+        and "app.run()" in ast.unparse(node)
         for node in tree.body
     )
     if not runs_as_script:
@@ -104,7 +106,8 @@ def export_app(app_path: str | os.PathLike, out_path: str | os.PathLike) -> path
         f"# Headless script exported from {app_path.as_posix()} by `python -m tpu_scripts export`.",
         f"# source sha256: {digest}",
         f"# exported {stamp} with {_versions()}",
-        f"# Run: python {out_path.name} [flags]   (needs the project installed: pip install 'jax-tpu-lab[tpu]')",
+        f"# Run: python {out_path.name} [flags]   "
+        "(needs the project installed: pip install 'jax-tpu-lab[tpu]')",
         "# Flags mirror the app's controls:",
         *[f"#   {line}" if line else "#" for line in help_text.splitlines()],
         "",

@@ -243,7 +243,8 @@ def summary_lines(receipt: dict) -> list[str]:
         f"host: {receipt['host']['hostname']}   TPU VM: {receipt['host']['tpu_vm']}",
         "versions: " + ", ".join(f"{k} {v}" for k, v in receipt["versions"].items() if v),
         f"collective: psum = {collective['result']:g} (closed form {collective['expected']:g}) "
-        f"{'PASS' if collective['passed'] else 'FAIL'}; compile {collective['compile_s'] * 1e3:.1f} ms, "
+        f"{'PASS' if collective['passed'] else 'FAIL'}; "
+        f"compile {collective['compile_s'] * 1e3:.1f} ms, "
         f"median step {collective['median_s'] * 1e3:.3f} ms over {collective['repeats']}",
     ]
 

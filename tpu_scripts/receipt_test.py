@@ -83,7 +83,8 @@ def test_distributed_receipt_spans_every_process(tmp_path):
     script.write_text(
         "import json, sys\n"
         "from tpu_scripts import receipt, rehearse\n"
-        "code = receipt.main(sys.argv[1] + f'/r{__import__(\"os\").environ[rehearse.ENV_PROCESS_ID]}.json',"
+        "code = receipt.main(sys.argv[1] + "
+        "f'/r{__import__(\"os\").environ[rehearse.ENV_PROCESS_ID]}.json',"
         " repeats=2, distributed=True)\n"
         "rehearse.print_result({'code': code})\n"
     )

@@ -1,7 +1,7 @@
 """The capstone's one configuration: a frozen, validated dataclass with ``key=value`` overrides.
 
-    config = Config.from_overrides(["steps=50", "d_model=64"])   # ValueError on a bad key/value
-    config.model_config()                                        # core.lm.transformer.TransformerConfig
+    config = Config.from_overrides(["steps=50", "d_model=64"])  # ValueError on a bad key/value
+    config.model_config()  # core.lm.transformer.TransformerConfig
 
 The fields fall in two groups. IDENTITY fields define the model, the data and the
 optimizer: a run directory's checkpoints only make sense under the same values, so resuming

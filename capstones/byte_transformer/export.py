@@ -1,11 +1,13 @@
 """Serialize prefill + decode for each KV-cache precision with jax.export, and load them back
 only after checking every byte against a manifest.
 
-    python -m capstones.byte_transformer export run_dir=RUN out=ART [prefill_len=64 capacity=256 batch=1]
+    python -m capstones.byte_transformer export run_dir=RUN out=ART
+        [prefill_len=64 capacity=256 batch=1]
 
 writes into ART (each file atomically: tmp + os.replace; manifest.json last):
 
-    weights.npz                the model's parameters, once (np.savez; loaded with allow_pickle=False)
+    weights.npz                the model's parameters, once (np.savez; loaded with
+                               allow_pickle=False)
     prefill_fp32.jax_exported  Exported.serialize() bytes of
                                (weights, tokens_BP int32, lengths_B int32) -> (logits_BV, cache)
     decode_fp32.jax_exported   (weights, token_B int32, cache) -> (logits_BV, cache)
@@ -493,7 +495,8 @@ def read_manifest(directory) -> dict:
     path = pathlib.Path(directory) / MANIFEST
     if not path.is_file():
         raise MissingArtifactError(
-            f"no {MANIFEST} in {directory}: not an export directory (or an export that did not finish)"
+            f"no {MANIFEST} in {directory}: not an export directory "
+            "(or an export that did not finish)"
         )
     try:
         manifest = json.loads(path.read_text())
@@ -548,7 +551,8 @@ def load_artifacts(directory, expected_platform: str | None = None) -> Artifacts
                 raise SignatureMismatchError(f"{name} {side} differ from the manifest: {diff}")
         if sorted(artifact.platforms) != sorted(entry["platforms"]):
             raise SignatureMismatchError(
-                f"{name}: artifact platforms {list(artifact.platforms)} != manifest {entry['platforms']}"
+                f"{name}: artifact platforms {list(artifact.platforms)} != manifest "
+                f"{entry['platforms']}"
             )
         weight_inputs = [
             (x["shape"], x["dtype"]) for x in entry["inputs"] if x["name"].startswith("weights/")
@@ -682,7 +686,8 @@ def run_export(parsed: args.Parsed) -> int:
     print(f"{'endpoint':<14} {'bytes':>9} {'export s':>9}  platforms")
     for name, entry in manifest["artifacts"].items():
         print(
-            f"{name:<14} {entry['bytes']:>9} {manifest['timings'][name]:>9.2f}  {','.join(entry['platforms'])}"
+            f"{name:<14} {entry['bytes']:>9} {manifest['timings'][name]:>9.2f}  "
+            f"{','.join(entry['platforms'])}"
         )
     print(f"weights.npz {manifest['weights']['bytes']} bytes; export total {total:.2f} s")
     if jax.default_backend() in next(iter(manifest["artifacts"].values()))["platforms"]:

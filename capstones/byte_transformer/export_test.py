@@ -127,7 +127,10 @@ def test_manifest_lists_every_file_with_its_hash(exported, model):
 
 def test_fresh_process_reproduces_outputs_bitwise(exported, in_process, tmp_path):
     out = tmp_path / "replayed.npz"
-    code = "import sys; from capstones.byte_transformer import export; export.replay(sys.argv[1], sys.argv[2])"
+    code = (
+        "import sys; from capstones.byte_transformer import export; "
+        "export.replay(sys.argv[1], sys.argv[2])"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code, str(exported[0]), str(out)],
         env=runtime.child_env(JAX_PLATFORMS="cpu"),

@@ -639,7 +639,8 @@ def format_report(report: dict) -> str:
     lines.append(
         f"({data['windows']} held-out windows x {data['window_tokens'] - 1} scored bytes, prefill "
         f"{data['prefill_len']} then decode; full-forward loss {report['full_forward_loss']:.4f}, "
-        f"fp32 cache vs full forward max |dlogit| {report['fp32_cache_vs_full_forward_max_abs']:.1e}; "
+        "fp32 cache vs full forward max |dlogit| "
+        f"{report['fp32_cache_vs_full_forward_max_abs']:.1e}; "
         f"greedy over {report['gen_tokens']} tokens from {len(report['prompts'])} prompts)"
     )
     return "\n".join(lines)

@@ -458,8 +458,10 @@ def _export_section(manifest: dict, report: dict) -> list[str]:
     versions = manifest["versions"]
     return [
         f"Shapes {manifest['shapes']}; weights `{manifest['weights']['file']}` "
-        f"({manifest['weights']['bytes']:,} bytes, sha256 `{manifest['weights']['sha256'][:16]}…`); "
-        f"jax {versions.get('jax')}, calling convention {versions.get('calling_convention_version')}. "
+        f"({manifest['weights']['bytes']:,} bytes, "
+        f"sha256 `{manifest['weights']['sha256'][:16]}…`); "
+        f"jax {versions.get('jax')}, "
+        f"calling convention {versions.get('calling_convention_version')}. "
         "Inputs column: the last three (the weights come first).",
         "",
         md_table(rows),
@@ -486,7 +488,8 @@ def _bench_section(bench: dict, report: dict) -> list[str]:
         },
         {
             "measure": "JAX step (median)",
-            "value": f"{bench['jax']['step']['median_s'] * 1e3:.1f} ms, {bench['jax']['step']['tokens_per_s']:,.0f} tokens/s",
+            "value": f"{bench['jax']['step']['median_s'] * 1e3:.1f} ms, "
+            f"{bench['jax']['step']['tokens_per_s']:,.0f} tokens/s",
         },
     ]
     for name in ("torch_eager", "torch_compile"):
@@ -494,7 +497,8 @@ def _bench_section(bench: dict, report: dict) -> list[str]:
         figures.append(
             {
                 "measure": f"{name.replace('_', ' ')} step (median)",
-                "value": f"{part['step']['median_s'] * 1e3:.1f} ms, {part['step']['tokens_per_s']:,.0f} tokens/s"
+                "value": f"{part['step']['median_s'] * 1e3:.1f} ms, "
+                f"{part['step']['tokens_per_s']:,.0f} tokens/s"
                 if "step" in part
                 else f"failed: {part.get('error')}",
             }
@@ -546,7 +550,8 @@ def _manifest_section(manifest: dict, report: dict) -> list[str]:
             [
                 {
                     "field": "TPU",
-                    "value": f"{tpu.get('name')} {tpu.get('zone')} {tpu.get('accelerator_type')} {tpu.get('runtime_version')}",
+                    "value": f"{tpu.get('name')} {tpu.get('zone')} "
+                    f"{tpu.get('accelerator_type')} {tpu.get('runtime_version')}",
                 },
                 {
                     "field": "packages",
@@ -560,11 +565,13 @@ def _manifest_section(manifest: dict, report: dict) -> list[str]:
                 },
                 {
                     "field": "checkpoint files",
-                    "value": f"{manifest['checkpoints']['file_count']} ({manifest['checkpoints']['total_bytes']:,} bytes)",
+                    "value": f"{manifest['checkpoints']['file_count']} "
+                    f"({manifest['checkpoints']['total_bytes']:,} bytes)",
                 },
                 {
                     "field": "teardown",
-                    "value": f"deleted {teardown.get('deleted')}; {str(teardown.get('proof'))[:120]}",
+                    "value": f"deleted {teardown.get('deleted')}; "
+                    f"{str(teardown.get('proof'))[:120]}",
                 },
             ]
         ),

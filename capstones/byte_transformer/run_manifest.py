@@ -350,7 +350,7 @@ def teardown_record(text: str | None, tpu_run: bool, tpu_name: str | None = None
     }
 
 
-# --- the manifest ----------------------------------------------------------------------------------
+# --- the manifest ------------------------------------------------------------------------------
 
 
 def _now() -> str:
@@ -458,6 +458,7 @@ def write_manifest(manifest: dict, out: str | pathlib.Path) -> pathlib.Path:
 
 def summary_lines(manifest: dict) -> list[str]:
     tpu = manifest["tpu"]
+    proof = manifest["teardown"]["proof"]
     events = manifest["backend_events"]
     checkpoints = manifest["checkpoints"]
     lines = [
@@ -494,7 +495,7 @@ def summary_lines(manifest: dict) -> list[str]:
             or "none"
         ),
         f"teardown: deleted={manifest['teardown']['deleted']} "
-        f"({manifest['teardown']['proof'].splitlines()[0] if manifest['teardown']['proof'] else ''})",
+        f"({proof.splitlines()[0] if proof else ''})",
     ]
     return lines
 

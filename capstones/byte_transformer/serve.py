@@ -155,7 +155,8 @@ def request_models(prefill_len: int | None, capacity: int | None) -> dict[str, t
             pydantic.Field(
                 min_length=1,
                 max_length=prefill_len,
-                description=f"a list of integers in [0, {vocab - 1}] (byte values): 1 to {most} of them",
+                description=f"a list of integers in [0, {vocab - 1}] (byte values): "
+                f"1 to {most} of them",
                 json_schema_extra=_may_be_left_out,
             ),
         ] = None

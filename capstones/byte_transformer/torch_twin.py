@@ -20,7 +20,8 @@ Attention uses ``torch.nn.functional.scaled_dot_product_attention`` with a boole
 the same probabilities because no row is masked everywhere: every query sees itself).
 
 Public: ``TwinLM`` (an ``nn.Module``), ``from_jax_params(config, params)``,
-``to_jax_params(config, model)``, ``adam_moments``, ``make_optimizer``, ``train_step``, ``batch_to_torch``.
+``to_jax_params(config, model)``, ``adam_moments``, ``make_optimizer``, ``train_step``,
+``batch_to_torch``.
 torch is imported inside the functions (``import capstones.byte_transformer.torch_twin`` is
 cheap); ``TwinLM`` is built by ``twin_class()``.
 """

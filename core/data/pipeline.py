@@ -59,7 +59,8 @@ class DataContract:
         """Every way ``example`` breaks the contract (empty when it is fine)."""
         if not isinstance(example, Mapping):
             return [
-                f"{where}: expected a dict of fields {sorted(self.fields)}, got {type(example).__name__}"
+                f"{where}: expected a dict of fields {sorted(self.fields)}, "
+                f"got {type(example).__name__}"
             ]
         problems = []
         missing = sorted(set(self.fields) - set(example))
@@ -74,7 +75,8 @@ class DataContract:
             value = np.asarray(example[name])
             if tuple(value.shape) != tuple(spec.shape):
                 problems.append(
-                    f"{where}: field '{name}' has shape {tuple(value.shape)}, expected {tuple(spec.shape)}"
+                    f"{where}: field '{name}' has shape {tuple(value.shape)}, "
+                    f"expected {tuple(spec.shape)}"
                 )
             if value.dtype != np.dtype(spec.dtype):
                 problems.append(
@@ -111,7 +113,8 @@ class DataContract:
             expected = (batch_size, *spec.shape)
             if tuple(value.shape) != expected or value.dtype != np.dtype(spec.dtype):
                 problems.append(
-                    f"batch: field '{name}' is {tuple(value.shape)} {value.dtype}, expected {expected} {spec.dtype}"
+                    f"batch: field '{name}' is {tuple(value.shape)} {value.dtype}, "
+                    f"expected {expected} {spec.dtype}"
                 )
         if problems:
             raise ValueError("data contract violated: " + "; ".join(problems))

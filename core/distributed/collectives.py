@@ -30,7 +30,9 @@ AXIS = "x"  # the one mesh axis of this phase's meshes
 STRATEGIES = ("data", "fsdp", "tensor")
 STRATEGY_WORDS = {
     "data": "data parallel: batch split over devices, parameters replicated",
-    "fsdp": "FSDP: batch split, every parameter (and its optimizer state) split along its first dim",
+    "fsdp": (
+        "FSDP: batch split, every parameter (and its optimizer state) split along its first dim"
+    ),
     "tensor": "tensor parallel: hidden units split (w1 by columns, w2 by rows), batch replicated",
 }
 OPTIMIZERS = ("sgd", "adam")
@@ -187,7 +189,8 @@ def strategy_problem(
     if problem := sharding.divisibility_problem(
         (batch, features), sizes, batch_specs(strategy)["x"]
     ):
-        return f"{strategy}: batch: {problem.replace('rows=', 'batch=').replace('pick rows', 'pick a batch')}"
+        problem = problem.replace("rows=", "batch=").replace("pick rows", "pick a batch")
+        return f"{strategy}: batch: {problem}"
     return None
 
 
@@ -329,7 +332,8 @@ def compiled_hlo(fn, *args) -> str:
 
 
 def allreduce_fn(mesh: jax.sharding.Mesh):
-    """``g_DN`` (one local gradient per device, rows split over the mesh) -> sum over D, replicated, via ``lax.psum``."""
+    """``g_DN`` (one local gradient per device, rows split over the mesh) -> sum over D,
+    replicated, via ``lax.psum``."""
 
     def local(g_1N):
         return jax.lax.psum(g_1N[0], AXIS)
@@ -372,7 +376,8 @@ def accumulated_grads(params, batch, microbatches: int):
     size = batch["x"].shape[0]
     if microbatches < 1 or size % microbatches:
         raise ValueError(
-            f"batch={size} can't be cut into {microbatches} equal microbatches: pick a divisor of {size}"
+            f"batch={size} can't be cut into {microbatches} equal microbatches: "
+            f"pick a divisor of {size}"
         )
     micro = jax.tree.map(
         lambda v: v.reshape(microbatches, size // microbatches, *v.shape[1:]), batch
@@ -506,7 +511,8 @@ def resume_on_other_mesh(
     for devices in (devices_before, devices_after):
         if batch % devices:
             raise ValueError(
-                f"batch={batch} can't be split evenly over {devices} devices: pick a batch divisible by {devices}"
+                f"batch={batch} can't be split evenly over {devices} devices: "
+                f"pick a batch divisible by {devices}"
             )
     tx = make_optimizer(optimizer, learning_rate)
     step = make_train_step(tx)  # one jitted step for both runs and both meshes

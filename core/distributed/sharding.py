@@ -182,7 +182,10 @@ def divisibility_problem(
                     f"{tuple(sizes)}: pick a mesh with that axis or another spec."
                 )
             if axis in used:
-                return f"{name} uses mesh axis '{axis}' twice: a mesh axis can split only one dimension."
+                return (
+                    f"{name} uses mesh axis '{axis}' twice: a mesh axis can split only one "
+                    "dimension."
+                )
             used.append(axis)
     for dim, entry in enumerate(spec):
         axes = _entry_axes(entry)

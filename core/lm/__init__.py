@@ -1,1 +1,2 @@
-"""Language models: attention, the byte Transformer with its KV cache, tokenizer, corpus, generation, masked-LM data."""
+"""Language models: attention, the byte Transformer with its KV cache, tokenizer, corpus,
+generation, masked-LM data."""

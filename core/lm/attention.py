@@ -25,12 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import numerics
-
 DTYPES = ("float32", "bfloat16")
-
-# kept until the apps call core.numerics (issue 13); then removed
-TOLERANCE = {dtype: numerics.tolerance(dtype) for dtype in DTYPES}
 
 MASK_VALUE = -1e30  # finite: exp(MASK_VALUE - max) == 0.0 in float32, never NaN
 
@@ -50,7 +45,8 @@ class AttentionConfig:
             raise ValueError(f"seq_len T must be >= 1, got {self.seq_len}")
         if self.num_heads < 1 or self.head_dim < 1:
             raise ValueError(
-                f"num_heads H and head_dim K must be >= 1, got H={self.num_heads}, K={self.head_dim}"
+                f"num_heads H and head_dim K must be >= 1, "
+                f"got H={self.num_heads}, K={self.head_dim}"
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")

@@ -81,8 +81,8 @@ def masking_problem(select_prob: float, mask_prob: float, random_prob: float) ->
     if mask_prob < 0 or random_prob < 0 or mask_prob + random_prob > 1.0 + 1e-9:
         return (
             f"the [MASK] share ({mask_prob:g}) and the random-byte share ({random_prob:g}) of the "
-            f"selected positions add up to {mask_prob + random_prob:g} > 1: the kept share would be "
-            "negative. Lower one of them (BERT uses 0.8 and 0.1, keeping 0.1)."
+            f"selected positions add up to {mask_prob + random_prob:g} > 1: the kept share "
+            "would be negative. Lower one of them (BERT uses 0.8 and 0.1, keeping 0.1)."
         )
     return None
 
@@ -105,7 +105,8 @@ def mask_from_uniforms(
     _check_rows(tokens_BT, segment_ids_BT)
     if np.shape(uniforms_3BT) != (3, *np.shape(tokens_BT)):
         raise ValueError(
-            f"uniforms_3BT must be (3, B, T) = {(3, *np.shape(tokens_BT))}, got {np.shape(uniforms_3BT)}"
+            f"uniforms_3BT must be (3, B, T) = {(3, *np.shape(tokens_BT))}, "
+            f"got {np.shape(uniforms_3BT)}"
         )
     probs = tuple(np.float32(p) for p in (select_prob, mask_prob, random_prob))
     return _mask_from_uniforms(
@@ -312,7 +313,8 @@ def init_encoder(key, width: int = 32, num_heads: int = 2, max_len: int = 64) ->
     """
     if width < 1 or num_heads < 1 or width % num_heads:
         raise ValueError(
-            f"num_heads H={num_heads} must divide width D={width}: each head gets K = D / H channels"
+            f"num_heads H={num_heads} must divide width D={width}: "
+            "each head gets K = D / H channels"
         )
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")

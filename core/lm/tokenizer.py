@@ -115,7 +115,8 @@ def pack_documents(
     rows = needed if num_rows is None else num_rows
     if rows < needed:
         raise ValueError(
-            f"the documents need {needed} rows of T={seq_len} tokens, only num_rows={num_rows} given"
+            f"the documents need {needed} rows of T={seq_len} tokens, "
+            f"only num_rows={num_rows} given"
         )
     tokens = np.full((rows, seq_len), PAD_ID, np.int32)
     segments = np.full((rows, seq_len), PAD_SEGMENT, np.int32)

@@ -102,9 +102,10 @@ class TransformerConfig:
                 f"width D and num_heads H must be >= 1, got D={self.width}, H={self.num_heads}"
             )
         if self.width % self.num_heads:
+            divisors = [h for h in range(1, self.width + 1) if self.width % h == 0]
             raise ValueError(
                 f"num_heads H={self.num_heads} must divide width D={self.width}: each head gets "
-                f"K = D / H channels (try H in {[h for h in range(1, self.width + 1) if self.width % h == 0][:8]})"
+                f"K = D / H channels (try H in {divisors[:8]})"
             )
         for name in ("vocab_size", "num_layers", "max_len"):
             if getattr(self, name) < 1:
@@ -293,7 +294,8 @@ def init_cache(config: TransformerConfig, batch: int, capacity: int | None = Non
     capacity = config.max_len if capacity is None else capacity
     if batch < 1 or not 1 <= capacity <= config.max_len:
         raise ValueError(
-            f"need batch >= 1 and 1 <= capacity <= max_len={config.max_len}, got {batch}, {capacity}"
+            f"need batch >= 1 and 1 <= capacity <= max_len={config.max_len}, "
+            f"got {batch}, {capacity}"
         )
     shape = (config.num_layers, batch, capacity, config.num_heads, config.head_dim)
     dtype = config.precision.cache_dtype

@@ -1,4 +1,5 @@
-"""A multilayer perceptron by hand in jax.numpy, for the lesson "Build a tiny multilayer perceptron".
+"""A multilayer perceptron by hand in jax.numpy, for the lesson "Build a tiny multilayer
+perceptron".
 
 Parameters are a plain pytree: a list with one ``{"w": (fan_in, fan_out), "b": (fan_out,)}``
 dict per layer. Everything else (init, forward, loss, a training loop, a decision-boundary

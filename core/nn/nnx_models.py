@@ -65,7 +65,8 @@ def load_hand_params(model: MLP, params: mlp.Params) -> MLP:
     for layer, source in zip(model.layers, params, strict=True):
         if tuple(layer.kernel[...].shape) != tuple(np.shape(source["w"])):
             raise ValueError(
-                f"weight shape {np.shape(source['w'])} does not fit kernel {layer.kernel[...].shape}"
+                f"weight shape {np.shape(source['w'])} does not fit kernel "
+                f"{layer.kernel[...].shape}"
             )
         layer.kernel[...] = jnp.asarray(source["w"], layer.kernel[...].dtype)
         layer.bias[...] = jnp.asarray(source["b"], layer.bias[...].dtype)

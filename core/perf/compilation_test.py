@@ -74,7 +74,10 @@ def test_donation_deletes_the_donated_input_and_keeps_the_result_right():
 
 
 def test_count_fusions_reads_the_entry_computation():
-    text = "%fused_computation {...}\n\nENTRY %main {\n  %a = fusion(%p)\n  ROOT %b = f32[] fusion(%a)\n}"
+    text = (
+        "%fused_computation {...}\n\n"
+        "ENTRY %main {\n  %a = fusion(%p)\n  ROOT %b = f32[] fusion(%a)\n}"
+    )
     assert compilation.count_fusions(text) == 2
 
 

@@ -1,1 +1,2 @@
-"""Training state that outlives a process: checkpoints, experiment tracking, the resumable trainer of the recovery lessons."""
+"""Training state that outlives a process: checkpoints, experiment tracking, the resumable
+trainer of the recovery lessons."""

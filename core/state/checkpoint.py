@@ -111,7 +111,8 @@ def tree_problems(saved: list[dict], expected: list[dict]) -> list[str]:
         )
     if extra := [p for p in saved_by_path if p not in expected_by_path]:
         problems.append(
-            f"state tree differs: leaves in the checkpoint that the model does not have: {', '.join(extra)}"
+            "state tree differs: leaves in the checkpoint that the model does not have: "
+            f"{', '.join(extra)}"
         )
     for path, want in expected_by_path.items():
         have = saved_by_path.get(path)
@@ -254,11 +255,13 @@ def manifest_problems(
         size = file.stat().st_size
         if size != want["bytes"]:
             problems.append(
-                f"file {relative} has {size} bytes, the manifest says {want['bytes']} (truncated or rewritten)"
+                f"file {relative} has {size} bytes, the manifest says {want['bytes']} "
+                "(truncated or rewritten)"
             )
         elif sha256_file(file) != want["sha256"]:
             problems.append(
-                f"file {relative} changed since the save (sha256 mismatch: flipped or rewritten bytes)"
+                f"file {relative} changed since the save "
+                "(sha256 mismatch: flipped or rewritten bytes)"
             )
     problems.extend(
         f"file {relative} is not in the manifest"
@@ -312,7 +315,8 @@ def directory_tree(directory: pathlib.Path) -> list[dict]:
 
 
 def abstract_like(state):
-    """The abstract state (ShapeDtypeStruct + sharding per leaf) that restores into ``state``'s layout."""
+    """The abstract state (ShapeDtypeStruct + sharding per leaf) that restores into
+    ``state``'s layout."""
     import orbax.checkpoint as ocp
 
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)

@@ -257,7 +257,8 @@ def train(
             ckpt.close()
             raise ValueError(
                 f"checkpoint step {restored.step} in {checkpoint_dir} was saved with config "
-                f"{restored.config}, not {config.to_dict()}: use another directory or the same config"
+                f"{restored.config}, not {config.to_dict()}: "
+                "use another directory or the same config"
             )
         state, start = restored.state, restored.step
         iterator.set_state(restored.data_state)

@@ -196,7 +196,8 @@ def layer_activation_elements(shape: TransformerShape, batch: int, seq: int) -> 
 
 
 def training_budget(shape: TransformerShape, setup: TrainingSetup) -> dict[str, float]:
-    """Bytes per chip by component: params, master copy, gradients, optimizer, activations, logits."""
+    """Bytes per chip by component: params, master copy, gradients, optimizer, activations,
+    logits."""
     params = shape.param_count()
     state_split = setup.chips if setup.strategy == "fsdp" else 1
     local_batch = setup.batch // setup.chips

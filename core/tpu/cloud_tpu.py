@@ -322,7 +322,8 @@ def bootstrap_remote_command(script: str, wheel: str = WHEEL, extra_flags: str =
 
     ``script`` and ``wheel`` are local paths; on the worker they sit in ~/jax-tpu-lab/. The
     TPU VM images ship Python 3.10 while jax 0.10 needs >= 3.11, so the .venv is made by uv
-    (installed from PyPI on first use, not by piping a web script into a shell), which fetches Python 3.11. Running it again reuses the .venv.
+    (installed from PyPI on first use, not by piping a web script into a shell), which
+    fetches Python 3.11. Running it again reuses the .venv.
     """
     script_name = script.rsplit("/", 1)[-1]
     wheel_name = wheel.rsplit("/", 1)[-1]
@@ -441,7 +442,8 @@ def workflow_problems(
         if command.verb == "create":
             if command.flags.get("accelerator-type") != accelerator_type:
                 problems.append(
-                    f"{where} accelerator type {command.flags.get('accelerator-type')!r} != {accelerator_type!r}"
+                    f"{where} accelerator type {command.flags.get('accelerator-type')!r} "
+                    f"!= {accelerator_type!r}"
                 )
             if command.flags.get("version") != version:
                 problems.append(f"{where} version {command.flags.get('version')!r} != {version!r}")

@@ -138,7 +138,8 @@ def loss_fn(params, tokens_BT, targets_BT, shape, compute_dtype="float32", remat
 def make_train_step(
     shape: budget.TransformerShape, compute_dtype="float32", remat=False, learning_rate=1e-3
 ):
-    """(step, optimizer): ``step(params, opt_state, tokens, targets) -> (params, opt_state, loss)``."""
+    """(step, optimizer): ``step(params, opt_state, tokens, targets)`` ->
+    ``(params, opt_state, loss)``."""
     optimizer = optax.adam(learning_rate)
 
     def step(params, opt_state, tokens_BT, targets_BT):

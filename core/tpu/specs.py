@@ -250,7 +250,10 @@ def derived_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
                 "generation": generation,
                 "bf16 ridge point (FLOP/byte)": f"{spec.ridge_point:.0f}",
                 "ridge range over sources": f"{low:.0f}-{high:.0f}",
-                "ICI per chip = links x per-link": f"{spec.ici_links} x {spec.ici_link_bidirectional.value / 1e9:.0f} GB/s = {derived_ici / 1e9:.0f} GB/s",
+                "ICI per chip = links x per-link": (
+                    f"{spec.ici_links} x {spec.ici_link_bidirectional.value / 1e9:.0f} GB/s "
+                    f"= {derived_ici / 1e9:.0f} GB/s"
+                ),
                 "published per chip": f"{spec.ici_chip_bidirectional.value / 1e9:.0f} GB/s",
                 "derived / published": f"{derived_ici / spec.ici_chip_bidirectional.value:.2f}",
             }
