@@ -1,1 +1,2 @@
-"""Lesson code of the phase "Self-supervised pretraining: masked and contrastive learning" (one module per lesson app)."""
+"""Lesson code of the phase "Self-supervised pretraining: masked and contrastive learning"
+(one module per lesson app)."""
