@@ -166,15 +166,11 @@ def _(config, resume_at, resume_dir, run_button, steps):
             timeout=300,
         )
     child_events = recovery_demo.parse_events(child.stdout)
-    mo.stop(
-        child.returncode != 0,
-        mo.callout(
-            mo.md(
-                f"The fresh process failed (exit {child.returncode}):\n"
-                f"```\n{child.stderr[-2000:]}\n```"
-            ),
-            kind="danger",
-        ),
+    lab.guard(
+        f"the fresh process failed (exit {child.returncode}):\n```\n{child.stderr[-2000:]}\n```"
+        if child.returncode != 0
+        else None,
+        headline="Resuming did not work:",
     )
     resumed_event = next(e for e in child_events if e["event"] in ("resumed", "fresh"))
     resumed_losses = {e["step"]: e["loss"] for e in child_events if e["event"] == "step"}

@@ -2,8 +2,11 @@
 
 Each app parses as a marimo app with the skeleton (title, setup, hidden title cell, check,
 test cells), `marimo check --strict` is clean, and `python apps/NAME.py` exits 0 headless
-within the bound, printing its check's PASS. The app's own test cells run when pytest
-collects apps/*.py; a test cell under a stopped ancestor fails (conftest.py), shown here.
+within the bound, printing its check's PASS. That headless run is also the app's test: a
+script run executes every cell, the test_* cells included, and nothing may stop at the
+defaults (no `STOPPED:`; any other `mo.stop` is a run-button wait or sits in a cell that
+defines nothing). `pytest apps/NAME.py` runs the same test cells one by one; there a test
+cell under a stopped ancestor fails (conftest.py), shown here.
 """
 
 from __future__ import annotations
@@ -103,6 +106,46 @@ def test_test_cells_come_last(app_path):
     assert not late, f"cells after the first test_* cell: {late} (tests go last)"
 
 
+def _silent_stops(cell: ast.FunctionDef) -> list[str]:
+    """The `mo.stop(...)` calls of a cell that can stop a headless run without a word.
+
+    A run-button wait (`mo.stop(lab.interactive() and ...)`) never stops headless; a stop in a
+    cell that defines nothing has no descendants, so no test cell can be skipped below it.
+    """
+    returns_names = any(
+        isinstance(node, ast.Return) and node.value is not None for node in ast.walk(cell)
+    )
+    stops = []
+    for node in ast.walk(cell):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "mo.stop" and node.args:
+            condition = ast.unparse(node.args[0])
+            if not condition.startswith("lab.interactive() and") and returns_names:
+                stops.append(f"{cell.name}: mo.stop({condition}, ...)")
+    return stops
+
+
+@pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
+def test_every_cell_runs_headless(app_path):
+    """The headless run is the app's test, so no cell with descendants may stop silently."""
+    stops = [stop for cell in _cells(_tree(app_path)) for stop in _silent_stops(cell)]
+    assert not stops, (
+        f"{stops}: use lab.guard(problem) for a refusal (it prints STOPPED), "
+        "`mo.stop(lab.interactive() and not button.value, ...)` for a run button"
+    )
+
+
+def test_the_silent_stop_detector_bites():
+    cells = _cells(
+        ast.parse(
+            "@app.cell\ndef _(x):\n    mo.stop(x > 1)\n    y = 2\n    return (y,)\n"
+            "@app.cell\ndef _(b):\n    mo.stop(lab.interactive() and not b.value)\n"
+            "    z = 1\n    return (z,)\n"
+            "@app.cell\ndef _(x):\n    mo.stop(x > 1)\n    mo.md('leaf')\n    return\n"
+        )
+    )
+    assert [len(_silent_stops(cell)) for cell in cells] == [1, 0, 0]
+
+
 @pytest.fixture(scope="session")
 def marimo_check_report():
     result = subprocess.run(
@@ -148,6 +191,8 @@ def test_app_runs_headless(app_path, capsys):
     HEADLESS_TIMES[app_path.name] = time.perf_counter() - start
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "FAIL:" not in result.stdout, result.stdout[-4000:]
+    # A stop at the defaults would skip the cells below it, test cells included.
+    assert "STOPPED:" not in result.stdout, result.stdout[-4000:]
     if app_path.stem != curriculum.HOME_APP or "PASS:" in result.stdout:
         assert "PASS:" in result.stdout, "the check cell prints its PASS headless"
     with capsys.disabled():

@@ -91,7 +91,10 @@ def test_refused_combination_stops_cleanly(case):
 
 
 # Apps whose guard no flag can trip (they stop only when something outside fails).
-NO_FLAG_REFUSAL = {"tpu_receipt": "stops only when its receipt subprocess fails"}
+NO_FLAG_REFUSAL = {
+    "tpu_receipt": "stops only when its receipt subprocess fails",
+    "resume_data_position": "its second guard stops only when the resume subprocess fails",
+}
 
 
 def test_every_app_with_a_guard_has_a_refused_case():
