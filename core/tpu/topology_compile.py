@@ -10,7 +10,16 @@ Gotchas handled here:
   doing the same then fails with "Internal error when accessing libtpu multi-process
   lockfile". Compile-only use needs no exclusive chip access, so this module sets
   ``ALLOW_MULTIPLE_LIBTPU_LOAD=1`` before libtpu loads.
-- Topology names are the ``vXX:AxB`` form (``v5e:2x2``, ``v5p:2x2x1``, ``v6e:2x2``);
+- On a host without TPU chips libtpu looks for the VM it runs on (its accelerator type and
+  worker hostnames, from the metadata server) and prints "Failed to find host bounds...",
+  "WARNING: Logging before InitGoogle()" and "E0000 ... unexpected worker hostname" to
+  stderr: not errors for compile-only use, but a learner reads them as failures. There this
+  module names the host itself (``TPU_WORKER_HOSTNAMES=localhost`` and an accelerator type),
+  which libtpu then reads instead; the compiled programs are byte-for-byte the same (checked
+  for v5e, v5p, v6e and TPU7x), and a topology libtpu refuses still raises. On a TPU VM
+  nothing is set.
+- Topology names are the ``vXX:AxB`` form (``v5e:2x2``, ``v5p:2x2x1``, ``v6e:2x2``), and
+  ``tpu7x:2x2x1`` for Ironwood (``v7x:...`` is refused);
   gcloud accelerator types such as ``v5litepod-8`` are rejected, and a topology must be a
   multiple of the host's chip layout (``v5e:1x1`` is refused).
 - memory_analysis() and cost_analysis() describe ONE device's program (SPMD: every chip
@@ -27,6 +36,8 @@ import re
 import jax
 import numpy as np
 
+from core import runtime
+
 P = jax.sharding.PartitionSpec
 
 MEMORY_FIELDS = (
@@ -39,8 +50,18 @@ MEMORY_FIELDS = (
 )
 
 
-def _allow_shared_libtpu() -> None:
+# What libtpu would read from the metadata server of a TPU VM, named for a CPU host. The
+# accelerator type only tells libtpu the host's own chip layout, which compile-only
+# topologies (named in get_topology_desc) do not use.
+CPU_HOST_LIBTPU_ENV = {"TPU_WORKER_HOSTNAMES": "localhost", "TPU_ACCELERATOR_TYPE": "v5litepod-4"}
+
+
+def _prepare_libtpu_for_compile_only() -> None:
+    """Set libtpu's environment before it loads (it reads it once per process)."""
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if not runtime.host_has_tpu():
+        for name, value in CPU_HOST_LIBTPU_ENV.items():
+            os.environ.setdefault(name, value)
 
 
 def libtpu_problem() -> str | None:
@@ -57,12 +78,17 @@ def topology_devices(topology_name: str) -> tuple:
     """The compile-only TPU devices of ``topology_name`` (cached per process)."""
     if (problem := libtpu_problem()) is not None:
         raise ValueError(problem)
-    if not re.fullmatch(r"v[0-9][a-z]?:[0-9]+(x[0-9]+){1,2}", topology_name):
+    if topology_name.startswith(("v7", "7x")):
         raise ValueError(
-            f"topology name must look like v5e:2x2 or v5p:2x2x1, got {topology_name!r} "
+            f"Ironwood's topology names start with tpu7x (tpu7x:2x2x1), got {topology_name!r}"
+        )
+    if not re.fullmatch(r"(v[0-9][a-z]?|tpu7x):[0-9]+(x[0-9]+){1,2}", topology_name):
+        raise ValueError(
+            "topology name must look like v5e:2x2, v5p:2x2x1 or tpu7x:2x2x1, got "
+            f"{topology_name!r} "
             "(gcloud accelerator types such as v5litepod-8 are not topology names)"
         )
-    _allow_shared_libtpu()
+    _prepare_libtpu_for_compile_only()
     from jax.experimental import topologies
 
     try:
