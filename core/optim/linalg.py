@@ -74,7 +74,15 @@ def random_orthogonal(key: jax.Array, n: int) -> np.ndarray:
     """A random n x n orthogonal matrix (Haar: QR of a Gaussian, signs fixed), float64."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    g = np.asarray(jax.random.normal(key, (n, n)), np.float64)
+    return orthogonal_from_gaussian(jax.random.normal(key, (n, n)))
+
+
+def orthogonal_from_gaussian(g_NN) -> np.ndarray:
+    """The orthogonal factor of a square Gaussian matrix (QR, signs fixed), float64: Haar
+    distributed. Lets a caller draw all its randomness in one compiled call."""
+    g = np.asarray(g_NN, np.float64)
+    if g.ndim != 2 or g.shape[0] != g.shape[1]:
+        raise ValueError(f"a square matrix expected, got shape {g.shape}")
     q, r = np.linalg.qr(g)
     return q * np.sign(np.where(np.diag(r) == 0, 1.0, np.diag(r)))
 
