@@ -1,0 +1,86 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from core import numerics
+from core.lm import transformer
+from core.post_training import model
+
+CONFIGS = [
+    model.ModelConfig(width=32, num_heads=2, num_layers=2, max_len=9),
+    model.ModelConfig(width=16, num_heads=4, num_layers=1, max_len=12),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_logits_equal_the_tinylm_forward_and_the_float64_reference(config):
+    params = model.init_params(config, jax.random.key(3))
+    tokens = np.asarray(jax.random.randint(jax.random.key(4), (3, config.max_len), 0, 256))
+    ours = model.logits_BTV(params, tokens)
+    tiny = model.to_model(params, config)
+    assert numerics.scaled_max_error(ours, transformer.forward(tiny, tokens)) < 1e-5
+    assert numerics.scaled_max_error(ours, transformer.lm_reference(tiny, tokens)) < 1e-5
+
+
+def test_token_and_sequence_logprobs_match_numpy():
+    config = CONFIGS[0]
+    params = model.init_params(config, jax.random.key(0))
+    tokens = np.asarray(jax.random.randint(jax.random.key(1), (4, 9), 0, 256))
+    weights = np.zeros((4, 9), np.float32)
+    weights[:, 3:7] = 1
+    logits = transformer.lm_reference(model.to_model(params, config), tokens)
+    log_norm = np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1))
+    log_norm += logits.max(-1)
+    expected = np.zeros((4, 9))
+    for b in range(4):
+        for t in range(8):
+            expected[b, t] = logits[b, t, tokens[b, t + 1]] - log_norm[b, t]
+    assert numerics.scaled_max_error(model.token_logprobs_BT(params, tokens), expected) < 1e-5
+    sequence = model.sequence_logprob_B(params, tokens, weights)
+    assert numerics.scaled_max_error(sequence, (expected * weights).sum(1)) < 1e-5
+
+
+def test_hidden_features_project_to_the_logits():
+    params = model.init_params(CONFIGS[0], jax.random.key(0))
+    tokens = np.arange(18).reshape(2, 9)
+    hidden = model.hidden_BTD(params, tokens)
+    assert hidden.shape == (2, 9, 32)
+    logits = model.logits_BTV(params, tokens)
+    assert numerics.scaled_max_error(hidden @ params["head"], logits) < 1e-5
+
+
+def test_content_hash_is_canonical_and_sensitive():
+    params = model.init_params(CONFIGS[1], jax.random.key(0))
+    again = jax.tree.map(lambda x: np.array(x, copy=True), params)
+    assert model.content_hash(params) == model.content_hash(again)
+    reordered = dict(reversed(list(params.items())))
+    assert model.content_hash(reordered) == model.content_hash(params)
+    flipped = jax.tree.map(np.asarray, params)
+    head = np.array(flipped["head"])
+    head.view(np.uint32)[0, 0] ^= 1  # one bit of one weight
+    assert model.content_hash({**flipped, "head": head}) != model.content_hash(params)
+    assert model.content_hash({"a": np.zeros(2, np.float32)}) != model.content_hash(
+        {"a": np.zeros(2, np.float64)}
+    )
+    assert len(model.short_hash(params)) == model.HASH_CHARS
+
+
+def _quadratic(w, _frozen, batch):
+    return jnp.mean((batch["x"] @ w - batch["y"]) ** 2)
+
+
+def test_train_runs_adam_steps_and_lowers_the_loss():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 8, 3)).astype(np.float32)
+    w_true = np.array([1.0, -2.0, 0.5], np.float32)
+    batches = {"x": x, "y": x @ w_true}
+    trained, losses_S = model.train(_quadratic, jnp.zeros(3), None, batches, 0.1)
+    assert losses_S.shape == (50,) and losses_S[-1] < 0.05 * losses_S[0]
+    with pytest.raises(ValueError, match="learning_rate"):
+        model.train(_quadratic, jnp.zeros(3), None, batches, 0.0)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="divide"):
+        model.ModelConfig(width=30, num_heads=4)
