@@ -1,0 +1,120 @@
+"""Step our CartPole and gymnasium's ``CartPole-v1`` side by side, in float64.
+
+gymnasium keeps ``env.unwrapped.state`` as a float64 NumPy array (it returns a float32 copy as
+the observation), so the comparison is made on that float64 state: before every step the
+gymnasium state is set from ours, both take the same action, and the next states, rewards and
+terminated/truncated flags are compared. When our episode ends, the gymnasium env is reset
+(which restarts its ``TimeLimit`` count) and its state set to our reset state, so the 500-step
+truncation is the one gymnasium's TimeLimit wrapper applies. gymnasium is imported inside the
+functions: it is a test (and lesson-check) dependency only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from core.rl import cartpole
+
+POLICIES = ("random", "balancing", "mixed")
+
+
+def balancing_action(obs_4: np.ndarray) -> int:
+    """A hand-made controller that keeps the pole up for the full 500 steps (push toward the
+    side the pole leans and turns to, with a little cart centring): it reaches truncation."""
+    x, x_dot, theta, theta_dot = (float(v) for v in obs_4)
+    return int(theta + 0.3 * theta_dot + 0.01 * x + 0.1 * x_dot > 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parity:
+    """What the side-by-side run saw; errors are max |ours - gymnasium| over every step."""
+
+    steps: int
+    episodes_ended: int
+    terminations: int
+    truncations: int
+    state_error: float  # float64 state after each step (before reset) vs env.unwrapped.state
+    obs_error: float  # our obs vs gymnasium's float32 obs, relative to max(|obs|, 1)
+    reward_error: float
+    flag_mismatches: int  # steps where terminated or truncated differ
+    constants_match: bool  # our Params equal the constants read from env.unwrapped
+    states_OS: np.ndarray  # (steps + 1, 4): our physics states (float64), for pictures
+
+
+def constants_from_gymnasium(env) -> cartpole.Params:
+    """Our Params, with every constant read from a gymnasium CartPole env."""
+    u = env.unwrapped
+    return cartpole.Params(
+        gravity=u.gravity,
+        masscart=u.masscart,
+        masspole=u.masspole,
+        length=u.length,
+        force_mag=u.force_mag,
+        tau=u.tau,
+        theta_threshold_radians=u.theta_threshold_radians,
+        x_threshold=u.x_threshold,
+        max_steps=env.spec.max_episode_steps,
+    )
+
+
+def side_by_side(seed: int, steps: int, policy: str = "mixed") -> Parity:
+    """Run ``steps`` steps of both environments under ``policy`` ("random" actions, the
+    "balancing" controller, or "mixed": the controller for 500 steps (one truncation) then
+    random actions, which end episodes by termination)."""
+    import gymnasium as gym
+
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    env = gym.make("CartPole-v1")
+    params = constants_from_gymnasium(env)
+    constants_match = params == cartpole.DEFAULT
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    random_actions = rng.integers(0, 2, size=steps)
+    with jax.enable_x64(True):
+        # Two compiled programs in all: the key of step t is folded in inside the jit.
+        step = jax.jit(lambda k, t, s, a: cartpole.step(jax.random.fold_in(k, t), s, a, params))
+        base_key = jax.random.key(seed)
+        state, obs = jax.jit(lambda k: cartpole.reset(jax.random.fold_in(k, 0), params))(base_key)
+        states = [np.asarray(state.physics_4, np.float64)]
+        state_err = obs_err = reward_err = 0.0
+        mismatches = ended = terminations = truncations = 0
+        for t in range(steps):
+            controlled = policy == "balancing" or (policy == "mixed" and t < params.max_steps)
+            action = balancing_action(np.asarray(obs)) if controlled else int(random_actions[t])
+            env.unwrapped.state = np.asarray(state.physics_4, np.float64).copy()
+            g_obs, g_reward, g_term, g_trunc, _ = env.step(action)
+            state, obs, reward, term, trunc, info = step(
+                base_key, np.uint32(t + 1), state, np.int32(action)
+            )
+            final = np.asarray(info["final_obs"], np.float64)
+            state_err = max(state_err, float(np.max(np.abs(final - env.unwrapped.state))))
+            scale = max(float(np.max(np.abs(g_obs))), 1.0)
+            obs_err = max(obs_err, float(np.max(np.abs(final - g_obs))) / scale)
+            reward_err = max(reward_err, abs(float(reward) - g_reward))
+            mismatches += int(bool(term) != g_term or bool(trunc) != g_trunc)
+            states.append(final)
+            if bool(term) or bool(trunc):
+                ended += 1
+                terminations += int(bool(term))
+                truncations += int(bool(trunc))
+                env.reset()
+                states.append(np.asarray(state.physics_4, np.float64))
+    env.close()
+    return Parity(
+        steps=steps,
+        episodes_ended=ended,
+        terminations=terminations,
+        truncations=truncations,
+        state_error=state_err,
+        obs_error=obs_err,
+        reward_error=reward_err,
+        flag_mismatches=mismatches,
+        constants_match=constants_match,
+        states_OS=np.stack(states),
+    )
