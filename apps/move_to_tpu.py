@@ -25,7 +25,7 @@ with app.setup:
             "accelerator_type",
             "v5litepod-8",
             "gcloud accelerator type",
-            choices=tuple(cloud_tpu.ACCELERATOR_TYPES),
+            choices=cloud_tpu.CREATABLE_TYPES,
         ),
         lab.Flag("zone", "us-west4-a", "zone to create the TPU VM in", choices=cloud_tpu.ALL_ZONES),
         lab.Flag(

@@ -29,7 +29,7 @@ with app.setup:
             "accelerator_type",
             "v5litepod-16",
             "the Pod slice to launch on",
-            choices=tuple(cloud_tpu.ACCELERATOR_TYPES),
+            choices=cloud_tpu.CREATABLE_TYPES,
         ),
         description=(
             "Run course scripts on multi-host TPU Pod slices, rehearsed with local processes."

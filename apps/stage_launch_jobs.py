@@ -27,7 +27,7 @@ with app.setup:
             "accelerator_type",
             "v5litepod-8",
             "slice to launch on",
-            choices=tuple(cloud_tpu.ACCELERATOR_TYPES),
+            choices=cloud_tpu.CREATABLE_TYPES,
         ),
         lab.Flag("zone", "us-west4-a", "zone", choices=cloud_tpu.ALL_ZONES),
         lab.Flag("spot", True, "Spot VM: cheaper, can be preempted (so checkpoint)"),

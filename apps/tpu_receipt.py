@@ -29,7 +29,7 @@ with app.setup:
             "accelerator_type",
             "v5litepod-8",
             "the slice you provisioned",
-            choices=tuple(cloud_tpu.ACCELERATOR_TYPES),
+            choices=cloud_tpu.CREATABLE_TYPES,
         ),
         lab.Flag("repeats", 3, "timed psum calls after the warmup (median)", lo=1, hi=50),
         description="Bootstrap .venv on a TPU VM and verify its runtime receipt.",

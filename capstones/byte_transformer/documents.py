@@ -439,8 +439,8 @@ class GenerationRow(Document):
     step_memory_s: float
     bound: str
     tokens_per_s_per_chip: float
-    usd_per_chip_hour: float
-    usd_per_million_tokens: float
+    usd_per_chip_hour: float | None  # None: no published list price (TPU7x)
+    usd_per_million_tokens: float | None
     chips_for_target: int
     accelerator_type_for_target: str | None
     max_rows_per_chip: int

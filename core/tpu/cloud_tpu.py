@@ -8,7 +8,9 @@ headless script, run it) is here too: ``export_and_run``.
 Sources (read 2026-11): Cloud TPU "TPU regions and zones" (cloud.google.com/tpu/docs/regions-zones,
 US zones), "TPU software versions" (cloud.google.com/tpu/docs/runtimes), the v5e/v5p/v6e
 pages (chips per host, slice shapes) and `gcloud compute tpus tpu-vm {create,scp,ssh} --help`
-(SDK 528: --spot, --worker=all|N|a,b|a-b with --command).
+(SDK 528: --spot, --worker=all|N|a,b|a-b with --command). TPU7x (Ironwood) is not created
+through the Cloud TPU API (the TPU7x page: GKE or Compute Engine): ``PROVISIONING`` says how
+each generation is created, and a TpuVm of TPU7x is refused with that reason.
 """
 
 from __future__ import annotations
@@ -68,6 +70,48 @@ class AcceleratorType:
         return self.hosts > 1
 
 
+@dataclasses.dataclass(frozen=True)
+class Provisioning:
+    """How a generation's VMs are created, per the Cloud docs (``source``)."""
+
+    generation: str
+    tpu_vm_api: bool  # created with `gcloud compute tpus tpu-vm create` (the launcher's path)
+    how: str
+    source: str
+
+
+_CLOUD_TPU_API = (
+    "the Cloud TPU API: `gcloud compute tpus tpu-vm create` (or `gcloud compute tpus "
+    "queued-resources create`, which waits for capacity)"
+)
+PROVISIONING: dict[str, Provisioning] = {
+    **{
+        g: Provisioning(g, True, _CLOUD_TPU_API, "cloud.google.com/tpu/docs/create-tpu-vm")
+        for g in ("v5e", "v5p", "v6e")
+    },
+    "tpu7x": Provisioning(
+        "tpu7x",
+        False,
+        "Google Kubernetes Engine (a TPU7x node pool; a multi-host slice takes a workload "
+        "policy, `--placement-policy`, instead of `--tpu-topology`) or Compute Engine (its "
+        "TPU machine types); not the Cloud TPU API, so not `gcloud compute tpus tpu-vm create`",
+        "cloud.google.com/tpu/docs/tpu7x, cloud.google.com/kubernetes-engine/docs/concepts/"
+        "tpu-ironwood, cloud.google.com/compute/docs/tpus/tpu-machines (read 2026-12)",
+    ),
+}
+
+
+def provisioning_problem(generation: str) -> str | None:
+    """Why the course's launcher (the Cloud TPU API) cannot create ``generation``, or None."""
+    way = PROVISIONING[generation]
+    if way.tpu_vm_api:
+        return None
+    return (
+        f"{generation} is not created through the Cloud TPU API (gcloud compute tpus tpu-vm "
+        f"create): create it with {way.how} (sources: {way.source})"
+    )
+
+
 def _types() -> dict[str, AcceleratorType]:
     types = {}
     # v5e and v6e names count chips (1 TensorCore each); a host holds up to 8 chips.
@@ -78,10 +122,19 @@ def _types() -> dict[str, AcceleratorType]:
     # v5p names count TensorCores (2 per chip): v5p-8 is 4 chips on one host.
     for cores in (8, 16, 32, 64, 128, 256):
         types[f"v5p-{cores}"] = AcceleratorType(f"v5p-{cores}", "v5p", cores // 2, 4)
+    # TPU7x has no Cloud TPU API accelerator type: its slices are named here by the topology
+    # libtpu and GKE use (4 chips per VM, 3-D shapes as v5p's; the shapes beyond 2x2x1 are
+    # not verified from a TPU7x document).
+    for chips, shape in ((4, "2x2x1"), (8, "2x2x2"), (16, "2x2x4"), (32, "2x4x4"), (64, "4x4x4")):
+        types[f"tpu7x:{shape}"] = AcceleratorType(f"tpu7x:{shape}", "tpu7x", chips, 4)
     return types
 
 
 ACCELERATOR_TYPES: dict[str, AcceleratorType] = _types()
+# The ones the Cloud TPU API creates (what `gcloud compute tpus tpu-vm create` accepts).
+CREATABLE_TYPES: tuple[str, ...] = tuple(
+    name for name, t in ACCELERATOR_TYPES.items() if PROVISIONING[t.generation].tpu_vm_api
+)
 
 NAME_RULE = (
     "1-63 characters: lowercase letters, digits or '-', starting with a letter and not "
@@ -110,8 +163,10 @@ class TpuVm:
         if self.accelerator_type not in ACCELERATOR_TYPES:
             raise ValueError(
                 f"unknown accelerator type {self.accelerator_type!r}; choose one of "
-                f"{', '.join(ACCELERATOR_TYPES)}"
+                f"{', '.join(CREATABLE_TYPES)}"
             )
+        if problem := provisioning_problem(self.generation):
+            raise ValueError(f"{self.accelerator_type}: {problem}")
         zones = ZONES[self.generation]
         if self.zone not in zones:
             raise ValueError(

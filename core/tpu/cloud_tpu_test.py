@@ -23,7 +23,7 @@ def _expected_chips_hosts(name: str) -> tuple[int, int]:
     return n // 2, math.ceil((n // 2) / 4)
 
 
-@pytest.mark.parametrize("name", list(cloud_tpu.ACCELERATOR_TYPES))
+@pytest.mark.parametrize("name", cloud_tpu.CREATABLE_TYPES)
 def test_every_accelerator_type_has_closed_form_chips_and_hosts(name):
     accelerator = cloud_tpu.ACCELERATOR_TYPES[name]
     chips, hosts = _expected_chips_hosts(name)
@@ -53,11 +53,11 @@ def test_known_slices_from_the_docs():
 
 
 def test_every_generation_has_zones_and_a_runtime():
-    assert (
-        set(cloud_tpu.ZONES)
-        == set(cloud_tpu.RUNTIME_VERSIONS)
-        == {a.generation for a in cloud_tpu.ACCELERATOR_TYPES.values()}
-    )
+    creatable = {cloud_tpu.ACCELERATOR_TYPES[name].generation for name in cloud_tpu.CREATABLE_TYPES}
+    assert set(cloud_tpu.ZONES) == set(cloud_tpu.RUNTIME_VERSIONS) == creatable
+    assert set(cloud_tpu.PROVISIONING) == {
+        a.generation for a in cloud_tpu.ACCELERATOR_TYPES.values()
+    }
     assert set(cloud_tpu.ALL_ZONES) == {z for zones in cloud_tpu.ZONES.values() for z in zones}
 
 
@@ -416,8 +416,19 @@ def _bash_words(text: str) -> list[str]:
 @pytest.mark.parametrize("width", [40, 76])
 @pytest.mark.parametrize(
     "vm_kwargs, flags",
-    [({}, ""), ({"name": "pod-run", "accelerator_type": "v6e-32", "spot": True, "project": "proj-9",
-                 "zone": "us-east5-b"}, "--rows 4 --note \"it's two words\"")],
+    [
+        ({}, ""),
+        (
+            {
+                "name": "pod-run",
+                "accelerator_type": "v6e-32",
+                "spot": True,
+                "project": "proj-9",
+                "zone": "us-east5-b",
+            },
+            '--rows 4 --note "it\'s two words"',
+        ),
+    ],
 )
 def test_display_command_is_the_same_command_on_several_lines(vm_kwargs, flags, width):
     vm = cloud_tpu.TpuVm(**vm_kwargs)
@@ -444,7 +455,31 @@ def test_workflow_problems_read_commands_as_displayed():
     vm = cloud_tpu.TpuVm(spot=True)
     steps = cloud_tpu.workflow(vm, "r_tpu.py")
     shown = [cloud_tpu.display_command(line, width=40) for _, line in steps]
-    chosen = dict(name=vm.name, zone=vm.zone, accelerator_type=vm.accelerator_type,
-                  version=vm.runtime_version, spot=True, script="r_tpu.py")
+    chosen = dict(
+        name=vm.name,
+        zone=vm.zone,
+        accelerator_type=vm.accelerator_type,
+        version=vm.runtime_version,
+        spot=True,
+        script="r_tpu.py",
+    )
     assert cloud_tpu.workflow_problems(shown, **chosen) == []
     assert cloud_tpu.workflow_problems(shown, **{**chosen, "spot": False})
+
+
+@pytest.mark.parametrize("name", [n for n in cloud_tpu.ACCELERATOR_TYPES if n.startswith("tpu7x")])
+def test_ironwood_slices_are_named_by_topology_with_four_chips_per_vm(name):
+    accelerator = cloud_tpu.ACCELERATOR_TYPES[name]
+    chips = math.prod(int(d) for d in name.split(":")[1].split("x"))
+    assert (accelerator.chips, accelerator.hosts) == (chips, chips // 4)
+    assert name not in cloud_tpu.CREATABLE_TYPES
+
+
+def test_ironwood_is_refused_by_the_cloud_tpu_api_with_the_documented_way():
+    with pytest.raises(ValueError, match="not created through the Cloud TPU API") as refusal:
+        cloud_tpu.TpuVm(accelerator_type="tpu7x:2x2x1")
+    assert "Kubernetes Engine" in str(refusal.value) and "Compute Engine" in str(refusal.value)
+    assert cloud_tpu.provisioning_problem("v6e") is None
+    with pytest.raises(ValueError, match="v5litepod-8") as unknown:
+        cloud_tpu.TpuVm(accelerator_type="v7x-8")
+    assert "tpu7x" not in str(unknown.value), "the choices offered are the creatable ones"

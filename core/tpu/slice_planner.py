@@ -28,7 +28,7 @@ ACTIVATION_BYTES = 2  # bfloat16 activations
 HBM_USABLE = 0.9  # the runtime, XLA scratch and fragmentation take the rest
 MODES = tuple(BYTES_PER_PARAM)
 
-# Slice topologies (chip grid) by chip count: 2D torus for v5e/v6e, 3D for v5p.
+# Slice topologies (chip grid) by chip count: 2D torus for v5e/v6e, 3-D for v5p and TPU7x.
 TOPOLOGY_2D = {
     1: "1x1",
     4: "2x2",
@@ -40,6 +40,7 @@ TOPOLOGY_2D = {
     256: "16x16",
 }
 TOPOLOGY_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8"}
+THREE_D = ("v5p", "tpu7x")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +138,7 @@ def _slices(generation: str) -> list[cloud_tpu.AcceleratorType]:
 
 
 def topology(generation: str, chips: int) -> str:
-    table = TOPOLOGY_3D if generation == "v5p" else TOPOLOGY_2D
+    table = TOPOLOGY_3D if generation in THREE_D else TOPOLOGY_2D
     if chips not in table:
         raise ValueError(f"no {generation} topology with {chips} chips; known: {sorted(table)}")
     return table[chips]
@@ -195,13 +196,19 @@ def plan_generation(workload: Workload, generation: str) -> SliceOption:
 
 
 def plan(workload: Workload, generations=specs.GENERATIONS) -> list[SliceOption]:
-    """One option per generation (v5e, v5p, v6e)."""
+    """One option per generation (v5e, v5p, v6e, tpu7x)."""
     return [plan_generation(workload, g) for g in generations]
 
 
 def recommend(options: list[SliceOption]) -> SliceOption | None:
-    """The fitting option with the fewest hosts, then fewest chips (simplest to run)."""
-    fitting = [o for o in options if o.fits]
+    """The fitting option with the fewest hosts, then fewest chips (simplest to run).
+
+    Only generations the Cloud TPU API creates (the course's launcher) are recommended: TPU7x
+    is planned and shown, but is created through GKE or Compute Engine (cloud_tpu.PROVISIONING).
+    """
+    fitting = [
+        o for o in options if o.fits and cloud_tpu.provisioning_problem(o.generation) is None
+    ]
     return min(fitting, key=lambda o: (o.hosts, o.chips, o.generation)) if fitting else None
 
 
@@ -209,6 +216,8 @@ def create_command(option: SliceOption, name: str = "jax-tpu-lab", spot: bool = 
     """The gcloud line that creates ``option``'s slice, in the first zone offering it."""
     if not option.fits:
         raise ValueError(f"no {option.generation} slice fits this workload")
+    if problem := cloud_tpu.provisioning_problem(option.generation):
+        raise ValueError(problem)
     vm = cloud_tpu.TpuVm(
         name=name,
         accelerator_type=option.accelerator_type,
@@ -229,6 +238,11 @@ def option_rows(options: list[SliceOption]) -> list[dict]:
             "hosts": o.hosts,
             "HBM used": f"{o.hbm_per_chip_used:.0%}",
             "step time at MFU": f"{o.step_time_at_mfu_s:.3g} s" if o.fits else "-",
+            "created with": (
+                "Cloud TPU API"
+                if cloud_tpu.PROVISIONING[o.generation].tpu_vm_api
+                else "GKE or Compute Engine"
+            ),
         }
         for o in options
     ]
@@ -253,7 +267,8 @@ def compile_topology(option: SliceOption) -> tuple[str, int]:
     if not option.fits:
         raise ValueError(f"no {option.generation} slice fits: nothing to compile for")
     if option.chips == 1:
-        return f"{option.generation}:{TOPOLOGY_3D[4] if option.generation == 'v5p' else '2x2'}", 1
+        smallest = TOPOLOGY_3D[4] if option.generation in THREE_D else "2x2"
+        return f"{option.generation}:{smallest}", 1
     return f"{option.generation}:{option.topology}", option.chips
 
 
@@ -411,8 +426,10 @@ PUBLISHED_EXAMPLES = (
     # Models", Sec. 4: with full recomputation a layer keeps only its input, 2*s*b*h bytes
     # (16-bit). GPT-3 175B (h 12288, 96 layers), s 2048, b 1: 2*2048*12288*96 bytes.
     PublishedExample(
-        "Korthikanti et al. (2022), Sec. 4", "GPT-3 175B full-recompute activations, b=1 (GB)",
-        2 * 2048 * 12288 * 96 / 1e9, 1e-9,
+        "Korthikanti et al. (2022), Sec. 4",
+        "GPT-3 175B full-recompute activations, b=1 (GB)",
+        2 * 2048 * 12288 * 96 / 1e9,
+        1e-9,
     ),
 )
 

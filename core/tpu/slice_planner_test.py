@@ -101,11 +101,15 @@ def test_published_examples_are_reproduced():
     ("table", "claim"),
     [
         # Adam with one moment instead of two: the ZeRO figure (16 bytes/parameter) catches it
-        ({"float32 master weights": 4, "float32 gradients": 4, "Adam moment": 4},
-         "7.5B training state, one device (GB)"),
+        (
+            {"float32 master weights": 4, "float32 gradients": 4, "Adam moment": 4},
+            "7.5B training state, one device (GB)",
+        ),
         # gradients forgotten
-        ({"float32 master weights": 4, "Adam moments (2 x float32)": 8},
-         "7.5B training state over 64 devices (GB)"),
+        (
+            {"float32 master weights": 4, "Adam moments (2 x float32)": 8},
+            "7.5B training state over 64 devices (GB)",
+        ),
     ],
 )
 def test_a_wrong_state_formula_fails_a_published_example(monkeypatch, table, claim):
@@ -188,7 +192,8 @@ def test_the_compiler_check_catches_state_that_is_not_divided_over_chips(monkeyp
     real = slice_planner.state_breakdown
     # a planner that forgot the sharding: each chip holds the whole state
     monkeypatch.setattr(
-        slice_planner, "state_breakdown",
+        slice_planner,
+        "state_breakdown",
         lambda w: {k: v * option.chips for k, v in real(w).items()},
     )
     assert not slice_planner.compiler_check(workload, option).passed
@@ -201,8 +206,32 @@ def test_every_slice_the_planner_can_pick_is_a_topology_libtpu_compiles_for():
     for generation in specs.GENERATIONS:
         for accel in slice_planner._slices(generation):
             option = slice_planner.SliceOption(
-                generation, 1, 1, accel.name, accel.chips,
-                slice_planner.topology(generation, accel.chips), accel.hosts, 0.0, 0.0, (),
+                generation,
+                1,
+                1,
+                accel.name,
+                accel.chips,
+                slice_planner.topology(generation, accel.chips),
+                accel.hosts,
+                0.0,
+                0.0,
+                (),
             )
             name, chips = slice_planner.compile_topology(option)
             assert len(topology_compile.topology_devices(name)) >= chips, name
+
+
+def test_ironwood_is_planned_but_not_recommended_for_the_cloud_tpu_launcher():
+    workload = slice_planner.Workload(params_billion=8.0, batch=64, seq_len=4096)
+    options = {o.generation: o for o in slice_planner.plan(workload)}
+    ironwood = options["tpu7x"]
+    assert ironwood.fits and ironwood.topology in slice_planner.TOPOLOGY_3D.values()
+    # 192 GiB per chip: Ironwood needs the fewest chips for memory of the four
+    assert ironwood.chips_for_memory == min(o.chips_for_memory for o in options.values())
+    best = slice_planner.recommend(list(options.values()))
+    assert best is not None and best.generation != "tpu7x"
+    rows = {r["generation"]: r for r in slice_planner.option_rows(list(options.values()))}
+    assert rows["tpu7x"]["created with"] == "GKE or Compute Engine"
+    assert rows["v5e"]["created with"] == "Cloud TPU API"
+    with pytest.raises(ValueError, match="not created through the Cloud TPU API"):
+        slice_planner.create_command(ironwood)

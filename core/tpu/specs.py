@@ -6,7 +6,8 @@ figures (ridge points, per-chip ICI from per-link figures) are computed here, ne
 in, and tested against the published values they should reproduce.
 
 Units: FLOP/s, bytes, bytes/s. "GB" is 1e9 bytes, "GiB" is 2**30 bytes; the table keeps the
-unit its source used.
+unit its source used. A figure no source publishes is None and reads "not published" in
+every table (TPU7x's per-link ICI, int8 and PCIe figures, for example), never a guess.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ SOURCES = {
     "cloud-v5e": "Google Cloud TPU documentation, TPU v5e page",
     "cloud-v5p": "Google Cloud TPU documentation, TPU v5p page",
     "cloud-v6e": "Google Cloud TPU documentation, TPU v6e (Trillium) page",
+    "cloud-tpu7x": (
+        "Google Cloud TPU documentation, TPU7x (Ironwood) page (cloud.google.com/tpu/docs/tpu7x, "
+        "read 2026-12): its table of v5p, v6e and TPU7x per-chip figures"
+    ),
     "older-table": "an earlier version of the scaling-book specs table",
 }
 
@@ -51,12 +56,12 @@ class ChipSpec:
 
     generation: str
     bf16_flops: Figure
-    int8_ops: Figure
+    int8_ops: Figure | None
     hbm_bytes: Figure
     hbm_bandwidth: Figure
-    ici_link_one_way: Figure  # bytes/s per ICI link, one direction
-    ici_link_bidirectional: Figure
-    ici_links: int  # links (ports) per chip: 4 in a 2D torus, 6 in a 3D torus
+    ici_link_one_way: Figure | None  # bytes/s per ICI link, one direction
+    ici_link_bidirectional: Figure | None
+    ici_links: int | None  # links (ports) per chip: 4 in a 2D torus, 6 in a 3D torus
     ici_chip_bidirectional: Figure  # the per-chip figure Cloud publishes
     torus: str
     largest_pod: str
@@ -65,8 +70,12 @@ class ChipSpec:
     tensorcores: int
     mxus: str
     dcn_egress: Figure
-    pcie: Figure
+    pcie: Figure | None
     topology_name: str  # a name jax.experimental.topologies.get_topology_desc accepts
+    # JAX devices per chip: 1 where the TensorCores act as one device (v5p's megacore), 2 on
+    # TPU7x (each TensorCore is a device); probed here with libtpu (core/tpu/generations_test).
+    devices_per_chip: int = 1
+    fp8_flops: Figure | None = None  # None: no published fp8 figure (no native fp8 either)
 
     @property
     def ridge_point(self) -> float:
@@ -74,8 +83,12 @@ class ChipSpec:
         return ridge_point(self.bf16_flops.value, self.hbm_bandwidth.value)
 
     @property
-    def ici_chip_bidirectional_derived(self) -> float:
-        """Per-chip bidirectional ICI bandwidth from the per-link figure: links x per link."""
+    def ici_chip_bidirectional_derived(self) -> float | None:
+        """Per-chip bidirectional ICI bandwidth from the per-link figure: links x per link.
+
+        None where no source publishes the per-link figure or the link count."""
+        if self.ici_links is None or self.ici_link_bidirectional is None:
+            return None
         return self.ici_links * self.ici_link_bidirectional.value
 
 
@@ -136,6 +149,7 @@ CHIPS: dict[str, ChipSpec] = {
         dcn_egress=_f(6.25e9, "scaling-book", "B/s"),
         pcie=_f(1.6e10, "scaling-book", "B/s"),
         topology_name="v5p:2x2x1",
+        fp8_flops=_f(4.59e14, "cloud-tpu7x", "FLOP/s"),  # the same as bf16: no fp8 speed-up
     ),
     "v6e": ChipSpec(
         generation="v6e",
@@ -156,13 +170,40 @@ CHIPS: dict[str, ChipSpec] = {
         dcn_egress=_f(1.25e10, "scaling-book", "B/s"),
         pcie=_f(3.2e10, "scaling-book", "B/s"),
         topology_name="v6e:2x2",
+        fp8_flops=_f(9.18e14, "cloud-tpu7x", "FLOP/s"),
+    ),
+    # Ironwood. Cloud's TPU7x table gives the per-chip figures below; it publishes no int8,
+    # per-link ICI or PCIe figure, and no MXU layout: those read "not published".
+    "tpu7x": ChipSpec(
+        generation="tpu7x",
+        bf16_flops=_f(2.307e15, "cloud-tpu7x", "FLOP/s"),
+        int8_ops=None,
+        hbm_bytes=_f(192 * 2**30, "cloud-tpu7x", "GiB"),
+        hbm_bandwidth=_f(7.38e12, "cloud-tpu7x", "B/s"),
+        ici_link_one_way=None,
+        ici_link_bidirectional=None,
+        ici_links=None,
+        ici_chip_bidirectional=_f(1.2e12, "cloud-tpu7x", "B/s"),
+        # The Cloud table names no interconnect topology; the slice names are 3-D
+        # (tpu7x:2x2x1, as libtpu accepts them), like v5p's 3D torus.
+        torus="3-D slices; torus not stated",
+        largest_pod="9216 chips",
+        chips_per_host=4,
+        host_chip_layout="2x2x1",
+        tensorcores=2,
+        mxus="not published in the TPU7x table",
+        dcn_egress=_f(1.25e10, "cloud-tpu7x", "B/s"),  # 100 Gb/s per chip
+        pcie=None,
+        topology_name="tpu7x:2x2x1",
+        devices_per_chip=2,
+        fp8_flops=_f(4.614e15, "cloud-tpu7x", "FLOP/s"),
     ),
 }
 GENERATIONS = tuple(CHIPS)
 
 
 def chip(generation: str) -> ChipSpec:
-    """The spec of ``generation`` ("v5e", "v5p" or "v6e")."""
+    """The spec of ``generation`` ("v5e", "v5p", "v6e" or "tpu7x")."""
     if generation not in CHIPS:
         raise ValueError(f"unknown TPU generation {generation!r}: choose one of {GENERATIONS}")
     return CHIPS[generation]
@@ -178,7 +219,12 @@ def ridge_point_range(spec: ChipSpec) -> tuple[float, float]:
     return min(points), max(points)
 
 
+NOT_PUBLISHED = "not published"
+
+
 def _si(value: float, unit: str) -> str:
+    if unit == "GiB":
+        return f"{value / 2**30:.0f} GiB"
     if unit == "GB":
         return f"{value / 1e9:.0f} GB"
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G")):
@@ -187,7 +233,9 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
-def _figure_text(figure: Figure) -> str:
+def _figure_text(figure: Figure | None) -> str:
+    if figure is None:
+        return NOT_PUBLISHED
     text = _si(figure.value, figure.unit)
     for value, source in figure.alternatives:
         alt = f"{value / 2**30:.0f} GiB" if value % 2**30 == 0 else _si(value, figure.unit)
@@ -200,6 +248,7 @@ def spec_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
     specs = [chip(g) for g in generations]
     fields = [
         ("bf16 FLOP/s", lambda s: s.bf16_flops),
+        ("fp8 FLOP/s", lambda s: s.fp8_flops),
         ("int8 OP/s", lambda s: s.int8_ops),
         ("HBM capacity", lambda s: s.hbm_bytes),
         ("HBM bandwidth", lambda s: s.hbm_bandwidth),
@@ -216,17 +265,27 @@ def spec_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
         for spec in specs:
             figure = get(spec)
             row[spec.generation] = _figure_text(figure)
-            sources.update(s for _, s in figure.values())
+            if figure is not None:
+                sources.update(s for _, s in figure.values())
         row["source"] = ", ".join(sorted(sources))
         rows.append(row)
     plain = [
-        ("ICI links per chip", lambda s: f"{s.ici_links} ({s.torus})", "scaling-book, cloud pages"),
+        (
+            "ICI links per chip",
+            lambda s: f"{s.ici_links or NOT_PUBLISHED} ({s.torus})",
+            "scaling-book, cloud pages",
+        ),
         (
             "largest pod / chips per host",
             lambda s: f"{s.largest_pod} / {s.host_chip_layout} ({s.chips_per_host})",
-            "scaling-book",
+            "scaling-book, cloud-tpu7x",
         ),
-        ("TensorCores / MXUs", lambda s: f"{s.tensorcores} TC, {s.mxus}", "scaling-book"),
+        ("TensorCores / MXUs", lambda s: f"{s.tensorcores} TC, {s.mxus}", "scaling-book, cloud"),
+        (
+            "JAX devices per chip",
+            lambda s: str(s.devices_per_chip),
+            "probed: jax.experimental.topologies + libtpu",
+        ),
         (
             "topology name for compiling here",
             lambda s: f"`{s.topology_name}`",
@@ -245,17 +304,23 @@ def derived_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
         spec = chip(generation)
         low, high = ridge_point_range(spec)
         derived_ici = spec.ici_chip_bidirectional_derived
+        published = spec.ici_chip_bidirectional.value
+        if derived_ici is None:
+            per_link, ratio = f"{NOT_PUBLISHED} (no per-link figure)", NOT_PUBLISHED
+        else:
+            per_link = (
+                f"{spec.ici_links} x {spec.ici_link_bidirectional.value / 1e9:.0f} GB/s "
+                f"= {derived_ici / 1e9:.0f} GB/s"
+            )
+            ratio = f"{derived_ici / published:.2f}"
         rows.append(
             {
                 "generation": generation,
                 "bf16 ridge point (FLOP/byte)": f"{spec.ridge_point:.0f}",
                 "ridge range over sources": f"{low:.0f}-{high:.0f}",
-                "ICI per chip = links x per-link": (
-                    f"{spec.ici_links} x {spec.ici_link_bidirectional.value / 1e9:.0f} GB/s "
-                    f"= {derived_ici / 1e9:.0f} GB/s"
-                ),
-                "published per chip": f"{spec.ici_chip_bidirectional.value / 1e9:.0f} GB/s",
-                "derived / published": f"{derived_ici / spec.ici_chip_bidirectional.value:.2f}",
+                "ICI per chip = links x per-link": per_link,
+                "published per chip": f"{published / 1e9:.0f} GB/s",
+                "derived / published": ratio,
             }
         )
     return rows

@@ -5,7 +5,9 @@ import pytest
 from core.tpu import specs
 
 
-@pytest.mark.parametrize(("generation", "expected"), [("v5e", 240), ("v5p", 164), ("v6e", 575)])
+@pytest.mark.parametrize(
+    ("generation", "expected"), [("v5e", 240), ("v5p", 164), ("v6e", 575), ("tpu7x", 313)]
+)
 def test_ridge_points_follow_from_the_table(generation, expected):
     spec = specs.chip(generation)
     # independent arithmetic: FLOP/s over bytes/s from the reference figures
@@ -62,3 +64,21 @@ def test_unknown_generation_names_the_choices():
         specs.chip("v7x")
     with pytest.raises(ValueError, match="positive"):
         specs.ridge_point(1.0, 0.0)
+
+
+def test_ironwood_figures_are_the_cloud_tables_and_the_rest_is_not_published():
+    spec = specs.chip("tpu7x")
+    # The Cloud TPU7x page's table, per chip: 2307 TFLOP/s bf16, 4614 fp8, 192 GiB HBM at
+    # 7380 GB/s, 1200 GB/s bidirectional ICI, 2 TensorCores; 4 chips per VM.
+    assert spec.bf16_flops.value == 2307e12 and spec.fp8_flops.value == 4614e12
+    assert spec.hbm_bytes.value == 192 * 2**30 and spec.hbm_bandwidth.value == 7380e9
+    assert spec.ici_chip_bidirectional.value == 1200e9
+    assert (spec.tensorcores, spec.chips_per_host, spec.devices_per_chip) == (2, 4, 2)
+    assert spec.ridge_point == pytest.approx(2307e12 / 7380e9)
+    assert spec.ici_chip_bidirectional_derived is None
+    rows = {row["per chip"]: row for row in specs.spec_rows()}
+    assert rows["int8 OP/s"]["tpu7x"] == rows["PCIe"]["tpu7x"] == specs.NOT_PUBLISHED
+    assert rows["HBM capacity"]["tpu7x"] == "192 GiB"
+    assert rows["fp8 FLOP/s"]["v5e"] == specs.NOT_PUBLISHED
+    derived = {row["generation"]: row for row in specs.derived_rows()}
+    assert derived["tpu7x"]["derived / published"] == specs.NOT_PUBLISHED

@@ -240,7 +240,8 @@ def training_step_report(shape, setup, topology_name: str) -> CompileReport:
     devices = topology_devices(topology_name)
     if setup.chips != len(devices):
         raise ValueError(
-            f"setup.chips is {setup.chips} but {topology_name} has {len(devices)} chips"
+            f"setup.chips is {setup.chips} but {topology_name} has {len(devices)} JAX devices "
+            "(one per chip; one per TensorCore on TPU7x): compile over every device"
         )
     step, (params, opt_state, tokens, targets) = _training_arg_shapes(shape, setup)
     if setup.strategy == "fsdp":

@@ -10,9 +10,9 @@ how much memory, and one tested hypothesis.
 3. Memory per chip, data parallel over a topology's chips: parameters, gradients, Adam
    moments, activations saved per layer (each tensor with its formula), logits, and the KV
    cache for serving; BESIDE the TPU compiler's memory_analysis() of the capstone's own
-   training.train_step compiled for real TPU topologies (v5e:2x2, v6e:2x2) on this CPU host
-   through libtpu (core.tpu.topology_compile). Compiling is evidence about TPU memory and
-   FLOPs, never about TPU speed. Without libtpu the compiler rows say "not available".
+   training.train_step compiled for real TPU topologies (v5e:2x2, v6e:2x2, tpu7x:2x2x1) on
+   this CPU host through libtpu (core.tpu.topology_compile). Compiling is evidence about TPU
+   memory and FLOPs, never about TPU speed. Without libtpu the compiler rows say "not available".
 4. Hypothesis: rematerializing each block (jax.checkpoint around every Block call, policy
    ``remat_policy``) cuts the compiler's peak training memory at the price of more FLOPs,
    with identical loss and gradients. Measured: compiled peak bytes and cost_analysis

@@ -17,7 +17,7 @@ from core.perf import machine
 from core.tpu import specs
 
 SCHEMA = documents.PLAN_SCHEMA
-DEFAULT_TOPOLOGIES = "v5e:2x2,v6e:2x2"
+DEFAULT_TOPOLOGIES = "v5e:2x2,v6e:2x2,tpu7x:2x2x1"
 
 
 def params_section(config: config_lib.Config) -> dict:

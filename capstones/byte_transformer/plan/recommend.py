@@ -11,10 +11,13 @@ from core.tpu import cloud_tpu, slice_planner, specs
 
 # On-demand list price per chip-hour (USD), Cloud TPU pricing page (us-central1) as of
 # late 2024. Prices change and differ by region and commitment: check before provisioning.
+# TPU7x has no list price there (its page: "contact your account team"), so the plan shows
+# its footprint and roofline bound and leaves it out of the cost comparison.
 PRICE_PER_CHIP_HOUR = {"v5e": 1.20, "v6e": 2.70, "v5p": 4.20}
 PRICE_SOURCE = (
     "on-demand list prices per chip-hour, cloud.google.com/tpu/pricing (us-central1, late "
-    "2024): v5e $1.20, v6e $2.70, v5p $4.20; they change, check before provisioning"
+    "2024): v5e $1.20, v6e $2.70, v5p $4.20; they change, check before provisioning. "
+    "TPU7x: no list price published (access through the account team), so not priced here"
 )
 # Slice sizes (chips) a single generation offers (core.tpu.cloud_tpu.ACCELERATOR_TYPES).
 SLICE_CHIPS = {
@@ -87,7 +90,7 @@ def generation_row(
     compute_s = cost["flops"] / spec.bf16_flops.value
     memory_s = cost["moved"] / spec.hbm_bandwidth.value
     per_chip = analytic["tokens_per_chip"] / max(compute_s, memory_s)
-    price = PRICE_PER_CHIP_HOUR[generation]
+    price = PRICE_PER_CHIP_HOUR.get(generation)  # None: no published price
     needed = max(1, math.ceil(target_tokens_per_s / per_chip))
     slice_chips = next((n for n in SLICE_CHIPS[generation] if n >= needed), None)
     return {
@@ -104,7 +107,7 @@ def generation_row(
         "bound": "HBM bandwidth" if memory_s > compute_s else "compute (bf16 peak)",
         "tokens_per_s_per_chip": per_chip,
         "usd_per_chip_hour": price,
-        "usd_per_million_tokens": price / 3600 / per_chip * 1e6,
+        "usd_per_million_tokens": None if price is None else price / 3600 / per_chip * 1e6,
         "chips_for_target": needed,
         "slice_chips_for_target": slice_chips,
         "accelerator_type_for_target": accelerator_type(generation, slice_chips)
@@ -132,8 +135,14 @@ def reasons(
         "a step this small is also dominated by launch and host overheads, which favour "
         "the cheapest chip).",
         "cost per million tokens at the bound: "
-        + ", ".join(f"{r['generation']} ${r['usd_per_million_tokens']:.3g}" for r in rows)
-        + f" -> {best['generation']} is the cheapest that fits.",
+        + ", ".join(
+            f"{r['generation']} ${r['usd_per_million_tokens']:.3g}"
+            if r["usd_per_million_tokens"] is not None
+            else f"{r['generation']} not priced (no list price)"
+            for r in rows
+        )
+        + f" -> {best['generation']} is the cheapest that fits and that the Cloud TPU API "
+        "creates (TPU7x is made through GKE or Compute Engine).",
         f"topology: {topology} ({choice['accelerator_type']}, one host, "
         f"{chips} chips) data parallel: global batch {config.batch_size} splits as "
         f"{config.batch_size // chips if config.batch_size % chips == 0 else 'n/a'} rows per "
@@ -180,7 +189,13 @@ def recommendation(
         generation_row(config, analytic, compiled, generation, target_tokens_per_s)
         for generation in specs.GENERATIONS
     ]
-    fitting = [r for r in rows if r["hbm_used_pct"] < 90]
+    fitting = [
+        r
+        for r in rows
+        if r["hbm_used_pct"] < 90
+        and r["usd_per_million_tokens"] is not None
+        and cloud_tpu.provisioning_problem(r["generation"]) is None
+    ]
     best = min(fitting, key=lambda r: r["usd_per_million_tokens"])
     chips = best["slice_chips_for_target"] or SLICE_CHIPS[best["generation"]][-1]
     chips = max(chips, 4)  # a 2x2 slice: one host, data parallel over 4 chips

@@ -183,8 +183,12 @@ def recommendation_text(plan: dict) -> list[str]:
             "step >= ms": max(r["step_compute_s"], r["step_memory_s"]) * 1e3,
             "bound": r["bound"],
             "tok/s/chip <=": f"{r['tokens_per_s_per_chip']:,.0f}",
-            "$/chip-h": r["usd_per_chip_hour"],
-            "$/1M tok >=": f"{r['usd_per_million_tokens']:.3g}",
+            "$/chip-h": r["usd_per_chip_hour"] if r["usd_per_chip_hour"] is not None else "-",
+            "$/1M tok >=": (
+                f"{r['usd_per_million_tokens']:.3g}"
+                if r["usd_per_million_tokens"] is not None
+                else "no list price"
+            ),
             "slice for target": r["accelerator_type_for_target"],
         }
         for r in rec["generations"]
