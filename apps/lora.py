@@ -140,10 +140,10 @@ def _(kernels, rank, result):
                 "patch has the base model's hash",
             ),
             mo.md(
-                f"Unmerging by subtraction, `W' - (alpha/R) B·A`, rounds {lora.patch_size(patch):,}"
-                " of the adapted weights differently from the original (one float32 rounding "
-                "each); the patch merge returns holds those weights, so unmerging restores the "
-                "base exactly."
+                "Unmerging by subtraction, `W' - (alpha/R) B·A`, rounds "
+                f"{lora.patch_size(patch):,} of the adapted weights differently from the "
+                "original (one float32 rounding each); the patch merge returns holds those "
+                "weights, so unmerging restores the base exactly."
             ),
         ]
     )
