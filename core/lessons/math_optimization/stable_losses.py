@@ -45,14 +45,18 @@ def problem(log10_scale: float, temperature: float) -> str | None:
     return None
 
 
-@functools.partial(jax.jit, static_argnames=("examples", "classes"))
 def make_batch(key, examples: int, classes: int, log10_scale: float, temperature: float):
     """(logits_NC float32 in [-10^s, 10^s] / T, targets_N int32): the largest |logit| before
-    the temperature is exactly 10^log10_scale."""
+    the temperature is 10^log10_scale (computed in float64, then rounded once to float32)."""
+    scale = np.float32(10.0**log10_scale)
+    return _make_batch(key, examples, classes, scale, np.float32(temperature))
+
+
+@functools.partial(jax.jit, static_argnames=("examples", "classes"))
+def _make_batch(key, examples, classes, scale, temperature):
     k_logits, k_targets = jax.random.split(key)
     z = jax.random.normal(k_logits, (examples, classes))
-    scale = jnp.float32(10.0) ** jnp.float32(log10_scale)
-    logits = (z / jnp.max(jnp.abs(z))) * scale / jnp.float32(temperature)
+    logits = (z / jnp.max(jnp.abs(z))) * scale / temperature
     targets = jax.random.randint(k_targets, (examples,), 0, classes)
     return logits, targets
 
