@@ -118,3 +118,37 @@ def side_by_side(seed: int, steps: int, policy: str = "mixed") -> Parity:
         constants_match=constants_match,
         states_OS=np.stack(states),
     )
+
+
+def rollout_vs_gymnasium(seed: int, num_envs: int, num_steps: int) -> dict:
+    """Our vmapped, scanned random-action rollout (float64) against ``num_envs`` gymnasium
+    envs given the same actions, each running free within an episode (its state is set from
+    ours only at episode starts, where our reset's randomness enters). Returns the max
+    float64 state error over every step of every env, the steps whose flags differ, and the
+    number of episodes that ended."""
+    import gymnasium as gym
+
+    from core.rl import rollout
+
+    with jax.enable_x64(True):
+        compiled = rollout.compiled_random_rollout(num_envs, num_steps, fast_compile=True)
+        trajectory = compiled(jax.random.key(seed))
+        traj = jax.tree.map(np.asarray, trajectory)
+    state_err, mismatches, ended = 0.0, 0, 0
+    for n in range(num_envs):
+        env = gym.make("CartPole-v1")
+        env.reset(seed=seed + n)
+        env.unwrapped.state = traj.obs_TN4[0, n].astype(np.float64).copy()
+        for t in range(num_steps):
+            _, _, g_term, g_trunc, _ = env.step(int(traj.action_TN[t, n]))
+            err = np.max(np.abs(traj.final_obs_TN4[t, n] - env.unwrapped.state))
+            state_err = max(state_err, float(err))
+            term, trunc = bool(traj.terminated_TN[t, n]), bool(traj.truncated_TN[t, n])
+            mismatches += int(term != g_term or trunc != g_trunc)
+            if term or trunc:
+                ended += 1
+                env.reset()
+                if t + 1 < num_steps:
+                    env.unwrapped.state = traj.obs_TN4[t + 1, n].astype(np.float64).copy()
+        env.close()
+    return {"state_error": state_err, "flag_mismatches": mismatches, "episodes_ended": ended}
