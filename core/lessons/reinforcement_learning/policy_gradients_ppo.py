@@ -1,0 +1,82 @@
+"""Lesson code of "Policy gradients and PPO": the checks on the current controls, the charts."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from core import numerics
+from core.rl import ppo, references
+
+
+def gae_errors(seed: int, steps: int, envs: int, gamma: float, lam: float) -> dict:
+    """ppo.gae (float32, lax.scan backward) vs the NumPy float64 forward sums on a random
+    trajectory with two terminations and two truncations; the errors and the trajectory."""
+    t = references.trajectory(seed, steps, envs, ends=min(2, steps * envs // 4))
+    done = t["terminated_TN"] | t["truncated_TN"]
+    advantage, target = ppo.gae(
+        jnp.asarray(t["reward_TN"], jnp.float32),
+        jnp.asarray(t["value_TN"], jnp.float32),
+        jnp.asarray(t["next_value_TN"], jnp.float32),
+        jnp.asarray(t["terminated_TN"]),
+        jnp.asarray(done),
+        gamma,
+        lam,
+    )
+    ref_adv, ref_target = references.gae_reference(**t, gamma=gamma, lam=lam)
+    return {
+        "advantage": numerics.scaled_max_error(advantage, ref_adv),
+        "target": numerics.scaled_max_error(target, ref_target),
+        "trajectory": t,
+        "advantage_TN": np.asarray(advantage),
+    }
+
+
+def surrogate_error(seed: int, clip_eps: float, samples: int = 512) -> float:
+    """ppo.clipped_surrogate (float32) vs its closed form (NumPy float64), on ratios in
+    [0.2, 2.5] and normal advantages, relative to the objective's scale."""
+    rng = np.random.default_rng(seed)
+    ratio, advantage = rng.uniform(0.2, 2.5, samples), rng.normal(size=samples)
+    result = ppo.clipped_surrogate(
+        jnp.asarray(ratio, jnp.float32), jnp.asarray(advantage, jnp.float32), clip_eps
+    )
+    return numerics.scaled_max_error(
+        result, references.clipped_surrogate_reference(ratio, advantage, clip_eps)
+    )
+
+
+def surrogate_frame(clip_eps: float) -> pd.DataFrame:
+    """The per-sample objective min(rho A, clip(rho) A) against rho, for A = +1 and A = -1."""
+    import jax
+
+    rho = np.linspace(0.0, 2.0, 201)
+    rows = []
+    for a in (1.0, -1.0):
+        # one sample at a time: vmap the mean over a batch of one
+        per = jax.vmap(lambda r, a=a: ppo.clipped_surrogate(r[None], jnp.array([a]), clip_eps))(
+            jnp.asarray(rho, jnp.float32)
+        )
+        rows += [
+            {"ratio": float(r), "objective": float(v), "advantage": f"A = {a:+g}"}
+            for r, v in zip(rho, np.asarray(per), strict=True)
+        ]
+    return pd.DataFrame(rows)
+
+
+def curve_frame(metrics: dict, config: ppo.Config, label: str) -> pd.DataFrame:
+    """Long rows (env steps, seed, mean training-episode return) of a vmapped run."""
+    curve_SU = ppo.learning_curve(metrics["return_sum_U"], metrics["episodes_U"])
+    steps = (np.arange(curve_SU.shape[-1]) + 1) * config.batch_size
+    return pd.DataFrame(
+        [
+            {
+                "env steps": int(steps[u]),
+                "seed": str(s),
+                "return": float(curve_SU[s, u]),
+                "run": label,
+            }
+            for s in range(curve_SU.shape[0])
+            for u in range(curve_SU.shape[1])
+        ]
+    )
