@@ -185,28 +185,39 @@ def short_hash(tree) -> str:
 # --- training --------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("loss_fn",))
-def _train_scan(loss_fn, learning_rate, trainable, frozen, batches):
+@functools.partial(jax.jit, static_argnames=("loss_fn", "has_aux"))
+def _train_scan(loss_fn, learning_rate, trainable, frozen, batches, has_aux=False):
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(learning_rate))
 
     def step(carry, batch):
         trainable, opt_state = carry
-        loss, grads = jax.value_and_grad(loss_fn)(trainable, frozen, batch)
+        value, grads = jax.value_and_grad(loss_fn, has_aux=has_aux)(trainable, frozen, batch)
         updates, opt_state = tx.update(grads, opt_state, trainable)
-        return (optax.apply_updates(trainable, updates), opt_state), loss
+        return (optax.apply_updates(trainable, updates), opt_state), value
 
     (trainable, _), losses = jax.lax.scan(step, (trainable, tx.init(trainable)), batches)
     return trainable, losses
 
 
-def train(loss_fn, trainable, frozen, batches_S, learning_rate: float):
+def train(loss_fn, trainable, frozen, batches_S, learning_rate: float, has_aux: bool = False):
     """Adam (global norm clipped to 1) on ``loss_fn(trainable, frozen, batch)``, one step per
     leading entry of the pytree ``batches_S``; one compiled program (lax.scan) for the run.
 
     ``loss_fn`` must be a module-level function (it is a static argument: one compile per
-    function). Returns (trained pytree, losses_S as numpy)."""
+    function). Returns (trained pytree, losses_S as numpy); with ``has_aux`` the loss function
+    returns (loss, aux) and the second value is ((losses_S, aux with a leading S axis))."""
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
     lr = jnp.asarray(learning_rate, F32)  # traced: a new learning rate does not recompile
-    trained, losses = _train_scan(loss_fn, lr, trainable, frozen, batches_S)
-    return trained, np.asarray(losses)
+    trained, values = _train_scan(loss_fn, lr, trainable, frozen, batches_S, has_aux)
+    return trained, jax.tree.map(np.asarray, values)
+
+
+def sequence_logprob_reference(params: dict, config: ModelConfig, tokens_BT, weights_BT):
+    """sequence_logprob_B in NumPy float64, from core.lm's float64 forward pass
+    (transformer.lm_reference on a TinyLM holding ``params``)."""
+    logits = transformer.lm_reference(to_model(params, config), np.asarray(tokens_BT))
+    log_norm = logits.max(-1) + np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1))
+    tokens = np.asarray(tokens_BT)
+    taken = np.take_along_axis(logits[:, :-1], tokens[:, 1:, None], -1)[..., 0]
+    return ((taken - log_norm[:, :-1]) * np.asarray(weights_BT, np.float64)[:, :-1]).sum(1)

@@ -1,0 +1,69 @@
+"""Direct preference optimisation on the preference pairs of core.post_training.preferences.
+
+The policy starts from the frozen reference (the base model that sampled the pairs) and
+minimises losses.dpo_loss; the reference log-probabilities of every pair are computed once.
+The implicit reward of a response is beta * (log pi(y) - log pi_ref(y)); its margin (chosen
+minus rejected) and the share of pairs with a positive margin are recorded every step.
+
+Glossary: B pairs, T positions, S steps.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core.post_training import losses, model, preferences
+
+DPO_STEPS = 150
+DPO_BATCH = 64
+DPO_LEARNING_RATE = 3e-3
+DPO_BETA = 0.1
+
+
+def reference_logprobs(reference: dict, pairs: preferences.Pairs) -> dict[str, np.ndarray]:
+    """log pi_ref(y_w | x) and log pi_ref(y_l | x) of every pair."""
+    return {
+        "ref_w_B": np.asarray(
+            model.sequence_logprob_B(reference, pairs.tokens_w_BT, pairs.weights_w_BT)
+        ),
+        "ref_l_B": np.asarray(
+            model.sequence_logprob_B(reference, pairs.tokens_l_BT, pairs.weights_l_BT)
+        ),
+    }
+
+
+def policy_logprobs(policy: dict, batch: dict):
+    logp_w = model.sequence_logprob_B(policy, batch["tokens_w_BT"], batch["weights_w_BT"])
+    logp_l = model.sequence_logprob_B(policy, batch["tokens_l_BT"], batch["weights_l_BT"])
+    return logp_w, logp_l
+
+
+def loss_fn(policy, frozen, batch):
+    """(DPO loss, {"margin": mean implicit-reward margin, "accuracy": share > 0})."""
+    logp_w, logp_l = policy_logprobs(policy, batch)
+    loss, margins = losses.dpo_loss(logp_w, logp_l, batch["ref_w_B"], batch["ref_l_B"], frozen)
+    return loss, {"margin": jnp.mean(margins), "accuracy": jnp.mean(margins > 0)}
+
+
+def batches(pairs: preferences.Pairs, reference_B: dict, seed: int, steps: int) -> dict:
+    picks = np.random.default_rng(seed).integers(0, len(pairs), (steps, DPO_BATCH))
+    arrays = {**pairs.arrays(), **reference_B}
+    return {k: v[picks] for k, v in arrays.items()}
+
+
+def train(reference, pairs, seed, steps=DPO_STEPS, beta=DPO_BETA, lr=DPO_LEARNING_RATE):
+    """(policy, {"loss", "margin", "accuracy"} per step), from the reference's weights."""
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    data = batches(pairs, reference_logprobs(reference, pairs), seed, steps)
+    policy, (loss_S, aux) = model.train(
+        loss_fn, reference, jnp.float32(beta), data, lr, has_aux=True
+    )
+    return jax.tree.map(np.asarray, policy), {"loss": loss_S, **aux}
+
+
+# The claim at the lesson defaults: DPO raises the mean true reward of held-out samples by at
+# least this much over the reference (about 0.7 -> 1.5 at seed 0); dpo_test checks seeds.
+REWARD_GAIN = 0.3
