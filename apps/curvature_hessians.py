@@ -290,20 +290,28 @@ def _(net_eigenvalues, quad, quad_eigenvalues):
             for i, v in enumerate(net_eigenvalues)
         ]
     )
-    (
-        alt.Chart(_rows, title="Hessian eigenvalues, largest first")
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("rank:Q", title="eigenvalue number"),
-            y=alt.Y("eigenvalue:Q"),
-            color=alt.Color("matrix:N", legend=alt.Legend(orient="bottom", title=None)),
-            strokeDash=alt.condition(
-                "datum.matrix == 'quadratic (chosen)'", alt.value([4, 3]), alt.value([1, 0])
-            ),
-            tooltip=["matrix", "rank", alt.Tooltip("eigenvalue:Q", format=".4g")],
-        )
-        .properties(width=420, height=220)
+    _colour = alt.Color(
+        "matrix:N",
+        scale=alt.Scale(
+            domain=["network", "quadratic (chosen)", "quadratic (jax)"],
+            range=["#4c78a8", "#bbbbbb", "#e45756"],
+        ),
+        legend=alt.Legend(orient="bottom", title=None),
     )
+    _base = alt.Chart(_rows, title="Hessian eigenvalues, largest first").encode(
+        x=alt.X("rank:Q", title="eigenvalue number"),
+        y=alt.Y("eigenvalue:Q"),
+        color=_colour,
+        tooltip=["matrix", "rank", alt.Tooltip("eigenvalue:Q", format=".4g")],
+    )
+    # the chosen eigenvalues as a wide grey line, JAX's as points on it
+    _lines = _base.transform_filter("datum.matrix != 'quadratic (jax)'").mark_line(
+        point=True, strokeWidth=3
+    )
+    _points = _base.transform_filter("datum.matrix == 'quadratic (jax)'").mark_point(
+        filled=True, size=50
+    )
+    (_lines + _points).properties(width=420, height=220)
     return
 
 

@@ -224,18 +224,24 @@ def _(eigenvalues, half_width, path, stopped_at, vectors, w_star):
             ),
         )
     )
-    _shown = np.clip(path, [_x_domain[0], _y_domain[0]], [_x_domain[1], _y_domain[1]])
+    # Lines leaving the frame are clipped at its edge; steps far outside are not drawn.
+    _near = np.max(np.abs(path - _ws), axis=1) <= 20 * half_width
+    _shown = pd.DataFrame({"step": np.arange(len(path)), "w1": path[:, 0], "w2": path[:, 1]})
     _steps = (
-        alt.Chart(
-            pd.DataFrame({"step": np.arange(len(path)), "w1": _shown[:, 0], "w2": _shown[:, 1]})
-        )
-        .mark_line(point=True, color="#f58518", clip=True)
+        alt.Chart(_shown[_near])
+        .mark_line(point=alt.OverlayMarkDef(color="#f58518"), color="#f58518", clip=True)
         .encode(x=_x, y=_y, order="step:Q", tooltip=["step", "w1", "w2"])
     )
     _title = "Contours of L(w), eigenvector axes, and gradient-descent steps (orange)"
     if stopped_at is not None:
         _title += f": cut at step {stopped_at}"
-    (_contours + _axes + _steps).properties(width=420, height=420, title=_title)
+    elif not _near.all():
+        _title += f": {int(np.sum(~_near))} steps far outside the frame"
+    (
+        (_contours + _axes + _steps)
+        .resolve_scale(color="independent")
+        .properties(width=420, height=420, title=_title)
+    )
     return
 
 

@@ -16,8 +16,8 @@ with app.setup:
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
-        lab.Flag("x", "3, 1", "the vector x (comma-separated entries)"),
-        lab.Flag("a", "1, 2", "the direction a to project x onto"),
+        lab.Flag("x", "1, 2", "the vector x (comma-separated entries)"),
+        lab.Flag("a", "3, 1", "the direction a to project x onto"),
         lab.Flag("dim", 6, "dimension N of the random subspace part", lo=1, hi=64),
         lab.Flag("rank", 2, "rank K of the random subspace (K columns)", lo=1, hi=8),
         lab.Flag("seed", 0, "PRNG seed (the random subspace and vector)", lo=0, hi=9999),
@@ -236,14 +236,14 @@ def _(sub_a, sub_residual, sub_x):
     _a = np.asarray(sub_a, np.float64)
     _rows = pd.DataFrame(
         [
-            {"column": f"a{k + 1}", "of": who, "|a_k . v| / |a_k|": float(value)}
+            {"column": f"a{k + 1}", "of": who, "leak": float(value)}
             for who, v in (("x", sub_x), ("residual r", sub_residual))
             for k, value in enumerate(
                 np.abs(_a.T @ np.asarray(v, np.float64)) / np.linalg.norm(_a, axis=0)
             )
         ]
     )
-    _rows["|a_k . v| / |a_k|"] = _rows["|a_k . v| / |a_k|"].clip(lower=1e-12)
+    _rows["leak"] = _rows["leak"].clip(lower=1e-12)
     (
         alt.Chart(_rows, title="How much of x, and of the residual, points along each column")
         .mark_bar()
@@ -251,12 +251,13 @@ def _(sub_a, sub_residual, sub_x):
             x=alt.X("column:N", axis=alt.Axis(labelAngle=0)),
             xOffset="of:N",
             y=alt.Y(
-                "|a_k . v| / |a_k|:Q",
-                scale=alt.Scale(type="log"),
+                "leak:Q",
+                scale=alt.Scale(type="log", domainMin=1e-12),
                 title="|a_k . v| / |a_k| (log; floor 1e-12)",
             ),
+            y2=alt.datum(1e-12),  # bars on a log axis start at the floor, not at 0
             color=alt.Color("of:N", legend=alt.Legend(orient="bottom", title=None)),
-            tooltip=["column", "of", alt.Tooltip("|a_k . v| / |a_k|:Q", format=".3g")],
+            tooltip=["column", "of", alt.Tooltip("leak:Q", format=".3g")],
         )
         .properties(width=320, height=220)
     )

@@ -13,6 +13,9 @@ Dimension glossary: N vector length (dimension), K subspace rank, M rows, P poin
 
 from __future__ import annotations
 
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,6 +71,25 @@ def project_onto_subspace(x_N: jax.Array, a_NK: jax.Array) -> tuple[jax.Array, j
     q_NK, _ = jnp.linalg.qr(a_NK, mode="reduced")
     projection = q_NK @ (q_NK.T @ x_N)
     return projection, x_N - projection
+
+
+@functools.partial(jax.jit, static_argnames="shapes")
+def _normal_arrays(key, shapes):
+    sizes = [math.prod(s) for s in shapes]
+    z = jax.random.normal(key, (sum(sizes),))
+    parts = jnp.split(z, np.cumsum(sizes)[:-1]) if len(sizes) > 1 else [z]
+    return tuple(part.reshape(s) for part, s in zip(parts, shapes, strict=True))
+
+
+def normal_arrays(key: jax.Array, *shapes: tuple[int, ...]) -> tuple[jax.Array, ...]:
+    """Standard normal float32 arrays of these shapes from ONE compiled draw, sliced.
+
+    Every ``jax.random`` call compiles its own random-bits program (slow on XLA:CPU: about
+    a second each on two cores); one draw of the total size costs one compile per set of shapes.
+    """
+    if not shapes:
+        raise ValueError("normal_arrays needs at least one shape")
+    return _normal_arrays(key, tuple(tuple(int(d) for d in s) for s in shapes))
 
 
 def random_orthogonal(key: jax.Array, n: int) -> np.ndarray:

@@ -88,3 +88,14 @@ def test_refusals():
         linalg.with_singular_values(jax.random.key(0), 2, np.ones(3))
     with pytest.raises(ValueError, match="condition"):
         linalg.geometric_spectrum(3, 0.5)
+
+
+def test_normal_arrays_are_one_draw_sliced():
+    a, b, c = linalg.normal_arrays(jax.random.key(0), (2, 3), (4,), ())
+    assert (a.shape, b.shape, c.shape) == ((2, 3), (4,), ())
+    whole = jax.random.normal(jax.random.key(0), (11,))
+    assert np.array_equal(np.concatenate([a.ravel(), b, c.ravel()]), whole)
+    (only,) = linalg.normal_arrays(jax.random.key(1), (5,))
+    assert only.shape == (5,) and only.dtype == jnp.float32
+    with pytest.raises(ValueError, match="at least one"):
+        linalg.normal_arrays(jax.random.key(0))

@@ -65,21 +65,11 @@ def spectrum_problem(lam_min: float, lam_max: float) -> str | None:
     return None
 
 
-@functools.partial(jax.jit, static_argnames="dim")
-def _quadratic_draws(key, dim: int):
-    key_h, key_star, key_0 = jax.random.split(key, 3)
-    return (
-        jax.random.normal(key_h, (dim, dim)),
-        jax.random.normal(key_star, (dim,)),
-        jax.random.normal(key_0, (dim,)),
-    )
-
-
 def quadratic(key: jax.Array, dim: int, lam_min: float, lam_max: float) -> Quadratic:
     """A random quadratic of ``dim`` parameters with eigenvalues spaced geometrically."""
     if problem := spectrum_problem(lam_min, lam_max):
         raise ValueError(problem)
-    g_NN, w_star, w0 = _quadratic_draws(key, dim)  # one compiled draw
+    g_NN, w_star, w0 = linalg.normal_arrays(key, (dim, dim), (dim,), (dim,))
     eigenvalues = np.geomspace(lam_max, lam_min, dim) if dim > 1 else np.array([lam_max])
     q_NN = linalg.orthogonal_from_gaussian(g_NN)
     h_NN = (q_NN * eigenvalues) @ q_NN.T
@@ -198,16 +188,9 @@ def network(key: jax.Array, hidden: int) -> tuple[jax.Array, jax.Array, jax.Arra
     """(w_P, x_ED, y_E): flat weights of a D -> H (tanh) -> 1 network, and random data."""
     if hidden < 1:
         raise ValueError(f"hidden must be >= 1, got {hidden}")
-    return _network_draws(key, hidden)
-
-
-@functools.partial(jax.jit, static_argnames="hidden")
-def _network_draws(key, hidden: int):
-    k_w, k_x = jax.random.split(key)
-    w_P = jax.random.normal(k_w, (hidden * (INPUTS + 1),)) / np.sqrt(INPUTS)
-    x_ED = jax.random.normal(k_x, (EXAMPLES, INPUTS))
+    w_P, x_ED = linalg.normal_arrays(key, (hidden * (INPUTS + 1),), (EXAMPLES, INPUTS))
     y_E = jnp.sin(2 * x_ED[:, 0]) * jnp.cos(x_ED[:, 1])
-    return w_P, x_ED, y_E
+    return w_P / np.sqrt(INPUTS), x_ED, y_E
 
 
 def network_loss(w_P, x_ED, y_E):

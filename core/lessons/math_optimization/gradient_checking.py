@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.optim import linalg
+
 STEPS = np.logspace(-16, -1, 61)  # the sweep: 4 points a decade, up to h = 0.1
 INPUTS, EXAMPLES = 3, 16  # the checker's network: D inputs, N examples
 # At the rule-of-thumb step the error stays within this factor of the predicted minimum,
@@ -206,13 +208,10 @@ def network_data(key: jax.Array, hidden: int) -> tuple[dict, jax.Array, jax.Arra
     """(params, x_ND, y_N): a random network with ``hidden`` tanh units and random data."""
     if hidden < 1:
         raise ValueError(f"hidden must be >= 1, got {hidden}")
-    k1, k2, k3, k4 = jax.random.split(key, 4)
-    params = {
-        "w1": jax.random.normal(k1, (hidden, INPUTS)) / np.sqrt(INPUTS),
-        "b1": 0.1 * jax.random.normal(k2, (hidden,)),
-        "w2": jax.random.normal(k3, (hidden,)) / np.sqrt(hidden),
-    }
-    x_ND = jax.random.normal(k4, (EXAMPLES, INPUTS))
+    w1, b1, w2, x_ND = linalg.normal_arrays(
+        key, (hidden, INPUTS), (hidden,), (hidden,), (EXAMPLES, INPUTS)
+    )
+    params = {"w1": w1 / np.sqrt(INPUTS), "b1": 0.1 * b1, "w2": w2 / np.sqrt(hidden)}
     y_N = jnp.sin(x_ND[:, 0])
     return params, x_ND, y_N
 

@@ -14,8 +14,6 @@ Dimension glossary: M rows (equations), K columns (unknowns), C condition number
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,16 +60,6 @@ def singular_values(cols: int, rank: int, condition: float) -> np.ndarray:
     return np.concatenate([linalg.geometric_spectrum(rank, condition), np.zeros(cols - rank)])
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "cols"))
-def _draws(key, rows: int, cols: int):
-    key_u, key_v, key_x = jax.random.split(key, 3)
-    return (
-        jax.random.normal(key_u, (rows, rows)),
-        jax.random.normal(key_v, (cols, cols)),
-        jax.random.normal(key_x, (cols,)),
-    )
-
-
 def systems(
     key: jax.Array, rows: int, cols: int, rank: int, conditions
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -82,7 +70,7 @@ def systems(
     """
     if reason := problem(rows, cols, rank):
         raise ValueError(reason)
-    g_u, g_v, x = _draws(key, rows, cols)
+    g_u, g_v, x = linalg.normal_arrays(key, (rows, rows), (cols, cols), (cols,))
     u_MK = linalg.orthogonal_from_gaussian(g_u)[:, :cols]
     v_KK = linalg.orthogonal_from_gaussian(g_v)
     x_K = np.asarray(x, np.float64)

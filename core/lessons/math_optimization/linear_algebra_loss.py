@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.optim import linalg
+
 W_TRUE = (1.0, -1.0)
 START_OFFSET = (-2.0, 1.5)  # gradient descent starts at w* + this
 LEVELS = (0.05, 0.2, 0.5, 1.0, 2.0)  # contour heights L(w) - L* drawn
@@ -46,12 +48,6 @@ def problem(std_1: float, std_2: float) -> str | None:
     return None
 
 
-@functools.partial(jax.jit, static_argnames="points")
-def _normals(key, points: int):
-    key_x, key_e = jax.random.split(key)
-    return jax.random.normal(key_x, (points, 2)), jax.random.normal(key_e, (points,))
-
-
 @dataclasses.dataclass(frozen=True)
 class Data:
     """x_P2 and y_P (float32) with the covariance they were drawn from (float64)."""
@@ -74,7 +70,7 @@ def make_data(
     sigma = np.array(
         [[std_1**2, correlation * std_1 * std_2], [correlation * std_1 * std_2, std_2**2]]
     )
-    z, e = _normals(key, points)
+    z, e = linalg.normal_arrays(key, (points, 2), (points,))
     chol = jnp.asarray(np.linalg.cholesky(sigma), jnp.float32)
     x = z @ chol.T
     return Data(x, x @ jnp.asarray(W_TRUE, jnp.float32) + noise * e, sigma)

@@ -12,8 +12,6 @@ Dimension glossary: N dimension, K subspace rank.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,11 +69,9 @@ def subspace_problem(dim: int, rank: int) -> str | None:
     return None
 
 
-@functools.partial(jax.jit, static_argnames=("dim", "rank"))
 def subspace_data(key: jax.Array, dim: int, rank: int) -> tuple[jax.Array, jax.Array]:
     """(x_N, a_NK): a random vector and K random Gaussian columns, float32."""
-    key_x, key_a = jax.random.split(key)
-    return jax.random.normal(key_x, (dim,)), jax.random.normal(key_a, (dim, rank))
+    return linalg.normal_arrays(key, (dim,), (dim, rank))
 
 
 def norms_reference(x_N) -> dict[str, float]:
