@@ -235,9 +235,11 @@ def _(config, controls, train_button):
                 f"compile {compile_s:.1f} s, training {train_s:.1f} s for all seeds ({MACHINE})",
             ),
             mo.md(
-                "At these few thousand steps the return climbs from ~20 (a random policy) but "
-                "does not solve CartPole; `benchmarks/rl_ppo.py` trains 5 seeds for 500k steps "
-                "in one call. `ppo_test.py` proves the improvement over 4 seeds at 16k steps."
+                "At these few thousand steps the return climbs from ~20 (a random policy), "
+                "far from solved (475). `benchmarks/rl_ppo.py` trains 5 seeds for 500k steps "
+                "in one call (measured on the course's 2-core CPU: 5 of 5 solved, greedy "
+                "return 500, ~66 s of training after ~2 min of compiling). `ppo_test.py` "
+                "proves the improvement over 4 seeds at 16k steps."
             ),
         ]
     )

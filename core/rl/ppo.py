@@ -105,19 +105,25 @@ class Config:
         return 1.0 if self.algorithm == "reinforce" else self.gae_lambda
 
 
-# --- the actor-critic network (plain JAX: two MLPs, orthogonal init as in purejaxrl) ---
+# --- the actor-critic network (plain JAX: two MLPs with tanh, purejaxrl's sizes and gains) ---
 
 
 def init_network(key: jax.Array, hidden: int, obs_dim: int = 4, actions: int = 2) -> dict:
-    """{"actor": [(W, b)] * 3, "critic": [(W, b)] * 3}; the actor's last layer starts near 0
-    (scale 0.01: a uniform first policy), the critic's at scale 1."""
+    """{"actor": [(W, b)] * 3, "critic": [(W, b)] * 3}: W ~ N(0, gain^2 / fan_in), biases 0;
+    gain sqrt(2) for the tanh layers, 0.01 for the actor's last (a near-uniform first policy),
+    1 for the critic's (purejaxrl's gains).
 
-    def mlp(key, sizes, last_scale):
+    Not purejaxrl's orthogonal init: vmapped over seeds, its batched QR (a LAPACK custom call
+    that splits the batch over XLA:CPU's thread pool) deadlocked the pool when two of them ran
+    at once (jax 0.10.2, 5 seeds; seen in gdb: two threads in jax::OrthogonalQr /
+    ParallelBatchMap, the program never finishing). A Gaussian init has no custom call."""
+
+    def mlp(key, sizes, last_gain):
         keys = jax.random.split(key, len(sizes) - 1)
         layers = []
         for i, (k, d_in, d_out) in enumerate(zip(keys, sizes[:-1], sizes[1:], strict=True)):
-            scale = last_scale if i == len(sizes) - 2 else jnp.sqrt(2.0)
-            w = jax.nn.initializers.orthogonal(scale)(k, (d_in, d_out))
+            gain = last_gain if i == len(sizes) - 2 else jnp.sqrt(2.0)
+            w = gain * jax.random.normal(k, (d_in, d_out)) / jnp.sqrt(d_in)
             layers.append((w, jnp.zeros((d_out,))))
         return layers
 
