@@ -145,8 +145,15 @@ def _(channel_spread, k_max, rows, seed):
       every term: its error grows with K. This is why you ask for
       `preferred_element_type=jnp.float32`.
     - **int8**: 127 levels per sign; per-channel scales fit each column's range.
+    - **fp8 e4m3** (`jnp.float8_e4m3fn`, scaled so the largest value maps to 448): 4
+      significant bits, so each input is within 2^-4 of itself whatever its size, where
+      int8's error is one step set by the largest value. Its products are exact in float32.
     - **float32** itself is ~1e-7 off float64, growing slowly with K.
     """
+            ),
+            lab.table(
+                precision_xprof.fp8_support_rows(),
+                "### Which TPUs multiply fp8 natively (published per-chip rates)",
             ),
         ]
     )
@@ -328,13 +335,20 @@ def _(channel_spread, k_max, rows, schemes, seed, w_KN):
         kind: precision_xprof.bound_ratio(precision_xprof.matmul(kind, _xs, _ws), _xs, _ws, unit)
         for kind, unit in _units.items()
     }
+    # fp8: the same bound with e4m3's 2^-4, plus its fixed step below the normal range
+    _fp8 = "fp8 e4m3 inputs, f32 accumulate"
+    bound_ratios[_fp8] = precision_xprof.fp8_bound_ratio(
+        precision_xprof.matmul(_fp8, _xs, _ws), _xs, _ws
+    )
     _int8_name = "int8 matmul vs NumPy int64 product of its codes (relative)"
     _ratio_names = {kind: f"{kind}: worst |error| / rounding bound" for kind in bound_ratios}
     check = lab.Check(
         f"int8 matmul = exact integer product of its codes (NumPy int64; error {int8_error:.2g}); "
-        f"float32 and bf16-input products at K = {_k} within their worst-case rounding bounds "
-        f"vs NumPy float64 (worst |error| / bound: float32 {bound_ratios['float32']:.2g}, "
-        f"bf16 inputs {bound_ratios['bf16 inputs, f32 accumulate']:.2g}; the limit is 1)",
+        f"float32, bf16-input and fp8-input products at K = {_k} within their worst-case "
+        f"rounding bounds vs NumPy float64 (worst |error| / bound: float32 "
+        f"{bound_ratios['float32']:.2g}, bf16 inputs "
+        f"{bound_ratios['bf16 inputs, f32 accumulate']:.2g}, fp8 inputs "
+        f"{bound_ratios['fp8 e4m3 inputs, f32 accumulate']:.2g}; the limit is 1)",
         {_int8_name: int8_error} | {_ratio_names[kind]: r for kind, r in bound_ratios.items()},
         {_int8_name: precision_xprof.INT8_PRODUCT_TOLERANCE}
         | dict.fromkeys(_ratio_names.values(), precision_xprof.BOUND_RATIO_LIMIT),

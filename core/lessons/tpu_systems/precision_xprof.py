@@ -32,8 +32,12 @@ MATMUL_KINDS = (
     "bf16 accumulate",
     "int8 per-tensor",
     "int8 per-channel",
+    "fp8 e4m3 inputs, f32 accumulate",
 )
 INT8_MAX = 127
+FP8 = jnp.float8_e4m3fn
+FP8_MAX = 448.0  # float8_e4m3fn's largest finite value (jnp.finfo(FP8).max)
+FP8_UNIT_ROUNDOFF = 2.0**-4  # e4m3 keeps 4 significant bits (eps 2^-3)
 
 
 BF16_UNIT_ROUNDOFF = 2.0**-9  # bf16 keeps 8 significant bits
@@ -137,6 +141,62 @@ def _int8_dot(qx_MK, qw_KN):
     return jax.lax.dot(qx_MK, qw_KN, preferred_element_type=jnp.int32)
 
 
+def fp8_quantize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per-tensor scaled float8 e4m3: (codes float8_e4m3fn, scale float32), x ~ codes * scale.
+
+    The scale maps the largest |x| to FP8_MAX, so nothing overflows and the data use the
+    format's whole exponent range; each value then keeps 4 significant bits (relative
+    rounding <= 2^-4), where int8's error is one fixed step set by the largest value.
+    """
+    x = x.astype(jnp.float32)
+    amax = jnp.max(jnp.abs(x))
+    scale = jnp.where(amax > 0, amax / FP8_MAX, 1.0).astype(jnp.float32)
+    return (x / scale).astype(FP8), scale
+
+
+@jax.jit
+def fp8_matmul(x_MK: jax.Array, w_KN: jax.Array) -> jax.Array:
+    """x @ w with both inputs in scaled float8 e4m3, products summed in float32.
+
+    A product of two 4-bit significands is exact in float32, so besides the inputs' rounding
+    only the float32 sum and the final rescale round (checked against NumPy float64)."""
+    qx, sx = fp8_quantize(x_MK)
+    qw, sw = fp8_quantize(w_KN)
+    return jax.lax.dot(qx, qw, preferred_element_type=jnp.float32) * (sx * sw)
+
+
+# Below e4m3's normal range (2^-6 in code units) values are subnormal: a fixed step of 2^-9,
+# so rounding errs by up to half of it however small the value (a 1000x narrower column of w
+# lands there under one per-tensor scale).
+FP8_SUBNORMAL_HALF_STEP = 2.0**-10
+
+
+def fp8_rounding_bound_MN(x_MK, w_KN) -> np.ndarray:
+    """The worst-case |fp8_matmul - exact| of each entry: every input, scaled and rounded to
+    e4m3, errs by at most max(u |v|, 2^-10 scale) (u = 2^-4, plus the float32 division),
+    the products of codes are exact, the float32 sum adds gamma_K and the rescale 3 u32."""
+    _, sx = fp8_quantize(jnp.asarray(x_MK))
+    _, sw = fp8_quantize(jnp.asarray(w_KN))
+    x = np.abs(np.asarray(x_MK, np.float64))
+    w = np.abs(np.asarray(w_KN, np.float64))
+    u = FP8_UNIT_ROUNDOFF + 2 * F32_UNIT_ROUNDOFF
+    dx = np.maximum(u * x, FP8_SUBNORMAL_HALF_STEP * float(sx))
+    dw = np.maximum(u * w, FP8_SUBNORMAL_HALF_STEP * float(sw))
+    k = x.shape[1]
+    gamma = k * F32_UNIT_ROUNDOFF / (1 - k * F32_UNIT_ROUNDOFF)
+    rounded = (x + dx) @ (w + dw)
+    return dx @ w + x @ dw + dx @ dw + (gamma + 3 * F32_UNIT_ROUNDOFF) * rounded
+
+
+def fp8_bound_ratio(result_MN, x_MK, w_KN) -> float:
+    """max over entries of |result - x @ w (float64)| / fp8_rounding_bound_MN (<= 1)."""
+    exact = np.asarray(x_MK, np.float64) @ np.asarray(w_KN, np.float64)
+    bound = fp8_rounding_bound_MN(x_MK, w_KN)
+    error = np.abs(np.asarray(result_MN, np.float64) - exact)
+    ratio = np.divide(error, bound, out=np.where(error > 0, np.inf, 0.0), where=bound > 0)
+    return float(np.max(ratio))
+
+
 @functools.partial(jax.jit, static_argnames=("scheme",))
 def int8_matmul(x_MK: jax.Array, w_KN: jax.Array, scheme: str = "per-channel") -> jax.Array:
     """x @ w through int8: x quantized per row (per-tensor scheme: one scale), w per scheme.
@@ -191,6 +251,8 @@ def matmul(kind: str, x_MK: jax.Array, w_KN: jax.Array) -> jax.Array:
         return int8_matmul(x_MK, w_KN, "per-tensor")
     if kind == "int8 per-channel":
         return int8_matmul(x_MK, w_KN, "per-channel")
+    if kind == "fp8 e4m3 inputs, f32 accumulate":
+        return fp8_matmul(x_MK, w_KN)
     raise ValueError(f"kind must be one of {MATMUL_KINDS}, got {kind!r}")
 
 
@@ -244,4 +306,30 @@ def error_sweep(
                     "worst column vs float64": worst_column_error(result, exact),
                 }
             )
+    return rows
+
+
+def fp8_support_rows() -> list[dict]:
+    """Which generations multiply fp8 natively: the published fp8 rate against the bf16 one."""
+    from core.tpu import specs
+
+    rows = []
+    for generation in specs.GENERATIONS:
+        spec = specs.chip(generation)
+        bf16, fp8 = spec.bf16_flops.value, spec.fp8_flops
+        if fp8 is None:
+            verdict = "no fp8 figure published"
+        elif fp8.value >= 1.5 * bf16:  # sources round differently: 918 vs 920 is one rate
+            verdict = f"native fp8: {fp8.value / bf16:.0f}x the bf16 rate"
+        else:
+            verdict = "fp8 runs at the bf16 rate (no fp8 speed-up)"
+        rows.append(
+            {
+                "generation": generation,
+                "bf16 TFLOP/s": f"{bf16 / 1e12:.0f}",
+                "fp8 TFLOP/s": specs.NOT_PUBLISHED if fp8 is None else f"{fp8.value / 1e12:.0f}",
+                "fp8": verdict,
+                "source": specs.NOT_PUBLISHED if fp8 is None else fp8.source,
+            }
+        )
     return rows

@@ -123,15 +123,17 @@ def test_rounding_bounds_hold_over_seeds_sizes_and_spreads():
     K up to 4096, spread 1..1000): float32 and bf16-input products stay within their
     worst-case rounding bounds. The relative Frobenius error it used before failed at 2 rows
     (an entry of x @ w that cancels to nearly 0 has a large relative error)."""
-    worst = {"float32": 0.0, "bf16 inputs, f32 accumulate": 0.0}
+    worst = {"float32": 0.0, "bf16 inputs, f32 accumulate": 0.0, "fp8": 0.0}
     units = {"float32": 0.0, "bf16 inputs, f32 accumulate": q.BF16_UNIT_ROUNDOFF}
     for rows in (1, 2, 128):
         for spread in (1.0, 1000.0):
             for seed in range(5):
                 x, w = q.example_operands(jax.random.key(seed), rows, 4096, rows, spread)
-                for kind in worst:
+                for kind in units:
                     ratio = q.bound_ratio(q.matmul(kind, x, w), x, w, units[kind])
                     worst[kind] = max(worst[kind], ratio)
+                fp8 = q.matmul("fp8 e4m3 inputs, f32 accumulate", x, w)
+                worst["fp8"] = max(worst["fp8"], q.fp8_bound_ratio(fp8, x, w))
     print("worst error / worst-case rounding bound:", {k: f"{v:.3f}" for k, v in worst.items()})
     assert all(v <= 1.0 for v in worst.values()), worst
 
@@ -152,3 +154,43 @@ def test_per_channel_gain_holds_with_margin_over_seeds_and_sizes():
     errors = q.column_round_trip_errors(w)
     assert q.per_channel_gain(errors) == 1.0
     np.testing.assert_array_equal(errors["per-channel"], errors["per-tensor"])
+
+
+@pytest.mark.parametrize(("seed", "m", "k"), [(0, 8, 256), (1, 1, 4096), (2, 64, 16)])
+def test_fp8_matmul_is_the_exact_product_of_its_codes(seed, m, k):
+    x, w = q.example_operands(jax.random.key(seed), m, k, m, channel_spread=30.0)
+    codes_x, scale_x = q.fp8_quantize(x)
+    codes_w, scale_w = q.fp8_quantize(w)
+    # NumPy float64 of the decoded codes: only the float32 sum and the rescale may round
+    decoded_x = np.asarray(codes_x.astype(jnp.float32), np.float64) * float(scale_x)
+    decoded_w = np.asarray(codes_w.astype(jnp.float32), np.float64) * float(scale_w)
+    result = q.matmul("fp8 e4m3 inputs, f32 accumulate", x, w)
+    assert q.bound_ratio(result, decoded_x, decoded_w, q.F32_UNIT_ROUNDOFF) <= 1
+    # the inputs' own rounding (2^-4 of each value, a fixed step for subnormals): inside the
+    # fp8 bound, and coarser than bf16's
+    assert q.fp8_bound_ratio(result, x, w) <= 1
+    exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    bf16 = q.matmul("bf16 inputs, f32 accumulate", x, w)
+    assert numerics.norm_relative_error(result, exact) > 4 * numerics.norm_relative_error(
+        bf16, exact
+    )
+    assert float(jnp.max(jnp.abs(codes_x.astype(jnp.float32)))) == q.FP8_MAX
+
+
+def test_fp8_support_follows_the_published_rates():
+    rows = {r["generation"]: r for r in q.fp8_support_rows()}
+    assert rows["tpu7x"]["fp8"] == "native fp8: 2x the bf16 rate"
+    assert rows["v6e"]["fp8"] == rows["v5p"]["fp8"] == "fp8 runs at the bf16 rate (no fp8 speed-up)"
+    assert rows["v5e"]["fp8"] == "no fp8 figure published"
+
+
+def test_the_fp8_bound_needs_its_subnormal_term():
+    """0.0029 in e4m3 code units is subnormal (below 2^-6): it rounds to 2^-9 = 0.00195, an
+    error far above 2^-4 of the value but within the fixed step 2^-10 the bound adds."""
+    x = jnp.array([[448.0, 0.0029]])  # scale 1: the codes are the values
+    w = jnp.array([[0.0], [1.0]])  # picks the subnormal entry
+    fp8 = q.matmul("fp8 e4m3 inputs, f32 accumulate", x, w)
+    assert float(fp8[0, 0]) == 2.0**-9
+    assert q.bound_ratio(fp8, x, w, q.FP8_UNIT_ROUNDOFF) > 1
+    assert q.fp8_bound_ratio(fp8, x, w) <= 1
+    assert q.fp8_bound_ratio(fp8 + 0.01, x, w) > 1  # an error beyond the bound is caught
