@@ -35,9 +35,13 @@ def reference_logprobs(reference: dict, pairs: preferences.Pairs) -> dict[str, n
 
 
 def policy_logprobs(policy: dict, batch: dict):
-    logp_w = model.sequence_logprob_B(policy, batch["tokens_w_BT"], batch["weights_w_BT"])
-    logp_l = model.sequence_logprob_B(policy, batch["tokens_l_BT"], batch["weights_l_BT"])
-    return logp_w, logp_l
+    """(log pi(y_w | x), log pi(y_l | x)): one forward pass over chosen and rejected stacked
+    (one program half the size of two passes: it compiles about twice as fast)."""
+    b = batch["tokens_w_BT"].shape[0]
+    tokens = jnp.concatenate([batch["tokens_w_BT"], batch["tokens_l_BT"]])
+    weights = jnp.concatenate([batch["weights_w_BT"], batch["weights_l_BT"]])
+    logp = model.sequence_logprob_B(policy, tokens, weights)
+    return logp[:b], logp[b:]
 
 
 def loss_fn(policy, frozen, batch):

@@ -27,6 +27,7 @@ GRPO_EPSILON = 1e-4  # added to the group std (TRL's default): equal rewards giv
 # --- SFT -------------------------------------------------------------------------------------
 
 
+@jax.jit
 def token_loss_from_logits(logits_BTV, tokens_BT, weights_BT):
     """Mean next-token cross-entropy (position t predicts token t+1) over the positions
     weights_BT marks: divided by the number of marked tokens, so prompt and padding add
@@ -66,6 +67,7 @@ def masked_token_loss_reference(logits_BTV, tokens_BT, weights_BT) -> float:
 # --- preferences -----------------------------------------------------------------------------
 
 
+@jax.jit
 def bradley_terry_loss(reward_w_B, reward_l_B):
     """Mean -log sigmoid(r_w - r_l): the Bradley-Terry negative log-likelihood of the
     observed preferences (y_w preferred to y_l)."""
@@ -78,6 +80,7 @@ def bradley_terry_reference(reward_w_B, reward_l_B) -> float:
     return float(np.mean(np.logaddexp(0.0, -margin)))
 
 
+@jax.jit
 def dpo_loss(logp_w_B, logp_l_B, ref_w_B, ref_l_B, beta):
     """(mean DPO loss, implicit reward margins_B). The implicit reward of a response is
     beta * (log pi(y) - log pi_ref(y)); the margin is that of y_w minus that of y_l."""
@@ -97,6 +100,7 @@ def dpo_reference(logp_w_B, logp_l_B, ref_w_B, ref_l_B, beta) -> tuple[float, np
 # --- KL to the reference ---------------------------------------------------------------------
 
 
+@jax.jit
 def kl_estimators(logp_BT, ref_logp_BT):
     """Per-token estimates of KL(pi || ref) from tokens SAMPLED FROM pi, with
     log_ratio = log pi(token) - log ref(token):
@@ -119,6 +123,7 @@ def kl_estimators_reference(logp_BT, ref_logp_BT) -> dict[str, np.ndarray]:
     return {"k1": np.log(p / q), "k2": 0.5 * np.log(p / q) ** 2, "k3": q / p - 1 - np.log(q / p)}
 
 
+@jax.jit
 def exact_kl_BT(logits_BTV, ref_logits_BTV):
     """KL(pi(. | prefix) || ref(. | prefix)) at every position, summed over the vocabulary."""
     logp = jax.nn.log_softmax(logits_BTV, axis=-1)
@@ -141,6 +146,7 @@ def exact_kl_reference(logits_BTV, ref_logits_BTV) -> np.ndarray:
 # --- policy gradients ------------------------------------------------------------------------
 
 
+@jax.jit
 def grpo_advantages(rewards_BG, epsilon: float = GRPO_EPSILON):
     """Group-normalised advantages: each of the G rewards of a prompt minus the group mean,
     divided by the group's standard deviation (ddof=1, as torch.std and TRL) + epsilon."""

@@ -111,6 +111,7 @@ def _attention(q_BTHK, k_BSHK, v_BSHK, mask):
     return jnp.einsum("bhts,bshk->bthk", probs, v_BSHK)
 
 
+@jax.jit
 def logits_BTV(params: dict, tokens_BT, lora: dict | None = None, lora_scale: float = 0.0):
     """TinyLM logits (float32) for every position of tokens_BT (causal, positions 0..T-1).
 
@@ -139,12 +140,14 @@ def logits_BTV(params: dict, tokens_BT, lora: dict | None = None, lora_scale: fl
     return jnp.einsum("btd,dv->btv", _layer_norm(x, params["final_norm"]), params["head"])
 
 
+@jax.jit
 def hidden_BTD(params: dict, tokens_BT):
     """The final-LayerNorm features logits_BTV projects (for scalar heads: reward, value)."""
     head = jnp.eye(params["head"].shape[0], dtype=F32)
     return logits_BTV({**params, "head": head}, tokens_BT)
 
 
+@jax.jit
 def token_logprobs_BT(params: dict, tokens_BT, lora=None, lora_scale=0.0):
     """log p(tokens[t+1] | tokens[:t+1]) at every position t (the last position gets 0)."""
     logits = logits_BTV(params, tokens_BT, lora, lora_scale)
@@ -153,6 +156,7 @@ def token_logprobs_BT(params: dict, tokens_BT, lora=None, lora_scale=0.0):
     return jnp.pad(taken, ((0, 0), (0, 1)))
 
 
+@jax.jit
 def sequence_logprob_B(params: dict, tokens_BT, weights_BT, lora=None, lora_scale=0.0):
     """log pi(response | prompt) per row: token log-probs summed where weights_BT is 1
     (weights mark the positions whose NEXT token is a response token)."""

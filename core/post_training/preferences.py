@@ -100,6 +100,7 @@ def init_reward_model(base: dict) -> dict:
     return {"lm": base, "head_D": np.zeros(task.MODEL.width, np.float32)}
 
 
+@jax.jit
 def reward_B(rm: dict, tokens_BT, weights_BT):
     """The scalar reward of each (prompt, response): the head on the features of the
     response's last token (position PROMPT_TOKENS - 1 + response length)."""
@@ -111,9 +112,11 @@ def reward_B(rm: dict, tokens_BT, weights_BT):
 
 def bt_loss(rm, _frozen, batch):
     """Bradley-Terry loss of the reward model on a batch of pairs."""
-    r_w = reward_B(rm, batch["tokens_w_BT"], batch["weights_w_BT"])
-    r_l = reward_B(rm, batch["tokens_l_BT"], batch["weights_l_BT"])
-    return losses.bradley_terry_loss(r_w, r_l)
+    b = batch["tokens_w_BT"].shape[0]  # one forward pass over chosen and rejected stacked
+    tokens = jnp.concatenate([batch["tokens_w_BT"], batch["tokens_l_BT"]])
+    weights = jnp.concatenate([batch["weights_w_BT"], batch["weights_l_BT"]])
+    rewards = reward_B(rm, tokens, weights)
+    return losses.bradley_terry_loss(rewards[:b], rewards[b:])
 
 
 def batches(pairs: Pairs, seed: int, steps: int, batch: int) -> dict[str, np.ndarray]:
