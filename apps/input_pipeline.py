@@ -259,11 +259,15 @@ def _(batched):
             }
             for b, batch in enumerate(batched)
         ]
-    ).melt("batch", var_name="how", value_name="mean of x[:, 0]")
+    ).melt("batch", var_name="how", value_name="mean_x0")
+    # a field name with ":" (x[:, 0]) would be read as Altair's "field:type" shorthand
     alt.Chart(
         loss_demo, title="why the mask matters: per-batch means with and without it"
     ).mark_line(point=True).encode(
-        x="batch:O", y="mean of x[:, 0]:Q", color="how:N", strokeDash="how:N"
+        x="batch:O",
+        y=alt.Y("mean_x0:Q", title="mean of x[:, 0]"),
+        color="how:N",
+        strokeDash="how:N",
     ).properties(width=420, height=180)
     return
 

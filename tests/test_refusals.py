@@ -60,6 +60,24 @@ REFUSALS = [
     ("transformer_block", ["--heads", "3"], "3 heads do not divide width 64"),
     ("virtual_devices", ["--rows", "3"], "3 rows over 4 devices"),
     ("vmap", ["--in-axis-1", "2"], "mapped axes of different sizes"),
+    # phase "Math & optimization" (issue 15)
+    ("adam_clipping_schedules", ["--warmup", "100"], "no step to decay"),
+    ("gradient_descent", ["--learning-rate", "0.004", "--momentum", "0"], "past the stability"),
+    ("minibatch_noise", ["--batch", "48"], "does not divide"),
+    ("optax_basics", ["--learning-rate", "-0.1"], "climbs the loss"),
+    ("regularization_validation", ["--lr-fraction", "1.2"], "stability limit"),
+    ("stable_losses", ["--temperature", "0"], "needs T > 0"),
+    ("curvature_hessians", ["--lam-min", "-0.5"], "no unique minimum"),
+    ("gradient_checking", ["--function", "sqrt(x)", "--x0", "-1"], "only for x > 0"),
+    ("least_squares", ["--rank", "3"], "A^T A (6 x 6) has rank 3"),
+    ("linear_algebra_loss", ["--std-2", "0"], "standard deviation 0"),
+    ("vectors_norms", ["--a", "0, 0"], "a is the zero vector"),
+    # phase "Reinforcement learning" (issue 16)
+    ("batched_rollouts", ["--min-envs", "64", "--max-envs", "16"], "larger than max envs"),
+    ("policy_gradients_ppo", ["--num-minibatches", "3"], "does not divide the batch"),
+    ("evaluate_agents", ["--lr-b", "0.00025"], "nothing to rank"),
+    # phase "Post-training" (issue 17)
+    ("lora", ["--rank", "40"], "rank 40 exceeds the smallest side 32"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120

@@ -17,12 +17,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import pathlib
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 # The process helpers live in core.runtime (no marimo); lessons reach them as lab.*.
+from core.lab import results
+from core.lab.results import report  # noqa: F401 (re-exported: an app names a key number)
 from core.runtime import (  # noqa: F401 (re-exported)
     DEFAULT_CPU_DEVICES,
     child_env,
@@ -132,15 +135,36 @@ class Flags:
         Unknown arguments are ignored, since marimo and pytest own part of argv; a value out
         of bounds exits with status 2 and the reason.
         """
+        # `python apps/x.py`: the setup cell runs at import, outside marimo's runtime (mode
+        # None), in the __main__ module; a served or tested app has a mode, an imported one
+        # another module name.
+        headless = (
+            argv is None
+            and mode() in (None, "script")
+            and sys._getframe(1).f_globals.get("__name__") == "__main__"
+        )
         if argv is None:
             argv = [] if mode() == "test" else sys.argv[1:]
         parser = self.parser()
+        if headless:
+            parser.add_argument(
+                "--out",
+                default=None,
+                metavar="DIR",
+                help="write the results (results.json, results.md, charts/) into DIR",
+            )
         args, _unknown = parser.parse_known_args(list(argv))
         for flag in self.flags.values():
             if not isinstance(flag.default, bool) and (
                 reason := flag.check(getattr(args, flag.name))
             ):
                 parser.error(reason)
+        if headless:
+            out = vars(args).pop("out")
+            if out is not None and pathlib.Path(out).exists() and not pathlib.Path(out).is_dir():
+                parser.error(f"--out {out}: exists and is not a folder")
+            lesson = pathlib.Path(getattr(sys.modules.get("__main__"), "__file__", "app")).stem
+            results.start(lesson, vars(args), out)
         return args
 
     def control(self, name: str, args: argparse.Namespace, label: str | None = None):
@@ -201,6 +225,7 @@ class Check:
         self.error, self.tolerance = self.errors[worst], self.tolerances[worst]
         if mode() == "script":
             print(self.line())
+            results.record_check(self)
 
     def line(self) -> str:
         """``PASS: what. max error 3.1e-07 (tolerance 1e-05)`` and what failed, if anything."""
@@ -256,6 +281,7 @@ def guard(problem: str | None, *context, headline: str | None = None) -> None:
 
     if mode() == "script":
         print(f"STOPPED: {problem}")
+        results.record_stop(problem)
     text = f"**{headline}** {problem}" if headline else problem
     mo.stop(True, mo.vstack([*context, mo.callout(mo.md(text), kind="warn")]))
 
@@ -350,4 +376,5 @@ def table(
     """
     import marimo as mo
 
+    results.record_table(rows, caption)
     return mo.md(table_markdown(rows, caption, words=words, digits=digits))

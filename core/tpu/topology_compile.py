@@ -73,6 +73,10 @@ def libtpu_problem() -> str | None:
     return None
 
 
+# Topologies this process compiled for: a lesson's results receipt names them (core.lab.results).
+TOPOLOGIES_USED: set[str] = set()
+
+
 @functools.cache
 def topology_devices(topology_name: str) -> tuple:
     """The compile-only TPU devices of ``topology_name`` (cached per process)."""
@@ -97,6 +101,7 @@ def topology_devices(topology_name: str) -> tuple:
         raise ValueError(
             f"libtpu refused topology {topology_name!r}: {str(error).splitlines()[0]}"
         ) from error
+    TOPOLOGIES_USED.add(topology_name)
     return tuple(description.devices)
 
 
