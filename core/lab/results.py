@@ -413,11 +413,13 @@ def load(path: pathlib.Path) -> dict:
 
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCHEMA_FILE = REPO_ROOT / "docs" / "schemas" / "lesson_results.schema.json"
+# Beside the capstone's schemas, in a folder of its own (the capstone owns docs/schemas/*.json).
+SCHEMA_FILE = REPO_ROOT / "docs" / "schemas" / "lessons" / "lesson_results.schema.json"
 
 
 def write_schema() -> pathlib.Path:
-    """Regenerate docs/schemas/lesson_results.schema.json from ``LessonResults``."""
+    """Regenerate docs/schemas/lessons/lesson_results.schema.json from ``LessonResults``."""
     schema = json.dumps(documents.json_schema(LessonResults), indent=2, sort_keys=True)
+    SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
     SCHEMA_FILE.write_text(schema + "\n", encoding="utf-8")
     return SCHEMA_FILE

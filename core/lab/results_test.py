@@ -95,7 +95,7 @@ def test_a_document_is_verified_before_it_is_trusted(bundle, tmp_path):
 
 
 def test_the_committed_json_schema_is_current():
-    path = curriculum.REPO_ROOT / "docs" / "schemas" / "lesson_results.schema.json"
+    path = results.SCHEMA_FILE
     expected = json.dumps(documents.json_schema(results.LessonResults), indent=2, sort_keys=True)
     assert path.read_text(encoding="utf-8") == expected + "\n", (
         "regenerate: python -c 'from core.lab import results; results.write_schema()'"
