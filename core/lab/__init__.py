@@ -23,9 +23,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-# The process helpers live in core.runtime (no marimo); lessons reach them as lab.*.
+# What a headless run found: lab.table, Check and guard record into it (core/lab/results.py).
 from core.lab import results
 from core.lab.results import report  # noqa: F401 (re-exported: an app names a key number)
+
+# The process helpers live in core.runtime (no marimo); lessons reach them as lab.*.
 from core.runtime import (  # noqa: F401 (re-exported)
     DEFAULT_CPU_DEVICES,
     child_env,
