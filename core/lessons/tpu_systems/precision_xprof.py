@@ -60,19 +60,27 @@ def rounding_bound_MN(x_MK, w_KN, input_unit_roundoff: float) -> np.ndarray:
     entry of x @ w cancels to nearly zero."""
     x = np.abs(np.asarray(x_MK, np.float64))
     w = np.abs(np.asarray(w_KN, np.float64))
-    k, u = x.shape[1], float(input_unit_roundoff)
-    gamma = k * F32_UNIT_ROUNDOFF / (1 - k * F32_UNIT_ROUNDOFF)
+    u, gamma = float(input_unit_roundoff), accumulation_gamma(x.shape[1])
     return (2 * u + u * u + gamma * (1 + u) ** 2) * (x @ w)
 
 
 def bound_ratio(result_MN, x_MK, w_KN, input_unit_roundoff: float) -> float:
     """max over entries of |result - x @ w (float64)| / rounding_bound_MN: at most 1 for
     any correctly rounded computation, whatever the sizes and the seed."""
+    return worst_ratio(result_MN, x_MK, w_KN, rounding_bound_MN(x_MK, w_KN, input_unit_roundoff))
+
+
+def worst_ratio(result_MN, x_MK, w_KN, bound_MN) -> float:
+    """max over entries of |result - x @ w (float64)| / bound (inf where a 0 bound is missed)."""
     exact = np.asarray(x_MK, np.float64) @ np.asarray(w_KN, np.float64)
-    bound = rounding_bound_MN(x_MK, w_KN, input_unit_roundoff)
     error = np.abs(np.asarray(result_MN, np.float64) - exact)
-    ratio = np.divide(error, bound, out=np.where(error > 0, np.inf, 0.0), where=bound > 0)
+    ratio = np.divide(error, bound_MN, out=np.where(error > 0, np.inf, 0.0), where=bound_MN > 0)
     return float(np.max(ratio))
+
+
+def accumulation_gamma(k: int) -> float:
+    """gamma_K = K u32 / (1 - K u32): the relative error bound of a float32 sum of K terms."""
+    return k * F32_UNIT_ROUNDOFF / (1 - k * F32_UNIT_ROUNDOFF)
 
 
 def worst_column_error(result_MN, reference_MN) -> float:
@@ -182,19 +190,14 @@ def fp8_rounding_bound_MN(x_MK, w_KN) -> np.ndarray:
     u = FP8_UNIT_ROUNDOFF + 2 * F32_UNIT_ROUNDOFF
     dx = np.maximum(u * x, FP8_SUBNORMAL_HALF_STEP * float(sx))
     dw = np.maximum(u * w, FP8_SUBNORMAL_HALF_STEP * float(sw))
-    k = x.shape[1]
-    gamma = k * F32_UNIT_ROUNDOFF / (1 - k * F32_UNIT_ROUNDOFF)
+    gamma = accumulation_gamma(x.shape[1])
     rounded = (x + dx) @ (w + dw)
     return dx @ w + x @ dw + dx @ dw + (gamma + 3 * F32_UNIT_ROUNDOFF) * rounded
 
 
 def fp8_bound_ratio(result_MN, x_MK, w_KN) -> float:
     """max over entries of |result - x @ w (float64)| / fp8_rounding_bound_MN (<= 1)."""
-    exact = np.asarray(x_MK, np.float64) @ np.asarray(w_KN, np.float64)
-    bound = fp8_rounding_bound_MN(x_MK, w_KN)
-    error = np.abs(np.asarray(result_MN, np.float64) - exact)
-    ratio = np.divide(error, bound, out=np.where(error > 0, np.inf, 0.0), where=bound > 0)
-    return float(np.max(ratio))
+    return worst_ratio(result_MN, x_MK, w_KN, fp8_rounding_bound_MN(x_MK, w_KN))
 
 
 @functools.partial(jax.jit, static_argnames=("scheme",))
