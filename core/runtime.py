@@ -48,3 +48,13 @@ def child_env(**extra: str) -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return {**env, **extra}
+
+
+def package_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` ("jaxlib", "libtpu"), or None if absent."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

@@ -96,15 +96,6 @@ def validate(receipt) -> dict:
     return documents.validate(Receipt, receipt, "runtime receipt")
 
 
-def _version(distribution: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 # The float32 sum of the integers 1..n is exact while n (n + 1) / 2 < 2^24 (n <= 5792
 # devices); past that, this bound relative to the total allows a few roundings.
 PSUM_TOLERANCE = 1e-6
@@ -198,8 +189,9 @@ def runtime_receipt(repeats: int = 5) -> dict:
         },
         "versions": {
             "jax": jax.__version__,
-            "jaxlib": _version("jaxlib") or "unknown",
-            "libtpu": _version("libtpu") or _version("libtpu-nightly"),
+            "jaxlib": runtime.package_version("jaxlib") or "unknown",
+            "libtpu": runtime.package_version("libtpu")
+            or runtime.package_version("libtpu-nightly"),
         },
         "collective": collective_check(repeats),
     }

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from core import documents
+from core import documents, runtime
 
 SCHEMA = "jax-tpu-lab/lesson-results"
 VERSION = 1
@@ -245,8 +245,8 @@ def receipt() -> dict:
     import jax
 
     devices = jax.devices()
-    versions = {"jax": jax.__version__, "jaxlib": _version("jaxlib")}
-    if (libtpu := _version("libtpu")) != "not installed":
+    versions = {"jax": jax.__version__, "jaxlib": runtime.package_version("jaxlib") or "unknown"}
+    if libtpu := runtime.package_version("libtpu"):
         versions["libtpu"] = libtpu
     topology_compile = sys.modules.get("core.tpu.topology_compile")
     compiled = sorted(getattr(topology_compile, "TOPOLOGIES_USED", ()))
@@ -275,15 +275,6 @@ def receipt() -> dict:
         "compiled_for_tpu_topologies": compiled,
         "note": note,
     }
-
-
-def _version(package: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def document(status_error: str | None = None) -> dict:
