@@ -11,6 +11,7 @@ with app.setup:
     import pandas as pd
 
     from core import curriculum, lab, numerics
+    from core.state import artifacts
 
     PATH_CHOICES = ("All phases",) + tuple(p.title for p in curriculum.LEARNING_PATHS)
     FLAGS = lab.Flags(
@@ -38,6 +39,7 @@ with app.setup:
                           text-transform: uppercase; letter-spacing: 0.03em; }
     .course-home .badge.built { color: #1b5e20; background: #e8f5e9; border-color: #81c784; }
     .course-home .badge.planned { color: #455a64; background: #eceff1; border-color: #b0bec5; }
+    .course-home .badge.changed { color: #b71c1c; background: #ffebee; border-color: #e57373; }
     </style>"""
     STATUS_WORD = {"present": "built", "missing": "planned"}  # curriculum status -> badge
 
@@ -114,6 +116,61 @@ def _(course, only_present, path):
         ]
     )
     return (shown_titles,)
+
+
+@app.cell
+def _(path):
+    def artifact_item(artifact) -> tuple[str, object]:
+        found = artifacts.latest(artifact.name)
+        if found is None:
+            state = '<span class="badge planned">not yet</span>'
+            where = "no copy here yet: run the command"
+        elif found.verified:
+            state = '<span class="badge built">verified</span>'
+            where = (
+                f"{html.escape(found.label)}, {html.escape(found.created_utc)}: "
+                f"<code>{html.escape(str(found.markdown_path.relative_to(curriculum.REPO_ROOT)))}"
+                "</code>"
+            )
+        else:
+            state = '<span class="badge changed">changed</span>'
+            where = f"refused: {html.escape(found.problem)}"
+        item = (
+            f'<li data-artifact="{artifact.name}">{state}<strong>{html.escape(artifact.title)}'
+            f"</strong>: {html.escape(artifact.what)}.<br><code>{artifact.command}</code>"
+            f"<br>{where}</li>"
+        )
+        report = found.markdown_path if found is not None and found.verified else None
+        return item, report
+
+    shown_paths = [p for p in curriculum.LEARNING_PATHS if path.value in ("All phases", p.title)]
+    _blocks, _reports = [], {}
+    for _path in shown_paths:
+        _items = []
+        for _artifact in artifacts.for_path(_path.title):
+            _item, _report = artifact_item(_artifact)
+            _items.append(_item)
+            if _report is not None and _report.is_file():
+                _reports[_artifact.title] = mo.md(_report.read_text(encoding="utf-8"))
+        _blocks.append(
+            f'<section data-path="{html.escape(_path.title)}"><h3>{html.escape(_path.title)}'
+            f"</h3><p>{html.escape(_path.audience)}</p><p>Your first artifacts: files you keep, "
+            "each a JSON document with its sha256 and a Markdown report, labelled "
+            "<em>TPU RESULT</em> only when made on a TPU (otherwise <em>CPU REHEARSAL</em>)."
+            f"</p><ul>{''.join(_items)}</ul></section>"
+        )
+    mo.vstack(
+        [
+            mo.md("## Learning paths: first artifacts"),
+            mo.Html(HOME_CSS + f'<div class="course-home">{"".join(_blocks)}</div>'),
+            mo.accordion(_reports) if _reports else mo.md(""),
+            mo.md(
+                "Check a kept file: `python -m tpu_scripts artifact verify "
+                "runs/artifacts/NAME/TIME/NAME.json` (refuses a changed one)."
+            ),
+        ]
+    )
+    return (shown_paths,)
 
 
 @app.cell
@@ -222,6 +279,15 @@ def test_every_phase_is_listed_under_all_phases(path, shown_titles):
     if path.value == "All phases":
         assert shown_titles == [p.title for p in curriculum.PHASES]
     assert len(curriculum.PHASES) == 19
+    return
+
+
+@app.cell
+def test_every_shown_path_lists_its_first_artifacts(path, shown_paths):
+    if path.value == "All phases":
+        assert [p.title for p in shown_paths] == [p.title for p in curriculum.LEARNING_PATHS]
+    for learning_path in shown_paths:
+        assert artifacts.for_path(learning_path.title), learning_path.title
     return
 
 

@@ -49,7 +49,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
         _TPU_PATH,
         "A verified TPU runtime receipt",
         "devices, topology and versions checked against the expected topology, a psum "
-        "checked against its closed form, and a content hash that `verify` re-checks",
+        "checked against its closed form, and a content hash that the verify command re-checks",
     ),
     Artifact(
         "experiment-log",
