@@ -63,5 +63,5 @@ capstone: $(STAMP)
 	$(CAPSTONE) report run_dir=$(CAPSTONE_DIR)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .jax_compilation_cache
 	find . -name __marimo__ -type d -prune -exec rm -rf {} +

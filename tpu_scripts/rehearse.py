@@ -65,6 +65,10 @@ def initialize_from_env() -> tuple[int, int]:
     count = int(os.environ[ENV_PROCESSES])
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", int(os.environ[ENV_DEVICES]))
+    # A rehearsal compiles afresh, like a first run on a slice: executables of a multi-process
+    # CPU job read back from a persistent compilation cache have been a source of failures
+    # (openxla/xla#18286), and a test suite may share one cache across its processes.
+    jax.config.update("jax_enable_compilation_cache", False)
     jax.distributed.initialize(
         coordinator_address=os.environ[ENV_COORDINATOR],
         num_processes=count,

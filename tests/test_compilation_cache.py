@@ -1,0 +1,43 @@
+"""The suite's shared compilation cache is switched on only when it reads back."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "compilation_cache", pathlib.Path(__file__).parent / "tools" / "compilation_cache.py"
+)
+cache = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(cache)
+
+
+def test_a_cache_the_caller_set_is_left_alone(tmp_path):
+    environ = {cache.ENV_DIR: "/elsewhere"}
+    assert "set by the caller" in cache.enable(tmp_path, environ)
+    assert environ == {cache.ENV_DIR: "/elsewhere"}
+
+
+def test_switched_off_by_its_variable(tmp_path):
+    environ = {cache.ENV_DISABLE: "0"}
+    assert "off" in cache.enable(tmp_path, environ)
+    assert cache.ENV_DIR not in environ
+
+
+@pytest.mark.parametrize("hits, enabled", [(None, False), (0, False), (1, True)])
+def test_enabled_only_when_the_probe_hits(tmp_path, monkeypatch, hits, enabled):
+    calls = []
+
+    def fake_probe(cache_dir: pathlib.Path, env):
+        calls.append(cache_dir)
+        return hits
+
+    monkeypatch.setattr(cache, "probe_hits", fake_probe)
+    environ = {}
+    status = cache.enable(tmp_path, environ)
+    assert (environ.get(cache.ENV_DIR) == str(tmp_path)) is enabled, status
+    assert calls and all(c == tmp_path / "probe" for c in calls)
+    if enabled:
+        assert environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    else:
+        assert "not read back" in status
