@@ -27,6 +27,7 @@ SCHEMA = "jax-tpu-lab artifact"
 VERSION = 1
 TPU_LABEL = "TPU RESULT"
 CPU_LABEL = "CPU REHEARSAL (not a TPU result)"
+GPU_LABEL = "GPU REHEARSAL (not a TPU result)"
 ROOT = curriculum.REPO_ROOT / "runs" / "artifacts"  # runs/ is git-ignored
 
 
@@ -90,7 +91,9 @@ def for_path(path_title: str) -> list[Artifact]:
 
 def label(backend: str) -> str:
     """The headline of an artifact measured on ``backend``: a TPU result only on "tpu"."""
-    return TPU_LABEL if backend == "tpu" else CPU_LABEL
+    if backend == "tpu":
+        return TPU_LABEL
+    return GPU_LABEL if backend in ("gpu", "cuda", "rocm") else CPU_LABEL
 
 
 def default_dir(name: str, now: datetime.datetime | None = None) -> pathlib.Path:

@@ -47,8 +47,9 @@ def test_every_learning_path_names_its_first_artifacts():
 
 def test_only_the_tpu_backend_is_labelled_a_tpu_result():
     assert artifacts.label("tpu") == "TPU RESULT"
-    for backend in ("cpu", "gpu", "TPU", ""):
+    for backend in ("cpu", "TPU", ""):
         assert artifacts.label(backend) == "CPU REHEARSAL (not a TPU result)"
+    assert artifacts.label("gpu") == "GPU REHEARSAL (not a TPU result)"
 
 
 def test_canonical_hash_ignores_layout_not_values():

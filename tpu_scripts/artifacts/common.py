@@ -120,7 +120,11 @@ def markdown(document: dict, sections: Sequence[tuple[str, object]]) -> str:
         f"{rec['device_kind']}, {rec['process_count']} process(es), host {rec['host']['hostname']}",
         f"- versions: {versions}",
         f"- tpu_result: **{str(document['tpu_result']).lower()}**"
-        + ("" if document["tpu_result"] else " (a CPU rehearsal: no figure here is a TPU result)"),
+        + (
+            ""
+            if document["tpu_result"]
+            else f" (a {rec['backend'].upper()} rehearsal: no figure here is a TPU result)"
+        ),
         f"- checks: {passed} of {len(document['checks'])} passed",
         "",
         "## Checks\n",
