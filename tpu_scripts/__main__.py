@@ -4,6 +4,8 @@ python -m tpu_scripts export apps/NAME.py -o OUT.py
 python -m tpu_scripts receipt [--json PATH]
 python -m tpu_scripts rehearse --processes 2 --devices-per-process 4 SCRIPT [-- ARGS]
 python -m tpu_scripts launch {create,stage,run,fetch,delete} ... [--dry-run]
+python -m tpu_scripts course-run --name VM --zone Z --accelerator-type T --lessons NAME,...
+python -m tpu_scripts compare runs/tpu/VM/DATE [--local DIR] [--markdown PATH]
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tpu_scripts import export, launch
+from tpu_scripts import compare, course_run, export, launch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     rehearse_cmd.add_argument("script", help="e.g. tpu_scripts/examples/sharded_step.py")
     rehearse_cmd.add_argument("script_args", nargs="*", help="after --: its args")
     launch.add_parser(commands)
+    # A subcommand module gives add_parser(commands) and main(args); it is wired in twice here.
+    course_run.add_parser(commands)
+    compare.add_parser(commands)
     return parser
 
 
@@ -92,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif args.command == "launch":
         return launch.main(args)
+    elif args.command == "course-run":
+        return course_run.main(args, ["python", "-m", "tpu_scripts", *argv])
+    elif args.command == "compare":
+        return compare.main(args.tpu_dir, args.local_dir, args.markdown_path)
     return 0
 
 

@@ -64,11 +64,32 @@ def marimo_app_problem(source: str) -> str | None:
     return None
 
 
+# Run before the app's own code: on a multi-host job every process must join it before JAX
+# starts. The rehearsal's variables (tpu_scripts/rehearse.py: N local CPU processes) or
+# JAX_TPU_LAB_MULTIHOST=1 (course-run on a multi-host TPU slice, where
+# jax.distributed.initialize() finds the workers itself) ask for it; without them it does nothing.
+MULTIHOST_ENV = "JAX_TPU_LAB_MULTIHOST"
+JOIN_PRELUDE = f"""\
+import os as _os
+
+if "REHEARSE_COORDINATOR" in _os.environ:
+    from tpu_scripts import rehearse as _rehearse
+
+    _rehearse.initialize_from_env()
+elif _os.environ.get("{MULTIHOST_ENV}") == "1":
+    import jax as _jax
+
+    _jax.distributed.initialize()
+"""
+
+
 def _flags_help(app_path: pathlib.Path, timeout_s: float = 120) -> str:
     """The app's own --help (its flags), from running it: the flags cannot be out of date."""
     result = subprocess.run(
         [sys.executable, str(app_path), "--help"],
-        capture_output=True, text=True, timeout=timeout_s,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
         env=runtime.child_env(JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")),
     )
     if result.returncode != 0:
@@ -110,7 +131,8 @@ def export_app(app_path: str | os.PathLike, out_path: str | os.PathLike) -> path
         "(needs the project installed: pip install 'jax-tpu-lab[tpu]')",
         "# Flags mirror the app's controls:",
         *[f"#   {line}" if line else "#" for line in help_text.splitlines()],
-        "",
+        "# A multi-host run joins its job first (tpu_scripts/export.py, JOIN_PRELUDE):",
+        JOIN_PRELUDE,
     ]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     # Write beside the target and rename: a crash never leaves a half-written script.

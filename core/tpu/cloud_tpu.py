@@ -381,17 +381,26 @@ def bootstrap_remote_command(script: str, wheel: str = WHEEL, extra_flags: str =
     fetches Python 3.11. Running it again reuses the .venv.
     """
     script_name = script.rsplit("/", 1)[-1]
+    flags = _quoted_flags(extra_flags)
+    run = f".venv/bin/python {shlex.quote(script_name)}" + (f" {flags}" if flags else "")
+    return f"{install_remote_command(wheel)} && {run}"
+
+
+def install_remote_command(wheel: str = WHEEL, reinstall: bool = False) -> str:
+    """The shell line that makes ~/jax-tpu-lab/.venv and installs the staged wheel with libtpu.
+
+    ``reinstall``: install the project again even when the version is unchanged (a rebuilt
+    wheel of the same version would otherwise be skipped by the installer).
+    """
     wheel_name = wheel.rsplit("/", 1)[-1]
     if not re.fullmatch(r"[A-Za-z0-9._+-]+\.whl", wheel_name):
         raise ValueError(f"{wheel!r} is not a wheel file name (NAME-VERSION-...-any.whl)")
-    flags = _quoted_flags(extra_flags)
-    run = f".venv/bin/python {shlex.quote(script_name)}" + (f" {flags}" if flags else "")
+    again = "--reinstall-package jax-tpu-lab " if reinstall else ""
     return (
         f'cd ~/{REMOTE_DIR} && export PATH="$HOME/.local/bin:$PATH" && '
         "(command -v uv >/dev/null || python3 -m pip install --user -q uv) && "
         "([ -x .venv/bin/python ] || uv venv --python 3.11 .venv) && "
-        f'uv pip install --python .venv/bin/python -q "./{wheel_name}[tpu]" && '
-        f"{run}"
+        f'uv pip install --python .venv/bin/python -q {again}"./{wheel_name}[tpu]"'
     )
 
 

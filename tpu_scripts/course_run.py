@@ -1,0 +1,758 @@
+"""``python -m tpu_scripts course-run``: run chosen lessons on a TPU VM and bring them home.
+
+    python -m tpu_scripts course-run --name VM --zone Z --accelerator-type T \\
+        --lessons "Setup & first steps,vmap"
+    python -m tpu_scripts course-run --local --lessons "Setup & first steps,vmap"
+
+``--lessons`` takes phase titles, learning-path titles, phase packages (``setup``) and lesson
+slugs, separated by commas (a title that holds a comma is still one name). An unknown name
+or a lesson without its app is refused with the valid names, exit 2, before anything runs.
+
+On a TPU VM (which must exist: ``launch create``): ``describe`` records the VM (its
+accelerator type must be the one given; runtime version, state); each lesson is exported
+(``export.py``) into ``<run>/staged/``; the project wheel is built here offline; both are
+copied to every worker with ``gcloud compute tpus tpu-vm scp --worker=all``; the wheel is
+installed once per call; then, lesson by lesson, ``ssh --worker=all`` runs the script with
+``--out results/<slug>`` on every worker (a multi-host slice joins one JAX job: each worker
+writes its own bundle) and every worker's bundle is fetched back: worker 0's (process 0) is
+the lesson's, ``<run>/<slug>/``; worker i's goes to ``<run>/<slug>/workers/<i>/``, so a
+failure on one worker only is visible. ``<run>`` is ``runs/tpu/<vm>/<YYYY-MM-DD>/``.
+
+``run.json`` there records the run (VM identity, accelerator type, runtime version, the
+versions the lessons resolved, per-lesson status with exit code, seconds and output tail),
+validated (``RunRecord``) and written atomically after every lesson. The first lesson that
+fails stops the run: its output is printed, the record says "failed", exit 1. The command
+never deletes the VM: it prints ``launch delete`` (which checks that ``describe`` then
+fails) as the explicit next step. Running the same command again resumes: a lesson whose
+bundle came back and verifies (``results.load``) is not rerun; a failed one is; ``--force``
+reruns all. ``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU
+side of ``python -m tpu_scripts compare``. Without gcloud on PATH (or with ``--dry-run``) the
+steps are printed and nothing runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Literal
+
+import pydantic
+
+from core import curriculum, documents, runtime
+from core.tpu import cloud_tpu
+from tpu_scripts import export, launch
+from tpu_scripts.lab_documents import results
+
+SCHEMA = "jax-tpu-lab/course-run"
+RECORD = "run.json"
+STAGED = "staged"  # <run>/staged/: the exported scripts and the wheel, as copied
+REMOTE_SCRIPTS = "scripts"  # ~/jax-tpu-lab/scripts/ on every worker
+REMOTE_RESULTS = "results"  # ~/jax-tpu-lab/results/<slug>/ on every worker
+DONE = ("passed", "stopped")  # a bundle with this status came back: not rerun
+TAIL_CHARS = 4000  # the output kept in run.json and printed on a failure
+RUN_TIMEOUT_S = 3600.0  # one lesson on every worker
+
+
+class UsageError(ValueError):
+    """Bad input, refused before anything runs (exit 2)."""
+
+
+# ----------------------------------------------------------------------------------------
+# Which lessons
+
+
+def lesson_names() -> dict[str, tuple[str, ...]]:
+    """Every name ``--lessons`` accepts (lowercase) -> the lesson slugs it stands for."""
+    names: dict[str, tuple[str, ...]] = {}
+    for phase in curriculum.PHASES:
+        slugs = tuple(lesson.slug for lesson in phase.lessons)
+        names[phase.title.lower()] = slugs
+        names[phase.package.lower()] = slugs
+    phases = {phase.title: phase for phase in curriculum.PHASES}
+    for path in curriculum.LEARNING_PATHS:
+        names[path.title.lower()] = tuple(
+            lesson.slug for title in path.phase_titles for lesson in phases[title].lessons
+        )
+    for lesson in curriculum.all_lessons():
+        names[lesson.slug] = (lesson.slug,)
+    return names
+
+
+def resolve_lessons(spec: str, apps_dir: pathlib.Path = curriculum.APPS_DIR) -> list[str]:
+    """The lesson slugs ``spec`` names, in order, each once (UsageError on a bad name).
+
+    Comma-separated pieces are joined back when together they make one name ("Post-training:
+    SFT, LoRA, reward models and RLHF"): the longest name wins.
+    """
+    names = lesson_names()
+    pieces = [piece.strip() for piece in spec.split(",")]
+    if not any(pieces):
+        raise UsageError("--lessons is empty: name phases, learning paths or lesson slugs")
+    slugs, unknown, i = [], [], 0
+    while i < len(pieces):
+        for j in range(len(pieces), i, -1):
+            candidate = ", ".join(pieces[i:j]).lower()
+            if candidate in names:
+                slugs += names[candidate]
+                i = j
+                break
+        else:
+            if pieces[i]:
+                unknown.append(pieces[i])
+            i += 1
+    if unknown:
+        raise UsageError(
+            f"unknown lesson name(s): {', '.join(map(repr, unknown))}. Valid: the phases "
+            + "; ".join(f"{p.title!r} ({p.package})" for p in curriculum.PHASES)
+            + "; the learning paths "
+            + "; ".join(repr(p.title) for p in curriculum.LEARNING_PATHS)
+            + "; or a lesson slug: "
+            + ", ".join(lesson.slug for lesson in curriculum.all_lessons())
+        )
+    slugs = list(dict.fromkeys(slugs))
+    missing = [slug for slug in slugs if not curriculum.app_path(slug, apps_dir).is_file()]
+    if missing:
+        present = [
+            s.slug
+            for s in curriculum.all_lessons()
+            if curriculum.app_path(s.slug, apps_dir).is_file()
+        ]
+        raise UsageError(
+            f"no app for {', '.join(missing)} in {apps_dir} (not written yet); lessons with an "
+            f"app: {', '.join(present)}"
+        )
+    return slugs
+
+
+# ----------------------------------------------------------------------------------------
+# What runs on every worker: the only remote command lines (tests assert these).
+
+
+def script_name(slug: str) -> str:
+    """The exported script keeps the app's file name: its results name the lesson ``slug``."""
+    return f"{slug}.py"
+
+
+def remote_install_command(wheel_name: str) -> str:
+    """Make ~/jax-tpu-lab/.venv and install the staged wheel (again, if rebuilt)."""
+    return cloud_tpu.install_remote_command(wheel_name, reinstall=True)
+
+
+def remote_run_command(slug: str, multi_host: bool) -> str:
+    """Run lesson ``slug``'s script on a worker, its bundle in ~/jax-tpu-lab/results/<slug>/.
+
+    A multi-host slice's workers join one JAX job first (``JAX_TPU_LAB_MULTIHOST=1``: the
+    exported script calls ``jax.distributed.initialize()``, export.JOIN_PRELUDE).
+    """
+    out = f"{REMOTE_RESULTS}/{slug}"
+    join = f"{export.MULTIHOST_ENV}=1 " if multi_host else ""
+    return (
+        f"cd ~/{cloud_tpu.REMOTE_DIR} && rm -rf {shlex.quote(out)} && "
+        f"{join}.venv/bin/python {REMOTE_SCRIPTS}/{shlex.quote(script_name(slug))} "
+        f"--out {shlex.quote(out)}"
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# The record: runs/<...>/run.json
+
+
+class WorkerRecord(documents.Document):
+    worker: int
+    status: str  # that worker's results status, "missing" or "invalid"
+    results: str | None  # its results.json, relative to the run folder
+
+
+class LessonRecord(documents.Document):
+    slug: str
+    status: Literal["pending", "passed", "failed", "stopped", "error"]
+    exit_code: int | None
+    seconds: float | None
+    finished_utc: str | None
+    results: str | None  # process 0's results.json, relative to the run folder
+    workers: list[WorkerRecord]
+    output_tail: str
+
+
+class VmRecord(documents.Document):
+    name: str
+    zone: str
+    project: str
+    accelerator_type: str
+    runtime_version: str
+    hosts: int
+    state: str
+    described: dict[str, Any]  # what `gcloud ... describe --format=json` printed
+
+
+class RunRecord(documents.Document):
+    """run.json: one course run (TPU VM or local), lesson by lesson."""
+
+    schema_: Literal["jax-tpu-lab/course-run"] = pydantic.Field(alias="schema")
+    version: Literal[1]
+    backend: Literal["tpu", "local"]
+    vm: VmRecord | None
+    created_utc: str
+    updated_utc: str
+    command: list[str]
+    wheel: str | None
+    wheel_sha256: str | None
+    versions: dict[str, str]  # as the lessons resolved them (process 0's receipt)
+    status: Literal["running", "passed", "failed"]
+    lessons: list[LessonRecord]
+
+    @pydantic.field_validator("created_utc", "updated_utc")
+    @classmethod
+    def _time(cls, value: str) -> str:
+        return documents.iso_time(value)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def load_record(path: pathlib.Path) -> dict:
+    """A run.json, validated (ValueError naming the bad field)."""
+    try:
+        doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    return documents.validate(RunRecord, doc, "course run record")
+
+
+def save_record(path: pathlib.Path, record: dict) -> None:
+    """Validate and write atomically (a crash leaves the previous record whole)."""
+    record["updated_utc"] = _now()
+    documents.validate(RunRecord, record, "course run record")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def pending_lesson(slug: str) -> dict:
+    return {
+        "slug": slug,
+        "status": "pending",
+        "exit_code": None,
+        "seconds": None,
+        "finished_utc": None,
+        "results": None,
+        "workers": [],
+        "output_tail": "",
+    }
+
+
+def merge_record(existing: dict | None, slugs: list[str], backend: str, argv) -> dict:
+    """The record for this call: the existing one's lessons kept, new ones pending."""
+    if existing is None:
+        existing = {
+            "schema": SCHEMA,
+            "version": 1,
+            "backend": backend,
+            "vm": None,
+            "created_utc": _now(),
+            "updated_utc": _now(),
+            "command": [],
+            "wheel": None,
+            "wheel_sha256": None,
+            "versions": {},
+            "status": "running",
+            "lessons": [],
+        }
+    known = {lesson["slug"]: lesson for lesson in existing["lessons"]}
+    others = [lesson for lesson in existing["lessons"] if lesson["slug"] not in slugs]
+    existing["lessons"] = [known.get(slug) or pending_lesson(slug) for slug in slugs] + others
+    existing["command"] = list(argv)
+    existing["status"] = "running"
+    return existing
+
+
+def bundle_problem(run_dir: pathlib.Path, slug: str) -> str | None:
+    """Why ``<run>/<slug>/results.json`` is not a finished bundle, or None when it is."""
+    path = run_dir / slug / "results.json"
+    if not path.is_file():
+        return f"no {path}"
+    try:
+        doc = results.load(path)
+    except ValueError as exc:
+        return str(exc)
+    if doc["lesson"] != slug:
+        return f"{path} is of lesson {doc['lesson']!r}"
+    if doc["status"] not in DONE:
+        return f"its status is {doc['status']}"
+    return None
+
+
+def to_run(record: dict, run_dir: pathlib.Path, force: bool) -> list[str]:
+    """The lessons of ``record`` this call runs: all with ``force``, else those not done."""
+    slugs = []
+    for lesson in record["lessons"]:
+        if force or lesson["status"] not in DONE or bundle_problem(run_dir, lesson["slug"]):
+            slugs.append(lesson["slug"])
+    return slugs
+
+
+def lesson_outcome(run_dir: pathlib.Path, slug: str, workers: int, exit_code: int | None):
+    """(status, results path, worker records, problem) from the bundles that came back."""
+    records, problems = [], []
+    for worker in range(workers):
+        folder = run_dir / slug if worker == 0 else run_dir / slug / "workers" / str(worker)
+        path = folder / "results.json"
+        if not path.is_file():
+            status = "missing"
+        else:
+            try:
+                status = results.load(path)["status"]
+            except ValueError as exc:
+                status, path = "invalid", None
+                problems.append(f"worker {worker}: {exc}")
+        rel = str(path.relative_to(run_dir)) if path is not None and path.is_file() else None
+        records.append({"worker": worker, "status": status, "results": rel})
+    first = records[0]["status"]
+    bad = [r for r in records if r["status"] not in DONE]
+    if first in ("missing", "invalid"):
+        status = "error"
+    elif first not in DONE:
+        status = first
+    elif bad or exit_code != 0:
+        status = "failed"
+    else:
+        status = first
+    problems += [f"worker {r['worker']}: {r['status']}" for r in bad]
+    if exit_code != 0:
+        problems.append(f"exit code {exit_code}")
+    return status, records[0]["results"], records, "; ".join(problems)
+
+
+# ----------------------------------------------------------------------------------------
+# Local steps: export, wheel
+
+
+def export_scripts(slugs: list[str], apps_dir: pathlib.Path, staged: pathlib.Path) -> None:
+    """Export each lesson's app into ``staged/`` (kept when its source hash is unchanged)."""
+    for slug in slugs:
+        app = curriculum.app_path(slug, apps_dir)
+        script = staged / script_name(slug)
+        digest = hashlib.sha256(app.read_bytes()).hexdigest()
+        if script.is_file() and export.source_digest(script) == digest:
+            continue
+        export.export_app(app, script)
+
+
+def build_wheel(staged: pathlib.Path) -> pathlib.Path:
+    """The project wheel, built here without the network (the venv's setuptools)."""
+    with tempfile.TemporaryDirectory(prefix="jax_tpu_lab_wheel_") as tmp:
+        argv = [
+            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+            "--no-index", "-q", "-w", tmp, str(curriculum.REPO_ROOT),
+        ]  # fmt: skip
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=curriculum.REPO_ROOT)
+        wheels = list(pathlib.Path(tmp).glob("*.whl"))
+        if result.returncode != 0 or len(wheels) != 1:
+            raise RuntimeError(f"building the wheel failed:\n{result.stderr[-TAIL_CHARS:]}")
+        staged.mkdir(parents=True, exist_ok=True)
+        target = staged / wheels[0].name
+        shutil.move(str(wheels[0]), target)
+    return target
+
+
+# ----------------------------------------------------------------------------------------
+# Running
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    lessons: tuple[str, ...]
+    vm: cloud_tpu.TpuVm | None  # None: --local
+    runs_root: pathlib.Path
+    date: str
+    force: bool = False
+    apps_dir: pathlib.Path = curriculum.APPS_DIR
+    timeout_s: float = RUN_TIMEOUT_S
+    wheel: pathlib.Path | None = None  # a built wheel to stage instead of building one
+    dry_run: bool = False
+    argv: tuple[str, ...] = ()
+
+    @property
+    def run_dir(self) -> pathlib.Path:
+        if self.vm is None:
+            return self.runs_root / "local" / self.date
+        return self.runs_root / "tpu" / self.vm.name / self.date
+
+
+def delete_hint(vm: cloud_tpu.TpuVm) -> str:
+    argv = ["python", "-m", "tpu_scripts", "launch", "delete", "--name", vm.name]
+    argv += ["--zone", vm.zone] + (["--project", vm.project] if vm.project else [])
+    return (
+        f"The TPU VM {vm.name} is still running (and billing). When you are done, delete it "
+        f"(this checks that describe then fails):\n  {shlex.join(argv)}"
+    )
+
+
+def _tail(text: str) -> str:
+    return text[-TAIL_CHARS:]
+
+
+def _verdicts(output: str) -> list[str]:
+    """The PASS/FAIL/STOPPED/ERROR lines of the output, each once (every worker prints them)."""
+    lines = [line.strip() for line in output.splitlines()]
+    return list(
+        dict.fromkeys(x for x in lines if x.startswith(("PASS", "FAIL", "STOPPED", "ERROR")))
+    )
+
+
+def _gcloud(argv: list[str], timeout_s: float | None = None) -> tuple[int | None, str]:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return None, f"{out}\n(timed out after {timeout_s:.0f} s)"
+    return result.returncode, result.stdout + result.stderr
+
+
+def describe_vm(vm: cloud_tpu.TpuVm) -> dict:
+    """The VM as gcloud describes it (RuntimeError if it does not exist or does not match)."""
+    code, output = _gcloud([*cloud_tpu.describe_command(vm), "--format=json"], 120)
+    if code != 0:
+        create = ["python", "-m", "tpu_scripts", "launch", "create", "--name", vm.name]
+        create += ["--zone", vm.zone, "--accelerator-type", vm.accelerator_type]
+        raise RuntimeError(
+            f"no TPU VM {vm.name} in {vm.zone} (describe failed): create it first with "
+            f"`{shlex.join(create)}`\n{_tail(output)}"
+        )
+    try:
+        described = json.loads(output[output.index("{") :])
+    except ValueError:
+        raise RuntimeError(f"describe printed no JSON:\n{_tail(output)}") from None
+    kind = described.get("acceleratorType", "")
+    if kind != vm.accelerator_type:
+        raise RuntimeError(
+            f"{vm.name} is a {kind or 'VM of unknown type'}, not {vm.accelerator_type}: "
+            f"pass --accelerator-type {kind}"
+        )
+    if described.get("state", "READY") != "READY":
+        raise RuntimeError(f"{vm.name} is {described.get('state')}, not READY")
+    return {
+        "name": vm.name,
+        "zone": vm.zone,
+        "project": vm.project,
+        "accelerator_type": kind,
+        "runtime_version": str(described.get("runtimeVersion", "")),
+        "hosts": vm.accelerator.hosts,
+        "state": str(described.get("state", "")),
+        "described": described,
+    }
+
+
+def staging_steps(vm: cloud_tpu.TpuVm, staged: pathlib.Path, slugs, wheel: str) -> list:
+    """The gcloud steps before the lessons: folders, copies (every worker), the install."""
+    mkdir = f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}/{REMOTE_SCRIPTS}"
+    scripts = [str(staged / script_name(slug)) for slug in slugs]
+    remote_scripts = f"{cloud_tpu.REMOTE_DIR}/{REMOTE_SCRIPTS}/"
+    return [
+        launch.Step("make the folders on every worker", tuple(cloud_tpu.ssh_command(vm, mkdir))),
+        launch.Step("copy the wheel to every worker", tuple(cloud_tpu.scp_command(vm, [wheel]))),
+        launch.Step(
+            "copy the lesson scripts to every worker",
+            tuple(cloud_tpu.scp_command(vm, scripts, remote_scripts)),
+        ),
+        launch.Step(
+            "install the wheel on every worker",
+            tuple(cloud_tpu.ssh_command(vm, remote_install_command(pathlib.Path(wheel).name))),
+        ),
+    ]
+
+
+def lesson_steps(vm: cloud_tpu.TpuVm, slug: str, incoming: pathlib.Path) -> list:
+    """Run ``slug`` on every worker, then fetch each worker's bundle into incoming/<i>/."""
+    run = cloud_tpu.ssh_command(vm, remote_run_command(slug, vm.accelerator.multi_host))
+    steps = [launch.Step(f"run {slug} on every worker", tuple(run))]
+    for worker in range(vm.accelerator.hosts):
+        fetch = launch.fetch_command(
+            vm, f"{REMOTE_RESULTS}/{slug}", str(incoming / str(worker)), str(worker)
+        )
+        steps.append(launch.Step(f"fetch worker {worker}'s bundle", tuple(fetch)))
+    return steps
+
+
+def _place_bundles(run_dir: pathlib.Path, slug: str, incoming: pathlib.Path, hosts: int) -> None:
+    for worker in range(hosts):
+        fetched = incoming / str(worker) / slug
+        if not fetched.is_dir():
+            continue
+        target = run_dir / slug if worker == 0 else run_dir / slug / "workers" / str(worker)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(fetched, target)
+    shutil.rmtree(incoming, ignore_errors=True)
+    if incoming.parent.is_dir() and not any(incoming.parent.iterdir()):
+        incoming.parent.rmdir()
+
+
+def run_on_tpu(vm: cloud_tpu.TpuVm, slug: str, run_dir: pathlib.Path, timeout_s: float):
+    """Run one lesson on every worker and fetch the bundles: (exit code, output)."""
+    incoming = run_dir / ".incoming" / slug
+    shutil.rmtree(incoming, ignore_errors=True)
+    run_step, *fetches = lesson_steps(vm, slug, incoming)
+    print(f"# {run_step.what}\n{run_step.line}", flush=True)
+    code, output = _gcloud(list(run_step.argv), timeout_s)
+    for step in fetches:  # every worker's bundle, also after a failure (what came back)
+        pathlib.Path(step.argv[6]).mkdir(parents=True, exist_ok=True)  # fetch_command's target
+        fetch_code, fetch_output = _gcloud(list(step.argv), 600)
+        if fetch_code != 0:
+            output += f"\n({step.what} failed: {fetch_output.strip()[-300:]})"
+    _place_bundles(run_dir, slug, incoming, vm.accelerator.hosts)
+    return code, output
+
+
+def run_locally(slug: str, staged: pathlib.Path, run_dir: pathlib.Path, timeout_s: float):
+    """Run one exported script on this machine: (exit code, output)."""
+    work = run_dir / ".work"
+    work.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, str(staged / script_name(slug)), "--out", str(run_dir / slug)]
+    print(f"# run {slug} here\n{shlex.join(argv)}", flush=True)
+    try:
+        result = subprocess.run(
+            argv, capture_output=True, text=True, cwd=work, timeout=timeout_s,
+            env=runtime.child_env(),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None, f"(timed out after {timeout_s:.0f} s)"
+    return result.returncode, result.stdout + result.stderr
+
+
+def _record_versions(record: dict, run_dir: pathlib.Path, slug: str) -> None:
+    path = run_dir / slug / "results.json"
+    if record["versions"] or not path.is_file():
+        return
+    receipt = results.load(path)["receipt"]
+    record["versions"] = {
+        **receipt["versions"],
+        "python": receipt["python"],
+        "backend": receipt["backend"],
+        "device_kinds": ", ".join(receipt["device_kinds"]),
+        "devices": str(receipt["device_count"]),
+        "processes": str(receipt["process_count"]),
+    }
+
+
+def dry_run(options: Options, slugs: list[str]) -> int:
+    """Print every step this call would take; run nothing, write nothing."""
+    vm, staged = options.vm, options.run_dir / STAGED
+    wheel = str(options.wheel or staged / cloud_tpu.WHEEL.rsplit("/", 1)[-1])
+    print(f"# dry run: lessons {', '.join(slugs)} into {options.run_dir}")
+    print("# export each lesson (local): " + ", ".join(str(staged / script_name(s)) for s in slugs))
+    if vm is None:
+        for slug in slugs:
+            print(shlex.join(["python", str(staged / script_name(slug)), "--out", slug]))
+        return 0
+    print(
+        "# verify the VM\n"
+        + cloud_tpu.shell_join([*cloud_tpu.describe_command(vm), "--format=json"])
+    )
+    print("# build the wheel (local, offline)")
+    steps = staging_steps(vm, staged, slugs, wheel)
+    for slug in slugs:
+        steps += lesson_steps(vm, slug, options.run_dir / ".incoming" / slug)
+    for step in steps:
+        print(f"# {step.what}\n{step.line}")
+    print("# " + delete_hint(vm).replace("\n", "\n# "))
+    return 0
+
+
+def course_run(options: Options) -> int:
+    """Run the lessons (see the module docstring). Exit code: 0, 1 (a lesson or step failed)."""
+    slugs = list(options.lessons)
+    run_dir, vm = options.run_dir, options.vm
+    if options.dry_run:
+        return dry_run(options, slugs)
+    record_path = run_dir / RECORD
+    existing = load_record(record_path) if record_path.is_file() else None
+    record = merge_record(existing, slugs, "local" if vm is None else "tpu", options.argv)
+    todo = [s for s in to_run(record, run_dir, options.force) if s in slugs]
+    done = [s for s in slugs if s not in todo]
+    if done:
+        print(f"# already back (not rerun): {', '.join(done)}")
+    if not todo:
+        record["status"] = "passed"
+        save_record(record_path, record)
+        print(f"nothing to run: all {len(slugs)} lesson(s) are back in {run_dir}")
+        if vm is not None:
+            print(delete_hint(vm))
+        return 0
+    staged = run_dir / STAGED
+    try:
+        if vm is not None:
+            record["vm"] = describe_vm(vm)
+        export_scripts(todo, options.apps_dir, staged)
+        if vm is not None:
+            wheel = options.wheel or build_wheel(staged)
+            record["wheel"] = pathlib.Path(wheel).name
+            record["wheel_sha256"] = hashlib.sha256(pathlib.Path(wheel).read_bytes()).hexdigest()
+            save_record(record_path, record)
+            code = launch.execute(staging_steps(vm, staged, todo, str(wheel)), dry_run=False)
+            if code != 0:
+                raise RuntimeError("staging failed (the step's output is above)")
+    except (RuntimeError, OSError, ValueError) as exc:
+        record["status"] = "failed"
+        save_record(record_path, record)
+        print(f"error: {exc}", file=sys.stderr)
+        if vm is not None and record["vm"] is not None:
+            print(delete_hint(vm))
+        return 1
+    lessons = {lesson["slug"]: lesson for lesson in record["lessons"]}
+    for number, slug in enumerate(todo, 1):
+        lesson = lessons[slug]
+        shutil.rmtree(run_dir / slug, ignore_errors=True)
+        lesson.update(pending_lesson(slug))
+        save_record(record_path, record)
+        started = time.perf_counter()
+        if vm is None:
+            code, output = run_locally(slug, staged, run_dir, options.timeout_s)
+            hosts = 1
+        else:
+            code, output = run_on_tpu(vm, slug, run_dir, options.timeout_s)
+            hosts = vm.accelerator.hosts
+        status, results_path, workers, problem = lesson_outcome(run_dir, slug, hosts, code)
+        lesson.update(
+            status=status,
+            exit_code=code,
+            seconds=round(time.perf_counter() - started, 2),
+            finished_utc=_now(),
+            results=results_path,
+            workers=workers,
+            output_tail=_tail(output),
+        )
+        _record_versions(record, run_dir, slug)
+        save_record(record_path, record)
+        verdicts = "; ".join(_verdicts(output)[-3:])
+        print(f"[{number}/{len(todo)}] {slug}: {status} ({lesson['seconds']:.1f} s) {verdicts}")
+        if status not in DONE:
+            record["status"] = "failed"
+            save_record(record_path, record)
+            print(
+                f"\nFAILED: {slug} ({problem}). Its output (last {TAIL_CHARS} characters):\n"
+                f"{_tail(output)}\n\nThe run stopped here; the same command resumes it "
+                f"(lessons already back are not rerun). Record: {record_path}",
+                file=sys.stderr,
+            )
+            if vm is not None:
+                print(delete_hint(vm))
+            return 1
+    record["status"] = "passed"
+    save_record(record_path, record)
+    print(f"all {len(slugs)} lesson(s) back in {run_dir} (record: {record_path})")
+    if vm is not None:
+        print(delete_hint(vm))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------
+# Command line
+
+
+def add_parser(commands) -> None:
+    sub = commands.add_parser(
+        "course-run",
+        help="run chosen lessons on a TPU VM (every worker) and fetch their results",
+        description="Export the chosen lessons, stage them and the project wheel on every "
+        "worker of a TPU VM, run them (--worker=all), fetch every worker's results into "
+        "runs/tpu/VM/DATE/ and record the run in run.json. Stops at the first failure; the "
+        "same command resumes; never deletes the VM (launch delete does, explicitly).",
+    )
+    sub.add_argument(
+        "--lessons",
+        required=True,
+        help="phase titles, learning-path titles, phase packages or lesson slugs, comma-separated",
+    )
+    sub.add_argument("--name", help="the TPU VM (it must exist: launch create)")
+    sub.add_argument("--zone", default=cloud_tpu.TpuVm.zone, help="zone, e.g. us-west4-a")
+    sub.add_argument("--accelerator-type", help="e.g. v5litepod-8, v6e-16, v5p-16")
+    sub.add_argument("--project", default="", help="project id (default: gcloud's)")
+    sub.add_argument("--local", action="store_true", help="run here instead (runs/local/DATE)")
+    sub.add_argument(
+        "--runs-root",
+        default=str(curriculum.REPO_ROOT / "runs"),
+        help="where runs/tpu/VM/DATE and runs/local/DATE go (default: the checkout's runs/)",
+    )
+    sub.add_argument("--date", help="the run folder's date, YYYY-MM-DD (default: today, UTC)")
+    sub.add_argument("--force", action="store_true", help="rerun lessons already back")
+    sub.add_argument("--apps-dir", default=str(curriculum.APPS_DIR), help=argparse.SUPPRESS)
+    sub.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="seconds per lesson")
+    sub.add_argument("--wheel", help="stage this built wheel instead of building one")
+    sub.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="print the steps only (default when gcloud is not on PATH)",
+    )
+
+
+def options_from_args(args: argparse.Namespace, argv=()) -> Options:
+    """Validated options (UsageError naming the problem; nothing has run)."""
+    apps_dir = pathlib.Path(args.apps_dir)
+    slugs = resolve_lessons(args.lessons, apps_dir)
+    vm = None
+    if not args.local:
+        if not args.name or not args.accelerator_type:
+            raise UsageError("a TPU run needs --name and --accelerator-type (or pass --local)")
+        try:
+            vm = cloud_tpu.TpuVm(
+                name=args.name,
+                accelerator_type=args.accelerator_type,
+                zone=args.zone,
+                project=args.project,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    date = args.date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    try:
+        datetime.date.fromisoformat(date)
+    except ValueError:
+        raise UsageError(f"--date {date!r} is not YYYY-MM-DD") from None
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    wheel = pathlib.Path(args.wheel) if args.wheel else None
+    if wheel is not None and (not wheel.is_file() or wheel.suffix != ".whl"):
+        raise UsageError(f"--wheel {wheel}: not a wheel file")
+    dry = args.dry_run
+    if dry is None:
+        dry = not args.local and shutil.which("gcloud") is None
+        if dry:
+            print("# gcloud is not on PATH: dry run (steps printed, nothing run)")
+    return Options(
+        lessons=tuple(slugs),
+        vm=vm,
+        runs_root=pathlib.Path(args.runs_root),
+        date=date,
+        force=args.force,
+        apps_dir=apps_dir,
+        timeout_s=args.timeout,
+        wheel=wheel,
+        dry_run=dry,
+        argv=tuple(argv),
+    )
+
+
+def main(args: argparse.Namespace, argv=()) -> int:
+    try:
+        options = options_from_args(args, argv)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return course_run(options)
+    except ValueError as exc:  # an invalid run.json
+        print(f"error: {exc} (move it away to start this run afresh)", file=sys.stderr)
+        return 2
