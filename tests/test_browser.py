@@ -302,7 +302,10 @@ def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, c
 
 # ---- Every app of the gallery, opened in the browser --------------------------------------
 
-APP_FILES = sorted(path.name for path in curriculum.APPS_DIR.glob("*.py"))
+# Reverse order: xdist runs this module beside test_app_contract's headless run of every app
+# (alphabetical) from the start, so the two meet in the middle and each second half finds its
+# programs already in the session's compilation cache (conftest.py).
+APP_FILES = sorted((path.name for path in curriculum.APPS_DIR.glob("*.py")), reverse=True)
 FIXTURE_APP = curriculum.REPO_ROOT / "tests" / "fixtures" / "broken_in_browser_app.py"
 IDLE_TIMEOUT_S = 300  # the slowest app's first run on a loaded 2-core machine, with margin
 QUIET_S = 1.0  # idle this long in a row: a run the page itself starts (UI values) shows by then
