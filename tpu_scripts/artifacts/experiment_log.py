@@ -3,18 +3,20 @@
 The run is core/state/recovery_demo's resumable trainer (an MLP with dropout, Adam, a Grain
 pipeline, Orbax checkpoints with manifests). Three runs of the same config:
 
-1. interrupted: a child process saves every K steps and is killed (SIGKILL, by itself, right
-   after the save call of step S returns, as a preemption would);
+1. interrupted: a child process saves every K steps and is killed with SIGKILL (it sends it
+   to itself, as a preemption would strike) right after the update of step S, before that
+   step's save: the work since the last checkpoint R = K * floor(S / K) is lost;
 2. resumed: a fresh child process on the same checkpoint directory restores the newest
-   verified step and trains on to N;
+   verified step, R, replays steps R+1..S and trains on to N;
 3. reference: the same N steps uninterrupted (in this process, after the children).
 
 The log (NAME.jsonl, one event per line tagged with its run) records every step's loss, the
-checkpoint commits, the kill and the resume point. The check: the resumed state at S has the
-reference's digest (parameters, both Adam moments, step, dropout key, data position), and
-the losses of steps 1..N (interrupted, then resumed) equal the reference's **bit for bit**:
-the resumed process runs the same compiled program on a state restored bit for bit, and
-that program is deterministic, so any difference at all means something was not restored.
+checkpoint commits, the kill and the resume point. The checks: the restored state has the
+reference's digest at R (parameters, both Adam moments, step, dropout key, data position),
+the replayed steps repeat the killed run's losses, and the losses of steps 1..N equal the
+reference's, all **bit for bit**: the resumed process runs the same compiled program on a
+state restored bit for bit, and that program is deterministic, so any difference at all
+means something was not restored.
 """
 
 from __future__ import annotations
@@ -39,8 +41,40 @@ class Document(common.Envelope):
 
 
 def default_kill_at(steps: int, every: int) -> int:
-    """The checkpoint step nearest the middle of the run (at least the first checkpoint)."""
-    return max(every, (steps // 2) // every * every)
+    """A step past the middle of the run and half an interval past a checkpoint, so that
+    some work is lost (K // 2 + 1 steps after the checkpoint nearest N / 2, before N)."""
+    return min(max(every, (steps // 2) // every * every) + every // 2 + 1, steps - 1)
+
+
+def child(checkpoint_dir: str, steps: int, every: int, kill_at: int) -> None:
+    """The trainer in a child process: JSON events on stdout; SIGKILL after step kill_at."""
+    import os
+    import sys
+
+    from core.state import recovery_demo
+
+    def on_event(event: dict) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+        if event["event"] == "step" and event["step"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    recovery_demo.train(
+        recovery_demo.TrainConfig(),
+        checkpoint_dir,
+        steps,
+        save_every=every,
+        max_to_keep=3,
+        on_event=on_event,
+        digests=True,
+    )
+
+
+def _command(checkpoint_dir, steps: int, every: int, kill_at: int = 0) -> list[str]:
+    import sys
+
+    module = "tpu_scripts.artifacts.experiment_log"
+    return [sys.executable, "-m", module, str(checkpoint_dir), str(steps), str(every), str(kill_at)]
 
 
 def _child_env() -> dict:
@@ -51,51 +85,41 @@ def _child_env() -> dict:
 
 
 def _run_child(argv: list[str]) -> tuple[int, list[dict], str]:
+    from core import curriculum
     from core.state import recovery_demo
 
     result = subprocess.run(
-        argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=_child_env()
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        env=_child_env(),
+        cwd=curriculum.REPO_ROOT,
     )
     return result.returncode, recovery_demo.parse_events(result.stdout), result.stderr
 
 
-def build(steps: int, every: int, kill_at: int, out_dir) -> tuple[dict, list]:
-    import pathlib
+def compare(log: list[dict], steps: int, every: int, kill_at: int, stderr=("", "")):
+    """(checks, per-step rows, summary) of an experiment log: the killed run, the resumed run
+    and the reference, as the tagged events of NAME.jsonl. Every comparison is bitwise."""
+    from core import numerics
 
-    from core import numerics, runtime
-    from core.state import artifacts, recovery_demo
+    def run(name):
+        return [e for e in log if e["run"] == name]
 
-    out_dir = pathlib.Path(out_dir)
-    checkpoints = out_dir / "checkpoints"
-    options = ("--save-every", str(every), "--max-to-keep", "3", "--digests")
-    # The children first: on a TPU VM only one process may hold the chips at a time.
-    killed_rc, killed, killed_err = _run_child(
-        recovery_demo.command(checkpoints, steps, *options, "--kill-after-save-call", str(kill_at))
-    )
-    resumed_rc, resumed, resumed_err = _run_child(
-        recovery_demo.command(checkpoints, steps, *options)
-    )
-    runtime.use_cpu_devices()
-    receipt = runtime_receipt.runtime_receipt(repeats=3)
-    config = recovery_demo.TrainConfig()
-    reference = []
-    with tempfile.TemporaryDirectory() as scratch:
-        recovery_demo.train(
-            config, scratch, steps, save_every=steps, digests=True, on_event=reference.append
-        )
-    log = [{"run": "interrupted", **e} for e in killed]
-    log.append({"run": "interrupted", "event": "killed", "signal": "SIGKILL", "rc": killed_rc})
-    log += [{"run": "resumed", **e} for e in resumed]
-    log += [{"run": "reference", **e} for e in reference]
-    log_text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in log)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = artifacts.write_text_atomic(out_dir / f"{NAME}.jsonl", log_text)
+    killed, resumed, reference = run("interrupted"), run("resumed"), run("reference")
+    killed_rc = next((e["rc"] for e in killed if e["event"] == "killed"), None)
+    resumed_rc = next((e["rc"] for e in resumed if e["event"] == "exit"), None)
+    killed_err, resumed_err = stderr
+    restart = kill_at // every * every  # the newest checkpoint before the kill
 
     def by_step(events, kind="step", field="loss"):
         return {e["step"]: e[field] for e in events if e["event"] == kind}
 
     ref_loss, ref_digest = by_step(reference), by_step(reference, "state", "digest")
-    run_loss = {**by_step(killed), **by_step(resumed)}
+    killed_loss, resumed_loss = by_step(killed), by_step(resumed)
+    run_loss = {**killed_loss, **resumed_loss}  # a replayed step: the resumed run's loss
+    replayed = list(range(restart + 1, kill_at + 1))
     resume = next((e for e in resumed if e["event"] == "resumed"), None)
     committed = sorted(by_step(killed, "committed", "step"))
     steps_all = list(range(1, steps + 1))
@@ -108,24 +132,30 @@ def build(steps: int, every: int, kill_at: int, out_dir) -> tuple[dict, list]:
     final_resumed = by_step(resumed, "state", "digest").get(steps)
     checks = [
         common.check(
-            f"the first run was killed right after saving step {kill_at}",
-            killed_rc == -signal.SIGKILL and max(by_step(killed), default=0) == kill_at,
+            f"the first run was killed (SIGKILL) after step {kill_at}, before its save",
+            killed_rc == -signal.SIGKILL and max(killed_loss, default=0) == kill_at,
             f"exit status {killed_rc} (-9: SIGKILL), last step logged "
-            f"{max(by_step(killed), default=None)}, committed checkpoints {committed}"
+            f"{max(killed_loss, default=None)}, committed checkpoints {committed}"
             + (f"; stderr: {killed_err[-300:]}" if killed_rc != -signal.SIGKILL else ""),
         ),
         common.check(
-            f"a fresh process resumed from step {kill_at}",
-            resumed_rc == 0 and resume is not None and resume["step"] == kill_at,
+            f"a fresh process resumed from the newest checkpoint, step {restart}",
+            resumed_rc == 0 and resume is not None and resume["step"] == restart,
             f"exit status {resumed_rc}, resumed at step "
-            f"{resume['step'] if resume else None}, ran to {max(by_step(resumed), default=None)}"
+            f"{resume['step'] if resume else None}, ran to {max(resumed_loss, default=None)}"
             + (f"; stderr: {resumed_err[-300:]}" if resumed_rc != 0 else ""),
         ),
         common.check(
             "the restored state is the uninterrupted run's state at that step",
-            resume is not None and resume["digest"] == ref_digest.get(kill_at),
+            resume is not None and resume["digest"] == ref_digest.get(restart),
             "sha256 digests of params, Adam mu/nu/count, step, rng, data position: "
-            + ("equal" if resume and resume["digest"] == ref_digest.get(kill_at) else "differ"),
+            + ("equal" if resume and resume["digest"] == ref_digest.get(restart) else "differ"),
+        ),
+        common.check(
+            f"the replayed steps {restart + 1}..{kill_at} repeat the killed run's losses",
+            all(s in resumed_loss and resumed_loss[s] == killed_loss.get(s) for s in replayed),
+            f"{sum(resumed_loss.get(s) == killed_loss.get(s) for s in replayed)} of "
+            f"{len(replayed)} lost steps recomputed bit for bit",
         ),
         common.check(
             "losses equal the uninterrupted reference bit for bit",
@@ -143,24 +173,62 @@ def build(steps: int, every: int, kill_at: int, out_dir) -> tuple[dict, list]:
     losses = [
         {
             "step": s,
-            "run": "interrupted" if s <= kill_at else "resumed",
+            "run": "interrupted" if s <= restart else "resumed",
+            "replayed": s in replayed,
             "loss": run_loss.get(s),
             "reference loss": ref_loss.get(s),
             "bitwise equal": s in same,
-            "checkpoint": s in committed or s == steps,
+            "checkpoint": s in committed or s in by_step(resumed, "committed", "step"),
         }
         for s in steps_all
     ]
+    summary = {
+        "killed_after_step": kill_at,
+        "lost_steps": replayed,
+        "resumed_from_step": resume["step"] if resume else None,
+        "committed_steps_before_kill": committed,
+        "comparison": "bitwise",
+        "max_abs_loss_difference": error,
+    }
+    return checks, losses, summary
+
+
+def build(steps: int, every: int, kill_at: int, out_dir) -> tuple[dict, list]:
+    import pathlib
+
+    from core import runtime
+    from core.state import artifacts, recovery_demo
+
+    out_dir = pathlib.Path(out_dir)
+    checkpoints = out_dir / "checkpoints"
+    restart = kill_at // every * every  # the newest checkpoint before the kill
+    # The children first: on a TPU VM only one process may hold the chips at a time.
+    killed_rc, killed, killed_err = _run_child(_command(checkpoints, steps, every, kill_at))
+    resumed_rc, resumed, resumed_err = _run_child(_command(checkpoints, steps, every))
+    runtime.use_cpu_devices()
+    receipt = runtime_receipt.runtime_receipt(repeats=3)
+    config = recovery_demo.TrainConfig()
+    reference = []
+    with tempfile.TemporaryDirectory() as scratch:
+        recovery_demo.train(
+            config, scratch, steps, save_every=steps, digests=True, on_event=reference.append
+        )
+    log = [{"run": "interrupted", **e} for e in killed]
+    log.append({"run": "interrupted", "event": "killed", "signal": "SIGKILL", "rc": killed_rc})
+    log += [{"run": "resumed", **e} for e in resumed]
+    log.append({"run": "resumed", "event": "exit", "rc": resumed_rc})
+    log += [{"run": "reference", **e} for e in reference]
+    log_text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in log)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = artifacts.write_text_atomic(out_dir / f"{NAME}.jsonl", log_text)
+
+    checks, losses, summary = compare(log, steps, every, kill_at, (killed_err, resumed_err))
     document = common.envelope(NAME, receipt, checks, [])
     document["run"] = {
         "config": config.to_dict(),
         "steps": steps,
         "checkpoint_every": every,
-        "killed_after_save_of_step": kill_at,
-        "resumed_from_step": resume["step"] if resume else None,
-        "committed_steps_before_kill": committed,
-        "comparison": "bitwise",
-        "max_abs_loss_difference": error,
+        **summary,
         "checkpoint_dir": checkpoints.name,
     }
     document["losses"] = losses
@@ -170,8 +238,9 @@ def build(steps: int, every: int, kill_at: int, out_dir) -> tuple[dict, list]:
         (
             "The run",
             f"{steps} steps, a checkpoint every {every}; the first process was killed "
-            f"(SIGKILL) after saving step {kill_at}, a fresh process resumed from step "
-            f"{resume['step'] if resume else '(none)'}; the event log is `{log_path.name}`, "
+            f"(SIGKILL) after step {kill_at}, before its save; a fresh process resumed from "
+            f"step {summary['resumed_from_step']} and replayed steps "
+            f"{restart + 1}..{kill_at}; the event log is `{log_path.name}`, "
             f"the checkpoints are in `{checkpoints.name}/`.",
         ),
         ("Losses (interrupted + resumed vs uninterrupted)", losses),
@@ -188,8 +257,8 @@ def add_arguments(parser) -> None:
         "--kill-at",
         type=int,
         default=None,
-        help="kill the first process after saving this step (a multiple of K below N; "
-        "default: the checkpoint nearest N / 2)",
+        help="kill the first process after this step's update, before its save (K..N-1; "
+        "default: the step after the checkpoint nearest N / 2)",
     )
 
 
@@ -202,10 +271,11 @@ def problem(args) -> str | None:
             f"last step), got {args.checkpoint_every}"
         )
     kill_at = args.kill_at
-    if kill_at is not None and (not 1 <= kill_at < args.steps or kill_at % args.checkpoint_every):
+    if kill_at is not None and not args.checkpoint_every <= kill_at < args.steps:
         return (
-            f"--kill-at {kill_at} must be a checkpoint step (a multiple of "
-            f"--checkpoint-every {args.checkpoint_every}) below --steps {args.steps}"
+            f"--kill-at {kill_at} must be in {args.checkpoint_every}..{args.steps - 1}: after "
+            f"the first checkpoint (step {args.checkpoint_every}, or there is nothing to "
+            f"resume from) and before the last step {args.steps}"
         )
     return None
 
@@ -214,3 +284,10 @@ def produce(args, out_dir) -> tuple[dict, list]:
     kill_at = args.kill_at or default_kill_at(args.steps, args.checkpoint_every)
     document, sections = build(args.steps, args.checkpoint_every, kill_at, out_dir)
     return document, common.write(out_dir, Document, document, sections)
+
+
+if __name__ == "__main__":
+    import sys
+
+    directory, n, k, kill = sys.argv[1:5]
+    child(directory, int(n), int(k), int(kill))
