@@ -96,6 +96,10 @@ def handle_verify(args) -> int:
     except ValueError as exc:
         print(f"REFUSED: {exc}", file=sys.stderr)
         return 1
+    file_problem = getattr(module(document["artifact"]), "file_problem", None)
+    if file_problem is not None and (problem := file_problem(path, document)) is not None:
+        print(f"REFUSED: {path}: {problem}", file=sys.stderr)
+        return 1
     print(
         f"VERIFIED: {path} ({document['artifact']}, {document['label']}, created "
         f"{document['created_utc']}; sha256 and schema match)"

@@ -40,6 +40,21 @@ class Document(common.Envelope):
     log_sha256: str
 
 
+def file_problem(json_path, document: dict) -> str | None:
+    """Why the JSONL log beside a verified document is not the one it was written with."""
+    import pathlib
+
+    from core.state import artifacts
+
+    log_path = pathlib.Path(json_path).with_name(document["log_file"])
+    if not log_path.is_file():
+        return f"the event log {log_path.name} is missing"
+    text = log_path.read_text(encoding="utf-8")
+    if artifacts.canonical_sha256({"text": text}) != document["log_sha256"]:
+        return f"the event log {log_path.name} was changed after it was written"
+    return None
+
+
 def default_kill_at(steps: int, every: int) -> int:
     """A step past the middle of the run and half an interval past a checkpoint, so that
     some work is lost (K // 2 + 1 steps after the checkpoint nearest N / 2, before N)."""

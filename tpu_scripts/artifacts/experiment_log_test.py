@@ -40,6 +40,19 @@ def test_the_resumed_run_equals_the_uninterrupted_one(written):
     assert doc["log_sha256"] == catalogue.canonical_sha256({"text": text})
 
 
+def test_verify_refuses_a_changed_event_log(written, tmp_path, capsys):
+    import shutil
+
+    _, out = written
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    assert artifacts.main(["verify", str(copy)]) == 0
+    log = copy / "experiment-log.jsonl"
+    log.write_text(log.read_text().replace('"loss": ', '"loss": 1', 1))
+    assert artifacts.main(["verify", str(copy)]) == 1
+    assert "event log experiment-log.jsonl was changed" in capsys.readouterr().err
+
+
 def _log(out):
     return [json.loads(line) for line in (out / "experiment-log.jsonl").read_text().splitlines()]
 
