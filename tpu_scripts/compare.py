@@ -9,6 +9,7 @@ A lesson one side lacks is shown as missing. Exit 2 when the TPU folder holds no
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 
@@ -61,7 +62,12 @@ def report(tpu_dir: pathlib.Path, local_dir: pathlib.Path | None) -> str:
         if tpu is None and local is None:
             lines += [f"## {slug}", "", f"- missing on both sides ({tpu_why}; {local_why})", ""]
             continue
-        lines.append(comparison.markdown(comparison.compare(tpu, local)))
+        found = comparison.compare(tpu, local)
+        if tpu is not None and (
+            note := comparison.run_record_note(tpu_dir / slug / "results.json", slug)
+        ):
+            found = dataclasses.replace(found, notes=(note, *found.notes))
+        lines.append(comparison.markdown(found))
         for side, why in (("TPU", tpu_why), ("CPU", local_why)):
             if why:
                 lines.append(f"- {side} side missing: {why}")

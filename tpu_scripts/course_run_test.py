@@ -209,18 +209,20 @@ def test_course_run_end_to_end_with_two_workers(tmp_path, monkeypatch, capsys):
     assert "nothing to run" in capsys.readouterr().out
     assert len(fake_gcloud.calls(tmp_path / "fake")) == before
 
-    # 3. The CPU side here, then the comparison.
-    local = ["course-run", "--local", "--lessons", "arrays_devices", "--runs-root", str(runs)]
+    # 3. The CPU side here (the planted lesson passes on one process), then the comparison.
+    local = ["course-run", "--local", "--lessons", "virtual_devices", "--runs-root", str(runs)]
     assert run_cli(*local, "--date", DATE, "--apps-dir", str(apps)) == 0
-    assert (runs / "local" / DATE / "arrays_devices" / "results.json").is_file()
+    assert (runs / "local" / DATE / "virtual_devices" / "results.json").is_file()
     capsys.readouterr()
     report = tmp_path / "compare.md"
     assert run_cli("compare", str(run_dir), "--markdown", str(report)) == 0
     text = report.read_text()
-    assert "TPU: cpu (cpu x 8, 2 processes)" in text and "CPU: cpu (cpu x 8)" in text
-    assert "row sum-of-squares and mean in float32" in text
-    assert "a rehearsal, not a TPU measurement" in text
-    virtual = text.split("## virtual_devices", 1)[1]
-    assert "CPU: missing" in virtual  # no local run of it: missing, not invented
+    arrays, virtual = text.split("\n## arrays_devices", 1)[1].split("\n## virtual_devices")
+    assert "TPU: cpu (cpu x 8, 2 processes)" in virtual and "CPU: cpu (cpu x 8)" in virtual
+    assert "| planted lesson | PASS error 0 | PASS error 0 |" in virtual
+    assert "recorded this lesson as failed (worker 0: passed, worker 1: error)" in virtual
+    assert "row sum-of-squares and mean in float32" in arrays
+    assert "CPU: missing" in arrays  # no local run of it: missing, not invented
+    assert "a rehearsal, not a TPU measurement" in arrays
     assert compare.lesson_slugs(run_dir, None) == ["arrays_devices", "virtual_devices"]
     assert pathlib.Path(run_dir / "arrays_devices" / "results.md").is_file()

@@ -276,7 +276,9 @@ class ComparisonSection:
 
     def _mime_(self) -> tuple[str, str]:
         if self.comparison is None:
-            return "text/html", f"<p><em>{html.escape(self.hint)}</em></p>"
+            parts = html.escape(self.hint).split("`")  # `code` spans at the odd indices
+            text = "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+            return "text/html", f"<p><em>{text}</em></p>"
         sources = "".join(f"<li><code>{html.escape(s)}</code></li>" for s in self.sources)
         return "text/html", _html(self.comparison) + f"<ul>{sources}</ul>"
 
@@ -294,7 +296,27 @@ def comparison_section(slug: str, runs_root: str | pathlib.Path | None = None):
     local = newest_bundle(local_bundles(slug, root))
     sources = [str(tpu[0])] + ([str(local[0])] if local else [])
     comparison = compare(tpu[1], local[1] if local else None)
+    if note := run_record_note(tpu[0], slug):
+        comparison = dataclasses.replace(comparison, notes=(note, *comparison.notes))
     return ComparisonSection(slug, comparison, tuple(sources), course_run_hint(slug))
+
+
+def run_record_note(bundle: pathlib.Path, slug: str) -> str | None:
+    """What the course run's run.json (beside ``<slug>/results.json``) says when the lesson
+    did not pass there (a failure on another worker), or None."""
+    try:
+        record = json.loads((bundle.parent.parent / "run.json").read_text(encoding="utf-8"))
+        lesson = next(x for x in record["lessons"] if x["slug"] == slug)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+    if lesson.get("status") in ("passed", "stopped"):
+        return None
+    workers = ", ".join(
+        f"worker {w.get('worker')}: {w.get('status')}" for w in lesson.get("workers", [])
+    )
+    return f"the course run recorded this lesson as {lesson.get('status')}" + (
+        f" ({workers})" if workers else ""
+    )
 
 
 def as_json(comparison: Comparison) -> str:

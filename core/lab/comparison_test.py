@@ -147,3 +147,20 @@ def test_the_app_section_shows_the_newest_tpu_bundle_beside_the_newest_local_one
     assert section(found.comparison, "key numbers").rows == (("speedup", "x", "missing", "4", ""),)
     kind, html = found._mime_()
     assert kind == "text/html" and "<table>" in html and "TPU v5 lite" in html
+
+
+def test_the_app_section_says_when_the_course_run_recorded_a_failure(tmp_path):
+    bundle = write(tmp_path, "tpu/vm/2026-12-01/vmap", sample(**TPU))
+    workers = [{"worker": 0, "status": "passed"}, {"worker": 1, "status": "error"}]
+    record = {"lessons": [{"slug": "vmap", "status": "failed", "workers": workers}]}
+    (bundle.parent.parent / "run.json").write_text(json.dumps(record))
+    notes = comparison.comparison_section("vmap", tmp_path).comparison.notes
+    assert (
+        notes[0]
+        == "the course run recorded this lesson as failed (worker 0: passed, worker 1: error)"
+    )
+    record["lessons"][0]["status"] = "passed"
+    (bundle.parent.parent / "run.json").write_text(json.dumps(record))
+    assert not any(
+        "recorded" in n for n in comparison.comparison_section("vmap", tmp_path).comparison.notes
+    )
