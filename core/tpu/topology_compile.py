@@ -59,6 +59,10 @@ CPU_HOST_LIBTPU_ENV = {"TPU_WORKER_HOSTNAMES": "localhost", "TPU_ACCELERATOR_TYP
 def _prepare_libtpu_for_compile_only() -> None:
     """Set libtpu's environment before it loads (it reads it once per process)."""
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    # A persistent compilation cache cannot load a compile-only TPU executable back (no TPU
+    # client: "PjRtCompiler must be constructed with a Client"): every read would warn, then
+    # recompile. So a process that compiles for TPU topologies compiles without one.
+    jax.config.update("jax_enable_compilation_cache", False)
     if not runtime.host_has_tpu():
         for name, value in CPU_HOST_LIBTPU_ENV.items():
             os.environ.setdefault(name, value)

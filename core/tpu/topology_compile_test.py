@@ -183,3 +183,39 @@ def test_compiling_for_a_topology_on_a_cpu_host_prints_no_libtpu_noise():
         "topologies.get_topology_desc(platform='tpu', topology_name='v5e:2x2')\n"
     )
     assert any(line in loud for line in LIBTPU_NOISE), loud[-3000:]
+
+
+def _compile_twice_with_a_cache(cache_dir, devices_code: str) -> str:
+    """stderr of compiling one program twice for v5e:2x2 with a persistent cache in cache_dir."""
+    return _stderr_of(
+        "import os\n"
+        f"os.environ['JAX_COMPILATION_CACHE_DIR'] = {str(cache_dir)!r}\n"
+        "os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'\n"
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "from core.tpu import topology_compile as t\n"
+        f"{devices_code}\n"
+        "mesh = jax.sharding.Mesh(np.array(devices), ('data',))\n"
+        "sharding = jax.sharding.NamedSharding(mesh, t.P('data'))\n"
+        "x = jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=sharding)\n"
+        "for _ in range(2):\n"
+        "    jax.clear_caches()\n"
+        "    jax.jit(lambda a: jnp.tanh(a) * 2).lower(x).compile()\n"
+    )
+
+
+def test_topology_compiles_skip_the_persistent_cache_they_cannot_read_back(tmp_path):
+    """A cached compile-only TPU executable cannot be loaded back (no TPU client): each read
+    warns. Through topology_devices the process compiles without the cache and stays quiet;
+    asked for the devices directly, the same compiles warn, so the check can fail."""
+    quiet = _compile_twice_with_a_cache(
+        tmp_path / "module", "devices = t.topology_devices('v5e:2x2')"
+    )
+    assert "persistent compilation cache" not in quiet, quiet[-3000:]
+    loud = _compile_twice_with_a_cache(
+        tmp_path / "direct",
+        "t._prepare_libtpu_for_compile_only()\n"
+        "jax.config.update('jax_enable_compilation_cache', True)\n"
+        "from jax.experimental import topologies\n"
+        "devices = topologies.get_topology_desc(platform='tpu', topology_name='v5e:2x2').devices",
+    )
+    assert "persistent compilation cache" in loud, loud[-3000:]
