@@ -1,0 +1,191 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Pallas grids and BlockSpecs")
+
+with app.setup:
+    import jax
+    import marimo as mo
+
+    from core import lab, numerics
+    from core.kernels import tiling
+    from core.lessons.pallas import pallas_grids
+
+    FLAGS = lab.Flags(
+        lab.Flag("kernel", "matmul", "the kernel", choices=pallas_grids.KERNELS),
+        lab.Flag("m", 256, "rows M of x and of the output", lo=8, hi=1024, step=8),
+        lab.Flag("k", 256, "contracting size K (matmul)", lo=128, hi=1024, step=128),
+        lab.Flag("n", 256, "columns N of the output", lo=128, hi=1024, step=128),
+        lab.Flag("bm", 128, "block rows bm", lo=8, hi=1024, step=8),
+        lab.Flag("bn", 128, "block columns bn", lo=8, hi=1024, step=8),
+        lab.Flag("dtype", "float32", "element type", choices=pallas_grids.DTYPES),
+        lab.Flag("program", 1, "the program instance to highlight (row-major)", lo=0, hi=63),
+        lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        description="Pallas grids and BlockSpecs: which block every program instance touches.",
+    )
+    ARGS = FLAGS.parse()
+    RUNS_ON = (
+        "compiled by Mosaic on this TPU"
+        if jax.default_backend() == "tpu"
+        else ("in TPU interpret mode on this CPU")
+    )
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    # Pallas grids and BlockSpecs
+    *Phase 15 · Pallas kernels*
+
+    A Pallas kernel is a function of **blocks**. `pl.pallas_call` runs it once per point of a
+    **grid**; each run is a *program instance* with ids `pl.program_id(0), pl.program_id(1)`.
+    A `BlockSpec(block_shape, index_map)` per operand says which block that instance sees:
+    `index_map(i, j)` returns the block's index, and Pallas copies that block into fast memory
+    (VMEM on a TPU) before the kernel body runs. In this lesson you will
+
+    - choose an array shape, a block shape and see the grid it gives;
+    - see which block of every input each program instance reads and which output block it
+      writes, for a vector add and for a matmul by row and column strips;
+    - check the kernel against NumPy float64, and see the block shapes a TPU refuses and why.
+    """)
+    return
+
+
+@app.cell
+def _():
+    kernel = FLAGS.control("kernel", ARGS)
+    m = FLAGS.control("m", ARGS, label="M")
+    k = FLAGS.control("k", ARGS, label="K (matmul)")
+    n = FLAGS.control("n", ARGS, label="N")
+    bm = FLAGS.control("bm", ARGS, label="block rows bm")
+    bn = FLAGS.control("bn", ARGS, label="block cols bn")
+    dtype = FLAGS.control("dtype", ARGS)
+    program = FLAGS.control("program", ARGS, label="highlight program")
+    seed = FLAGS.control("seed", ARGS)
+    mo.vstack(
+        [
+            mo.hstack([kernel, dtype, seed], justify="start"),
+            mo.hstack([m, k, n], justify="start"),
+            mo.hstack([bm, bn, program], justify="start"),
+        ]
+    )
+    return bm, bn, dtype, k, kernel, m, n, program, seed
+
+
+@app.cell
+def _(bm, bn, dtype, k, kernel, m, n, program):
+    _ops = pallas_grids.operands(kernel.value, m.value, k.value, n.value, bm.value, bn.value)
+    _shape_rows = [
+        {
+            "operand": op.name,
+            "array": str(op.shape),
+            "block": str(op.block),
+            "index_map(i, j)": op.index_map,
+            "blocks": str(op.grid),
+        }
+        for op in _ops
+    ]
+    lab.guard(
+        pallas_grids.problem(
+            kernel.value, m.value, k.value, n.value, bm.value, bn.value, dtype.value, program.value
+        ),
+        lab.table(_shape_rows),
+        headline="This pallas_call cannot run on a TPU.",
+    )
+    # names defined after the guard: a stopped guard stops every cell that uses them
+    ops = _ops
+    blocks = (bm.value, bn.value)
+    grid = tiling.grid_of((m.value, n.value), (bm.value, bn.value))
+    ids = pallas_grids.program_ids(m.value, n.value, bm.value, bn.value)
+    chosen = ids[program.value]
+    mo.vstack(
+        [
+            lab.table(_shape_rows),
+            mo.md(
+                f"""
+    ```python
+    pl.pallas_call(kernel, grid={grid}, in_specs=[{
+                    ", ".join(
+                        f"pl.BlockSpec({op.block}, lambda i, j: {op.index_map})" for op in ops[:2]
+                    )
+                }], out_specs=pl.BlockSpec({ops[2].block}, lambda i, j: {ops[2].index_map}), ...)
+    ```
+    The grid is {grid}: {len(ids)} program instances, run one after another in row-major
+    order (on a TPU core they are a loop; the last grid axis is the fastest). Every operand's
+    block must tile the array exactly, and on a TPU its last two dims must be multiples of
+    {tiling.min_tile(dtype.value)[0]} x {tiling.min_tile(dtype.value)[1]} for {dtype.value}
+    (or the whole dim): try bm = 96 or bn = 64.
+    """
+            ),
+        ]
+    )
+    return blocks, chosen, ids, ops
+
+
+@app.cell
+def _(chosen, ops):
+    mo.vstack(
+        [
+            mo.md(
+                f"### What program {chosen} touches\n"
+                "Orange: the block Pallas hands to this program instance. Move *highlight "
+                "program* to walk the grid."
+            ),
+            mo.hstack(
+                [pallas_grids.block_picture(op, *chosen) for op in ops], justify="start", wrap=True
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(ids, ops):
+    lab.table(
+        pallas_grids.access_rows(ops, ids),
+        caption="Every program instance: the block of each operand it reads or writes",
+    )
+    return
+
+
+@app.cell
+def _(blocks, dtype, k, kernel, m, n, seed):
+    x, y = pallas_grids.example_data(
+        jax.random.key(seed.value), kernel.value, m.value, k.value, n.value, dtype.value
+    )
+    result = pallas_grids.run(kernel.value, x, y, *blocks)
+    mo.md(f"Ran the {kernel.value} kernel {RUNS_ON}: output {tuple(result.shape)} {result.dtype}.")
+    return result, x, y
+
+
+@app.cell
+def _(dtype, kernel, result, x, y):
+    # Independent reference: the same inputs widened to NumPy float64, x + y or x @ y there.
+    reference = pallas_grids.reference(kernel.value, x, y)
+    check = lab.Check(
+        f"Pallas {kernel.value} ({dtype.value}, {RUNS_ON}) equals NumPy float64 "
+        f"{'x + y' if kernel.value == 'add' else 'x @ y'}, shape {reference.shape}",
+        numerics.scaled_max_error(result, reference),
+        numerics.tolerance(dtype.value),
+        facts={"shapes match": tuple(result.shape) == reference.shape},
+    )
+    check
+    return (check,)
+
+
+@app.cell
+def test_check_passes(check):
+    check.assert_passed()
+    return
+
+
+@app.cell
+def test_every_output_block_written_once(ids, ops):
+    out = ops[-1]
+    written = [out.block_index(i, j) for i, j in ids]
+    assert sorted(written) == [(r, c) for r in range(out.grid[0]) for c in range(out.grid[1])]
+    return
+
+
+if __name__ == "__main__":
+    app.run()
