@@ -347,6 +347,12 @@ def _(clip_norm, norm_after_S, norm_before_S):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("adam_clipping_schedules")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

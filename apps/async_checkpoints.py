@@ -483,6 +483,12 @@ def _(
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("async_checkpoints")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

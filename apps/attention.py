@@ -523,6 +523,12 @@ def _():
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("attention")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

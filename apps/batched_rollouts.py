@@ -179,6 +179,12 @@ def _(counts, timing_steps):
     return (rows,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("batched_rollouts")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -322,6 +322,12 @@ def _(predicted, split, test_logits):
     return (wrong,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("cnn_digits")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -450,6 +450,12 @@ def _(
     return (defaults_in_use,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("contrastive")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

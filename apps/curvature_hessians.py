@@ -315,6 +315,12 @@ def _(net_eigenvalues, quad, quad_eigenvalues):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("curvature_hessians")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -378,6 +378,12 @@ def _(diverged_at, outcomes, runs, x_ND, y_N):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("debug_unstable")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

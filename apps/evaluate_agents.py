@@ -220,6 +220,12 @@ def _(controls, names, outcome_a, outcome_b):
     return by_seeds, flip_rate
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("evaluate_agents")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

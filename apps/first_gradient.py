@@ -228,6 +228,12 @@ def _(function, x0):
     return (sweep,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("first_gradient")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -331,6 +331,12 @@ def _(state_rows):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("flax_nnx")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

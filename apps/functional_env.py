@@ -203,6 +203,12 @@ def _():
     return (vmapped_shape,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("functional_env")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -353,6 +353,12 @@ def _(after, before, interrupt_at, uninterrupted):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("grain_pipeline")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

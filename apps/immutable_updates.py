@@ -379,6 +379,12 @@ def _(
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("immutable_updates")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -272,6 +272,12 @@ def _(batched):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("input_pipeline")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

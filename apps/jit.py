@@ -281,6 +281,12 @@ def _(seed):
     return (donation,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("jit")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -307,6 +307,12 @@ def _(hidden, seed, sweep, sweep_button):
     return (timings,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("lax_scan")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -218,6 +218,12 @@ def _(loss, params, x_BD, y):
     return (along,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("losses_value_and_grad")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -378,6 +378,12 @@ def _(batch_size, hidden_units, learning_rate, mask_ratio, patch, seed, steps):
     return (defaults_in_use,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("masked_image")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

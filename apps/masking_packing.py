@@ -544,6 +544,12 @@ def _():
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("masking_packing")
+    return
+
+
 @app.cell
 def test_round_trip(round_trip_ok):
     assert round_trip_ok

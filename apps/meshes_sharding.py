@@ -300,6 +300,12 @@ def _(steps, w_FH, x_BF):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("meshes_sharding")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -213,6 +213,12 @@ def _(examples, rows, sigma2):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("minibatch_noise")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -235,6 +235,12 @@ def _(store_dir):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("mlflow_tracking")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

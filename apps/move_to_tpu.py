@@ -437,6 +437,12 @@ def _(
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("move_to_tpu")
+    return
+
+
 @app.cell
 def test_check_passes(check, export_run):
     # Served, the script runs only when the learner presses the button: until then the check

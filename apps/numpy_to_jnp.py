@@ -312,6 +312,12 @@ def _(matmul_size, seed):
     return (timing,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("numpy_to_jnp")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

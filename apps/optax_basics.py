@@ -194,6 +194,12 @@ def _(clip_norm, learning_rate, losses, momentum, params, steps, weight_decay, x
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("optax_basics")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -221,6 +221,12 @@ def _(multi, single):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("pod_slices")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -246,6 +246,12 @@ def _(config, controls, train_button):
     return curves, eval_mean
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("policy_gradients_ppo")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -357,6 +357,12 @@ def _(channel_spread, k_max, rows, schemes, seed, w_KN):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("precision_xprof")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -275,6 +275,12 @@ def _(dtype, leaves_info, params, round_trip_equal, widths, x_BI):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("pytrees")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

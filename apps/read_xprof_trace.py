@@ -270,6 +270,12 @@ def _(capture, top_ops):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("read_xprof_trace")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -328,6 +328,12 @@ def _(
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("recompilation_host_sync")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

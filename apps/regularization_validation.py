@@ -317,6 +317,12 @@ def _(leak, leak_examples, leak_seed_list, noise_features, select_k):
     return (leak_check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("regularization_validation")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -231,6 +231,12 @@ def _(grads, params, x_BW, y_BW):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("remat_tradeoffs")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

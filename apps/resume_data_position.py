@@ -273,6 +273,12 @@ def _(full, loss_error, resume_at, resumed_losses):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("resume_data_position")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

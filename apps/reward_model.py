@@ -184,6 +184,12 @@ def _(best_loss, result):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("reward_model")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

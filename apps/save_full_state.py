@@ -232,6 +232,12 @@ def _(config, restored, saved_data_state, saved_state, steps):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("save_full_state")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -241,6 +241,12 @@ def _(options):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("select_tpu_slice")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -150,6 +150,12 @@ def _(result):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("sft")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -229,6 +229,12 @@ def _(classes, log10_scale, seed):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("stable_losses")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

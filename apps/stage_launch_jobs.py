@@ -224,6 +224,12 @@ def _(interrupted):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("stage_launch_jobs")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

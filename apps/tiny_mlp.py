@@ -351,6 +351,12 @@ def _(finite_differences, grads64):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("tiny_mlp")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

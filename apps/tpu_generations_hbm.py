@@ -492,6 +492,12 @@ def _(compile_shape, reports, setups, shape):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("tpu_generations_hbm")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

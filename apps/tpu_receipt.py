@@ -261,6 +261,12 @@ def _(live):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("tpu_receipt")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

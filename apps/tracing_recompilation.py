@@ -266,6 +266,12 @@ def _(bucketed, seed):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("tracing_recompilation")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

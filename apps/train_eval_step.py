@@ -349,6 +349,12 @@ def _(
     return eval_rows, model, train_rows
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("train_eval_step")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -569,6 +569,12 @@ def _(batch, files, heads, layers, learning_rate, max_bytes, seed, seq_len, step
     return (defaults_in_use,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("train_generate")
+    return
+
+
 @app.cell
 def test_cached_decode_equals_full_forward(check):
     check.assert_passed()

@@ -385,6 +385,12 @@ def _():
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("transformer_block")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -264,6 +264,12 @@ def _(sub_a, sub_residual, sub_x):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("vectors_norms")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -452,6 +452,12 @@ def _(layout_table, owner_map, per_device, reference_RH, run, y_layout):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("virtual_devices")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

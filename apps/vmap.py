@@ -289,6 +289,12 @@ def _(cols, rows, timing_batch, timing_button):
     return (timings,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("vmap")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -281,6 +281,12 @@ def _(receipt, uploaded):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("workspace")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -90,6 +91,18 @@ def test_lesson_is_named_and_has_a_check(app_path):
     assert "title" in source
     tests = [ast.unparse(c) for c in _cells(_tree(app_path)) if c.name.startswith("test_")]
     assert any(".assert_passed()" in t for t in tests), "a test cell calls check.assert_passed()"
+
+
+COURSE_SLUGS = {lesson.slug for lesson in curriculum.all_lessons()}
+COURSE_LESSON_APPS = [p for p in LESSON_APPS if p.stem in COURSE_SLUGS]
+
+
+@pytest.mark.parametrize("app_path", COURSE_LESSON_APPS, ids=_ids(COURSE_LESSON_APPS))
+def test_lesson_shows_its_tpu_results(app_path):
+    """One hidden cell shows this lesson's course-run results (TPU beside CPU) or how to get
+    them: `lab.tpu_results("<its slug>")`, before the test cells."""
+    source = app_path.read_text(encoding="utf-8")
+    assert re.findall(r'lab\.tpu_results\("([^"]*)"\)', source) == [app_path.stem]
 
 
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))

@@ -6,6 +6,8 @@ python -m tpu_scripts rehearse --processes 2 --devices-per-process 4 SCRIPT [-- 
 python -m tpu_scripts launch {create,stage,run,fetch,delete} ... [--dry-run]
 python -m tpu_scripts course-run --name VM --zone Z --accelerator-type T --lessons NAME,...
 python -m tpu_scripts compare runs/tpu/VM/DATE [--local DIR] [--markdown PATH]
+python -m tpu_scripts artifact {runtime-receipt,experiment-log,decision-dossier,
+                                timing-placement,verify} ...
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tpu_scripts import compare, course_run, export, launch
+from tpu_scripts import artifacts, compare, course_run, export, launch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     # A subcommand module gives add_parser(commands) and main(args); it is wired in twice here.
     course_run.add_parser(commands)
     compare.add_parser(commands)
+    artifacts.add_parser(commands)  # each artifact's subparser sets its handler
     return parser
 
 
@@ -101,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return course_run.main(args, ["python", "-m", "tpu_scripts", *argv])
     elif args.command == "compare":
         return compare.main(args.tpu_dir, args.local_dir, args.markdown_path)
+    elif args.command == "artifact":
+        return args.handler(args)
     return 0
 
 

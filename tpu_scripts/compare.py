@@ -13,7 +13,7 @@ import dataclasses
 import pathlib
 import sys
 
-from tpu_scripts.lab_documents import comparison, results
+from core.lab import comparison, results
 
 
 def lesson_slugs(tpu_dir: pathlib.Path, local_dir: pathlib.Path | None) -> list[str]:

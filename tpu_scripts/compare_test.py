@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 from core import curriculum, documents, runtime
+from core.lab import results
 from tpu_scripts import __main__ as cli
 from tpu_scripts import compare
-from tpu_scripts.lab_documents import results
 
 
 def sample(lesson="vmap", backend="cpu", kind="cpu", devices=8) -> dict:

@@ -50,9 +50,9 @@ from typing import Any, Literal
 import pydantic
 
 from core import curriculum, documents, runtime
+from core.lab import results
 from core.tpu import cloud_tpu
 from tpu_scripts import export, launch
-from tpu_scripts.lab_documents import results
 
 SCHEMA = "jax-tpu-lab/course-run"
 RECORD = "run.json"

@@ -14,7 +14,11 @@ APP = curriculum.APPS_DIR / "arrays_devices.py"
 
 def run(*args, cwd=curriculum.REPO_ROOT, timeout=180):
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
         env=runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"),
     )
 

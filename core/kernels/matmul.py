@@ -173,3 +173,17 @@ def compile_for_topology(
         per_chip, shapes, (P(), P()), topology_name
     )
     return report, TPU_CUSTOM_CALL in compiled.as_text()
+
+
+def races_found() -> bool | None:
+    """Whether TPU interpret mode saw a data race since its state was last reset.
+
+    Read from interpret mode's race detector (jax's own Pallas tests read the same flag);
+    None when no kernel ran with ``detect_races=True`` or this JAX keeps it elsewhere.
+    """
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call
+    except ImportError:
+        return None
+    state = getattr(interpret_pallas_call, "races", None)
+    return None if state is None else bool(state.races_found)

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import pathlib
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +24,12 @@ from typing import Any
 # What a headless run found: lab.table, Check and guard record into it (core/lab/results.py).
 from core.lab import results
 from core.lab.results import report  # noqa: F401 (re-exported: an app names a key number)
+from core.lab.tables import (  # noqa: F401 (re-exported; marimo-free, the results use them too)
+    YES_NO,
+    format_number,
+    format_value,
+    table_markdown,
+)
 
 # The process helpers live in core.runtime (no marimo); lessons reach them as lab.*.
 from core.runtime import (  # noqa: F401 (re-exported)
@@ -288,79 +292,15 @@ def guard(problem: str | None, *context, headline: str | None = None) -> None:
     mo.stop(True, mo.vstack([*context, mo.callout(mo.md(text), kind="warn")]))
 
 
-YES_NO = ("yes", "no")
-_CODE_SPAN = re.compile(r"(`[^`\n]*`)")  # split() keeps the spans at odd indices
+def tpu_results(slug: str):
+    """Lesson ``slug``'s newest TPU results beside its newest local CPU ones, or how to make them.
 
-
-def format_number(value: float, digits: int = 4) -> str:
-    """A float as a person reads it: ``digits`` significant digits, thousands grouped.
-
-    Small magnitudes (errors, tolerances) keep 3 digits in scientific form, so 3.2e-07 does
-    not round to 0; 0 is "0"; nan and inf are spelled out.
+    Reads runs/tpu/<vm>/<date>/<slug>/ and runs/local/<date>/<slug>/ (course-run's bundles);
+    one glob when there are none. Shown in the UI only: a headless run draws nothing.
     """
-    if digits < 1:
-        raise ValueError(f"digits must be >= 1, got {digits}")
-    if not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    magnitude = abs(value)
-    if magnitude == 0:
-        return "0"
-    if magnitude < 1e-3:
-        return f"{value:.3g}"
-    if magnitude < 10**digits:
-        return f"{value:.{digits}g}"
-    if magnitude < 1e15:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    from core.lab import comparison
 
-
-def format_value(value: Any, words: tuple[str, str] = YES_NO, digits: int = 4) -> str:
-    """One table cell as text: bools as ``words`` (true, false), floats by format_number,
-    ints as they are. NumPy/JAX scalars count as the Python value they hold."""
-    if getattr(value, "shape", None) == () and hasattr(value, "item"):
-        value = value.item()  # numpy scalar, 0-d numpy or jax array
-    if isinstance(value, bool):
-        return words[0] if value else words[1]
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return format_number(value, digits)
-    return str(value)
-
-
-def table_markdown(
-    rows: list[dict],
-    caption: str = "",
-    *,
-    words: dict[str, tuple[str, str]] | None = None,
-    digits: int = 4,
-) -> str:
-    """The markdown source of ``table`` (see there)."""
-    if not rows:
-        return f"{caption}\n\n*(no rows)*" if caption else "*(no rows)*"
-    columns = list(rows[0])
-    words = words or {}
-    unknown = sorted(set(words) - set(columns))
-    if unknown:
-        raise ValueError(f"words names columns the table does not have: {unknown}")
-
-    def cell(text: str) -> str:
-        # Escape | outside `code spans` only: inside one the table parser keeps it, and a
-        # backslash there would show.
-        parts = _CODE_SPAN.split(text.replace("\n", " "))
-        return "".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
-
-    def value(row: dict, column: str) -> str:
-        if column not in row:
-            return ""
-        return cell(format_value(row[column], words.get(column, YES_NO), digits))
-
-    lines = [
-        "| " + " | ".join(cell(str(c)) for c in columns) + " |",
-        "|" + "---|" * len(columns),
-        *("| " + " | ".join(value(row, c) for c in columns) + " |" for row in rows),
-    ]
-    return (f"{caption}\n\n" if caption else "") + "\n".join(lines)
+    return comparison.comparison_section(slug)
 
 
 def table(

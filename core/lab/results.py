@@ -29,6 +29,7 @@ from typing import Any, Literal
 import pydantic
 
 from core import documents, runtime
+from core.lab import tables
 
 SCHEMA = "jax-tpu-lab/lesson-results"
 VERSION = 1
@@ -310,7 +311,6 @@ def document(status_error: str | None = None) -> dict:
 
 def markdown(doc: dict) -> str:
     """results.md: the same results for a person."""
-    from core import lab
 
     r = doc["receipt"]
     lines = [
@@ -330,14 +330,13 @@ def markdown(doc: dict) -> str:
     for number in doc["numbers"]:
         lines.append(f"- {number['name']}: {number['value']} {number['unit']}".rstrip())
     for table in doc["tables"]:
-        lines += ["", lab.table_markdown(table["rows"], f"### {table['title']}")]
+        lines += ["", tables.table_markdown(table["rows"], f"### {table['title']}")]
     if doc["charts"]:
         lines += ["", "## Charts", ""] + [f"- {c['title']}: `{c['file']}`" for c in doc["charts"]]
     return "\n".join(lines) + "\n"
 
 
 def _print_text(doc: dict) -> None:
-    from core import lab
 
     r = doc["receipt"]
     print(f"\n== Results of {doc['lesson']} ({r['note']}) ==")
@@ -345,7 +344,7 @@ def _print_text(doc: dict) -> None:
     for number in doc["numbers"]:
         print(f"{number['name']}: {number['value']} {number['unit']}".rstrip())
     for table in doc["tables"]:
-        print("\n" + lab.table_markdown(table["rows"], f"{table['title']}:"))
+        print("\n" + tables.table_markdown(table["rows"], f"{table['title']}:"))
     if doc["charts"]:
         print(f"\n{len(doc['charts'])} chart(s): " + "; ".join(c["title"] for c in doc["charts"]))
 

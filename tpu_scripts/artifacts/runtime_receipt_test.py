@@ -33,6 +33,11 @@ def test_the_command_writes_a_verified_cpu_rehearsal(written, capsys):
     assert "TPU RESULT" not in report
     assert artifacts.main(["verify", str(out)]) == 0
     assert "VERIFIED" in capsys.readouterr().out
+    # the same through the project's entry point, python -m tpu_scripts artifact ...
+    from tpu_scripts import __main__ as entry
+
+    assert entry.main(["artifact", "verify", str(out)]) == 0
+    assert "VERIFIED" in capsys.readouterr().out
 
 
 def test_a_tampered_receipt_is_refused(written, tmp_path, capsys):
