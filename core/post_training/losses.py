@@ -14,6 +14,8 @@ Log-probabilities are natural logs (nats).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,6 +184,7 @@ def aggregate(values_BT, weights_BT, aggregation: str):
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
 
 
+@functools.partial(jax.jit, static_argnames=("aggregation",))
 def clipped_policy_loss(logp_BT, old_logp_BT, advantages_B, weights_BT, clip, aggregation):
     """PPO's clipped surrogate, negated (a loss): per token
     -min(ratio * A, clip(ratio, 1 - clip, 1 + clip) * A), ratio = pi / pi_old, aggregated

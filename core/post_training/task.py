@@ -169,20 +169,32 @@ def _sample_chunk(params, prompt_BP, key, temperature, greedy, lora, lora_scale)
     weights = jnp.zeros((b, SEQ_LEN), jnp.float32)
 
     def body(i, carry):
-        tokens, weights, done = carry
+        tokens, weights, logp, done = carry
         pos = PROMPT_TOKENS - 1 + i
-        logits = model.logits_BTV(params, tokens, lora, lora_scale)[:, pos]
-        drawn = jax.random.categorical(jax.random.fold_in(key, i), logits / temperature)
+        logits = model.logits_BTV(params, tokens, lora, lora_scale)[:, pos] / temperature
+        drawn = jax.random.categorical(jax.random.fold_in(key, i), logits)
         token = jnp.where(greedy, jnp.argmax(logits, -1), drawn)
         token = jnp.where(done, PAD_ID, token).astype(jnp.int32)
+        taken = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], -1)[:, 0]
         tokens = tokens.at[:, pos + 1].set(token)
         weights = weights.at[:, pos].set(jnp.where(done, 0.0, 1.0))
-        return tokens, weights, done | (token == END_ID)
+        logp = logp.at[:, pos].set(jnp.where(done, 0.0, taken))
+        return tokens, weights, logp, done | (token == END_ID)
 
-    tokens, weights, _ = jax.lax.fori_loop(
-        0, RESPONSE_TOKENS, body, (tokens, weights, jnp.zeros((b,), bool))
+    tokens, weights, logp, _ = jax.lax.fori_loop(
+        0, RESPONSE_TOKENS, body, (tokens, weights, weights, jnp.zeros((b,), bool))
     )
-    return tokens, weights
+    return tokens, weights, logp
+
+
+def sample_tokens(params, prompt_BP, key, temperature: float = 1.0):
+    """Sampled responses to prompt_BP (int32 prompt tokens) as jax arrays: (tokens_BT,
+    weights_BT, logp_BT), logp_BT the sampler's log-probability of each response token at the
+    position before it (as model.token_logprobs_BT, 0 elsewhere). SAMPLE_CHUNK prompts reuse
+    the program ``sample`` compiled."""
+    return _sample_chunk(
+        params, prompt_BP, key, jnp.float32(temperature), jnp.asarray(False), None, jnp.float32(0)
+    )
 
 
 def _sample(params, prompts, key, temperature, greedy, lora, lora_scale):
