@@ -173,6 +173,12 @@ def _(dtype, kernel, result, x, y):
     return (check,)
 
 
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("pallas_grids")
+    return
+
+
 @app.cell
 def test_check_passes(check):
     check.assert_passed()
