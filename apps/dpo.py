@@ -14,7 +14,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.lab import claims
-    from core.post_training import dpo, losses, model, preferences, report, task
+    from core.post_training import dpo, losses, model, preferences, report, rlhf, task
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -110,6 +110,44 @@ def _(beta, learning_rate, seed, steps):
 
 
 @app.cell
+def _(policy, reference, reports, seed):
+    # The comparison with the RLHF lesson: PPO (KL penalty to the same reference) against a
+    # reward fitted to the same training pairs, at that lesson's defaults (core.post_training).
+    with mo.status.spinner(title="RLHF on the same preferences: proxy reward, PPO"):
+        _train_pairs, _ = preferences.lesson_data(seed.value)
+        _train_prompts, _heldout_prompts = task.split_prompts(seed.value)
+        rlhf_policy, _run = rlhf.rlhf_policy(reference, _train_pairs, _train_prompts, seed.value)
+        _key = jax.random.fold_in(jax.random.key(seed.value), 99)
+        _rlhf = report.policy_report(rlhf_policy, reference, _heldout_prompts, _key)
+    _shown = ("true reward", "KL k1 (nats)", "KL k3 (nats)", "greedy accuracy")
+    _rows = [
+        {"policy": name, **{m: values[m] for m in _shown}, "sha256": model.short_hash(p)}
+        for name, values, p in (
+            ("reference (base)", reports["reference (base)"], reference),
+            ("DPO policy", reports["DPO policy"], policy),
+            (f"RLHF: {_run.config.name} ({rlhf.STEPS} steps)", _rlhf, rlhf_policy),
+        )
+    ]
+    mo.vstack(
+        [
+            mo.md(
+                "## DPO beside RLHF on the same preferences\n"
+                "The RLHF lesson fits a reward to the same training pairs (a Bradley-Terry "
+                "proxy on bag-of-letters features) and trains PPO against it with a KL penalty "
+                "to the same reference. Both policies are sampled on the same held-out prompts "
+                "with the same key."
+            ),
+            lab.table(
+                _rows,
+                caption=f"{report.SAMPLES_PER_PROMPT} samples per held-out prompt; KL(π ‖ π_ref) "
+                "per response (k1, k3); the RLHF side at its lesson's defaults",
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
 def _(beta, heldout_pairs, policy, reference):
     # Independent reference: the four log-probabilities from core.lm's NumPy float64 forward
     # pass, then the DPO formula as written, in float64.
@@ -187,6 +225,12 @@ def _(history, reports):
         .properties(width=120, height=200)
     )
     mo.vstack([curves, bars])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.tpu_results("dpo")
     return
 
 
