@@ -235,10 +235,22 @@ def _(penalised, result):
         )
         .properties(width=240, height=200)
     )
+    _by_length = (
+        _push.groupby(["response tokens", "aggregation"])["|total gradient weight| / |A|"]
+        .mean()
+        .unstack("aggregation")
+        .reset_index()
+    )
+    push_table = lab.table(
+        _by_length.to_dict("records"),
+        caption="Measured (jax.grad of the loss on the last GRPO batch): mean total gradient "
+        "weight of a response per unit advantage, by its length in tokens",
+    )
     mo.vstack(
         [
             training_chart,
             mo.hstack([length_chart, push_chart], justify="start"),
+            push_table,
             mo.md(
                 "Per sequence, every response gets the same total push |A| / B whatever its "
                 "length (each of its n tokens gets 1/n of it): a short response's tokens move "
