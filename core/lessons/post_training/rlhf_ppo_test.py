@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from core.lessons.post_training import rlhf_ppo
-from core.post_training import losses
+from core.post_training import losses, model, rlhf
 
 D = rlhf_ppo.RLHF_PPO_LESSON
 
@@ -44,3 +44,14 @@ def test_clipped_loss_reference_matches_the_jax_loss():
         assert ours == pytest.approx(
             rlhf_ppo.clipped_loss_reference(logp, old, adv, w, 0.2, agg), rel=1e-5
         )
+
+
+@pytest.mark.slow
+def test_the_dpo_lessons_rlhf_policy_is_this_lessons_ppo_run():
+    # apps/dpo.py shows rlhf.rlhf_policy beside DPO as "the RLHF lesson's policy": the same run
+    result = rlhf_ppo.run(
+        0, D["kl_coef"], D["clip"], D["steps"], D["group"], D["aggregation"], only_ppo=True
+    )
+    policy, run = rlhf.rlhf_policy(result.base, result.train_pairs, result.prompts, 0)
+    assert run.config == result.runs[1].config
+    assert model.short_hash(policy) == model.short_hash(result.runs[1].policy)
