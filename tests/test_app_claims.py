@@ -18,6 +18,7 @@ import pytest
 from core import curriculum, lab
 from core.data import digits
 from core.lessons.nn_training import debug_unstable
+from core.lessons.post_training import rlhf_ppo
 from core.nn import mlp, training
 
 # app stem -> the core dict holding its defaults, proven over seeds by the named test
@@ -27,6 +28,8 @@ LESSON_DEFAULTS = {
     "tiny_mlp": mlp.TINY_MLP_LESSON,  # core/nn/mlp_test.py
     "train_eval_step": training.TRAIN_EVAL_LESSON,  # core/nn/training_test.py
     "cnn_digits": digits.CNN_LESSON,  # core/data/digits_test.py
+    # reward hacking at KL 0 vs the penalised run: core/lessons/post_training/rlhf_ppo_test.py
+    "rlhf_ppo": rlhf_ppo.RLHF_PPO_LESSON,
 }
 LIMIT_S = 120  # a hang guard, not a speed assertion
 

@@ -78,6 +78,12 @@ REFUSALS = [
     ("evaluate_agents", ["--lr-b", "0.00025"], "nothing to rank"),
     # phase "Post-training" (issue 17)
     ("lora", ["--rank", "40"], "rank 40 exceeds the smallest side 32"),
+    ("pallas_grids", ["--bn", "64"], "breaks the TPU tiling rule"),
+    ("pallas_grids", ["--dtype", "bfloat16", "--bm", "8"], "not a multiple of 16"),
+    ("first_tpu_kernel", ["--bk", "96"], "does not divide"),
+    ("tiling_pipelining", ["--chunk", "48"], "does not divide the 256 rows"),
+    ("rlhf_ppo", ["--group", "1"], "a GRPO group of 1 sample has no spread"),
+    ("rlhf_ppo", ["--group", "3"], "3 samples per prompt do not divide the batch of 64 responses"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120
