@@ -63,6 +63,11 @@ def _prepare_libtpu_for_compile_only() -> None:
     # client: "PjRtCompiler must be constructed with a Client"): every read would warn, then
     # recompile. So a process that compiles for TPU topologies compiles without one.
     jax.config.update("jax_enable_compilation_cache", False)
+    # JAX decides once per process whether the cache is in use: forget that decision, or a
+    # process that compiled for its CPU first would keep using the cache.
+    from jax.experimental.compilation_cache import compilation_cache
+
+    compilation_cache.reset_cache()
     if not runtime.host_has_tpu():
         for name, value in CPU_HOST_LIBTPU_ENV.items():
             os.environ.setdefault(name, value)
