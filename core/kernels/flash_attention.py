@@ -1,0 +1,475 @@
+"""Flash attention, forward and backward Pallas kernels; the references beside them.
+
+Shapes: q, k, v, o, do are (B, H, T, D) (batch, heads, sequence, head dim); the kernels see
+them as (N, T, D) with N = B * H. Per-row statistics (log-sum-exp L, delta) are (N, T, 1) f32.
+
+- Forward: grid (N, T/bq, T/bk), the k axis last and "arbitrary" (a reduction: its steps run
+  in order on one core). Scratch in VMEM: the running max m and sum l (bq, 1) and the
+  accumulator acc (bq, D), all f32; ``pl.when(j == 0)`` starts them, ``pl.when(j == last)``
+  writes O = acc / l and L = m + log(l) (the online softmax). Causal: a k block entirely above
+  the diagonal is skipped (``pl.when``) and its index map is clamped to the last block the
+  q block needs, so the pipeline fetches nothing new for it; the diagonal block is masked.
+- Backward (the flash identity): P = exp(S - L) is recomputed from the saved L, never
+  stored; dV = P^T dO, dP = dO V^T, dS = P * (dP - delta) with delta = rowsum(dO * O),
+  dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D). Two kernels: dK, dV on grid (N, T/bk, T/bq)
+  (q blocks the reduction), dQ on grid (N, T/bq, T/bk).
+- ``flash_attention``: a jax.custom_vjp whose backward is those kernels (``backward=
+  "kernel"``) or the VJP of ``mha_reference`` (``backward="reference"``).
+
+References: ``mha_reference`` (jnp, differentiable: jax.grad of it is a reference for the
+gradients, jax's pallas/ops/tpu pattern), ``attention_numpy`` and ``attention_grad_numpy``
+(NumPy float64, the closed forms: O = softmax(Q K^T / sqrt(D) + mask) V and its gradient).
+``interpret``: ``matmul.interpret_params()`` on CPU, ``False`` to compile through Mosaic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from core.kernels import matmul
+
+BACKWARDS = ("kernel", "reference")
+# A masked score: finite (exp of it minus any row max is exactly 0) so no inf - inf is NaN.
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+_CONTRACT_LAST = (((1,), (1,)), ((), ()))  # a @ b.T for 2-D a, b
+_CONTRACT_FIRST = (((0,), (0,)), ((), ()))  # a.T @ b
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """How the kernels tile attention: block sizes along T for q and k, causal, backward."""
+
+    block_q: int = 128
+    block_k: int = 128
+    causal: bool = False
+    backward: str = "kernel"
+    interpret: object = None  # None: interpret mode off a TPU (matmul.default_interpret)
+
+    def __post_init__(self):
+        if self.block_q < 1 or self.block_k < 1:
+            raise ValueError(f"block sizes must be positive, got {self.block_q}, {self.block_k}")
+        if self.backward not in BACKWARDS:
+            raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
+
+    def check_shape(self, t: int) -> None:
+        if t % self.block_q or t % self.block_k:
+            raise ValueError(
+                f"block_q {self.block_q} and block_k {self.block_k} must divide T = {t}"
+            )
+
+    @property
+    def mode(self):
+        return matmul.default_interpret() if self.interpret is None else self.interpret
+
+
+def _causal_mask(s, i, j, block_q, block_k):
+    rows = i * block_q + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
+    cols = j * block_k + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+    return jnp.where(cols <= rows, s, MASK_VALUE)
+
+
+def _needed(i, j, block_q, block_k):
+    """Whether k block j has a key at or below the diagonal of q block i (causal)."""
+    return j * block_k <= i * block_q + block_q - 1
+
+
+# --- forward ----------------------------------------------------------------------------------
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, *, cfg, scale):
+    i, j = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(j == 0)
+    def _init():
+        m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+        l_ref[...] = jnp.zeros_like(l_ref)
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    def _step():
+        q, k, v = q_ref[...], k_ref[...], v_ref[...]
+        s = jax.lax.dot_general(q, k, _CONTRACT_LAST, preferred_element_type=jnp.float32)
+        s = s * scale
+        if cfg.causal:
+            s = _causal_mask(s, i, j, cfg.block_q, cfg.block_k)
+        m_prev = m_ref[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - m_new)  # rescales what was summed under the old max
+        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
+        pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        acc_ref[...] = alpha * acc_ref[...] + pv
+        m_ref[...] = m_new
+
+    if cfg.causal:
+        pl.when(_needed(i, j, cfg.block_q, cfg.block_k))(_step)
+    else:
+        _step()
+
+    @pl.when(j == pl.num_programs(2) - 1)
+    def _finish():
+        o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+        lse_ref[...] = m_ref[...] + jnp.log(l_ref[...])
+
+
+def _kv_index(cfg):
+    """k/v block index for program (n, i, j): clamped to the last needed block when causal."""
+    if not cfg.causal:
+        return lambda n, i, j: (n, j, 0)
+    return lambda n, i, j: (
+        n,
+        jnp.minimum(j, (i * cfg.block_q + cfg.block_q - 1) // cfg.block_k),
+        0,
+    )
+
+
+def forward_call(n: int, t: int, d: int, dtype, cfg: Config):
+    """The pallas_call of the forward: (q, k, v) (N, T, D) -> (O (N, T, D), L (N, T, 1) f32)."""
+    cfg.check_shape(t)
+    bq, bk = cfg.block_q, cfg.block_k
+    q_spec = pl.BlockSpec((None, bq, d), lambda n_, i, j: (n_, i, 0))
+    kv_spec = pl.BlockSpec((None, bk, d), _kv_index(cfg))
+    return pl.pallas_call(
+        functools.partial(_forward_kernel, cfg=cfg, scale=1.0 / math.sqrt(d)),
+        out_shape=(
+            jax.ShapeDtypeStruct((n, t, d), dtype),
+            jax.ShapeDtypeStruct((n, t, 1), jnp.float32),
+        ),
+        grid=(n, t // bq, t // bk),
+        in_specs=[q_spec, kv_spec, kv_spec],
+        out_specs=(q_spec, pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))),
+        scratch_shapes=[
+            pltpu.VMEM((bq, 1), jnp.float32),
+            pltpu.VMEM((bq, 1), jnp.float32),
+            pltpu.VMEM((bq, d), jnp.float32),
+        ],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary")
+        ),
+        interpret=cfg.mode,
+    )
+
+
+# --- backward ---------------------------------------------------------------------------------
+
+
+def _probabilities(q, k, lse, i, j, cfg, scale):
+    """P = exp(S - L) of one (q block i, k block j) pair, recomputed (never stored)."""
+    s = jax.lax.dot_general(q, k, _CONTRACT_LAST, preferred_element_type=jnp.float32) * scale
+    if cfg.causal:
+        s = _causal_mask(s, i, j, cfg.block_q, cfg.block_k)
+    return jnp.exp(s - lse)
+
+
+def _dkdv_kernel(
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_acc, dv_acc, *, cfg, scale
+):
+    j, i = pl.program_id(1), pl.program_id(2)  # k block j owns the output; q blocks reduce
+
+    @pl.when(i == 0)
+    def _init():
+        dk_acc[...] = jnp.zeros_like(dk_acc)
+        dv_acc[...] = jnp.zeros_like(dv_acc)
+
+    def _step():
+        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+        p = _probabilities(q, k, lse_ref[...], i, j, cfg, scale)  # (bq, bk)
+        dv_acc[...] += jax.lax.dot_general(
+            p.astype(do.dtype), do, _CONTRACT_FIRST, preferred_element_type=jnp.float32
+        )
+        dp = jax.lax.dot_general(do, v, _CONTRACT_LAST, preferred_element_type=jnp.float32)
+        ds = p * (dp - delta_ref[...])
+        dk_acc[...] += scale * jax.lax.dot_general(
+            ds.astype(q.dtype), q, _CONTRACT_FIRST, preferred_element_type=jnp.float32
+        )
+
+    if cfg.causal:
+        pl.when(_needed(i, j, cfg.block_q, cfg.block_k))(_step)
+    else:
+        _step()
+
+    @pl.when(i == pl.num_programs(2) - 1)
+    def _finish():
+        dk_ref[...] = dk_acc[...].astype(dk_ref.dtype)
+        dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_acc, *, cfg, scale):
+    i, j = pl.program_id(1), pl.program_id(2)
+
+    @pl.when(j == 0)
+    def _init():
+        dq_acc[...] = jnp.zeros_like(dq_acc)
+
+    def _step():
+        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+        p = _probabilities(q, k, lse_ref[...], i, j, cfg, scale)
+        dp = jax.lax.dot_general(do, v, _CONTRACT_LAST, preferred_element_type=jnp.float32)
+        ds = p * (dp - delta_ref[...])
+        dq_acc[...] += scale * jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
+
+    if cfg.causal:
+        pl.when(_needed(i, j, cfg.block_q, cfg.block_k))(_step)
+    else:
+        _step()
+
+    @pl.when(j == pl.num_programs(2) - 1)
+    def _finish():
+        dq_ref[...] = dq_acc[...].astype(dq_ref.dtype)
+
+
+def _backward_kernels(q, k, v, o, lse, do, cfg: Config):
+    """dQ, dK, dV (N, T, D) from the two backward kernels."""
+    n, t, d = q.shape
+    bq, bk = cfg.block_q, cfg.block_k
+    scale = 1.0 / math.sqrt(d)
+    delta = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
+    semantics = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+
+    # dK, dV: program (n, j, i); q blocks i reduce. Causal: q blocks above the diagonal are
+    # skipped, their index clamped up to the first q block that sees k block j.
+    if cfg.causal:
+        q_index = lambda n_, j, i: (n_, jnp.maximum(i, (j * bk) // bq), 0)  # noqa: E731
+    else:
+        q_index = lambda n_, j, i: (n_, i, 0)  # noqa: E731
+    q_rows = pl.BlockSpec((None, bq, d), q_index)
+    q_stats = pl.BlockSpec((None, bq, 1), q_index)
+    k_rows = pl.BlockSpec((None, bk, d), lambda n_, j, i: (n_, j, 0))
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkdv_kernel, cfg=cfg, scale=scale),
+        out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
+        grid=(n, t // bk, t // bq),
+        in_specs=[q_rows, k_rows, k_rows, q_rows, q_stats, q_stats],
+        out_specs=(k_rows, k_rows),
+        scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],
+        compiler_params=semantics,
+        interpret=cfg.mode,
+    )(q, k, v, do, lse, delta)
+
+    q_rows = pl.BlockSpec((None, bq, d), lambda n_, i, j: (n_, i, 0))
+    q_stats = pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))
+    kv_rows = pl.BlockSpec((None, bk, d), _kv_index(cfg))
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, cfg=cfg, scale=scale),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        grid=(n, t // bq, t // bk),
+        in_specs=[q_rows, kv_rows, kv_rows, q_rows, q_stats, q_stats],
+        out_specs=q_rows,
+        scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
+        compiler_params=semantics,
+        interpret=cfg.mode,
+    )(q, k, v, do, lse, delta)
+    return dq, dk, dv
+
+
+# --- the differentiable kernel ----------------------------------------------------------------
+
+
+def _flat(x_BHTD):
+    b, h, t, d = x_BHTD.shape
+    return x_BHTD.reshape(b * h, t, d)
+
+
+def forward(q_BHTD, k_BHTD, v_BHTD, cfg: Config):
+    """The forward kernel: (O (B, H, T, D) in q's dtype, L (B, H, T) f32 log-sum-exp)."""
+    b, h, t, d = q_BHTD.shape
+    o, lse = forward_call(b * h, t, d, q_BHTD.dtype, cfg)(
+        _flat(q_BHTD), _flat(k_BHTD), _flat(v_BHTD)
+    )
+    return o.reshape(b, h, t, d), lse.reshape(b, h, t)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _attention(q, k, v, cfg):
+    return forward(q, k, v, cfg)[0]
+
+
+def _attention_fwd(q, k, v, cfg):
+    o, lse = forward(q, k, v, cfg)
+    return o, (q, k, v, o, lse)
+
+
+def _attention_bwd(cfg, residuals, do):
+    q, k, v, o, lse = residuals
+    if cfg.backward == "reference":
+        _, vjp = jax.vjp(functools.partial(mha_reference, causal=cfg.causal), q, k, v)
+        return vjp(do)
+    b, h, t, d = q.shape
+    grads = _backward_kernels(
+        _flat(q), _flat(k), _flat(v), _flat(o), lse.reshape(b * h, t, 1), _flat(do), cfg
+    )
+    return tuple(g.reshape(b, h, t, d) for g in grads)
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("causal", "block_q", "block_k", "backward", "interpret")
+)
+def flash_attention(
+    q_BHTD,
+    k_BHTD,
+    v_BHTD,
+    causal: bool = False,
+    block_q: int = 128,
+    block_k: int = 128,
+    backward: str = "kernel",
+    interpret=None,
+):
+    """softmax(Q K^T / sqrt(D) + causal mask) V by the flash kernels; differentiable."""
+    cfg = Config(block_q, block_k, causal, backward, interpret)
+    return _attention(q_BHTD, k_BHTD, v_BHTD, cfg)
+
+
+# Interpret mode measures semantics, not speed: XLA:CPU compiling the interpreter's loop at its
+# default optimization level takes ~3x longer (3.6 s vs 1.3 s for one forward) and buys nothing
+# here. Compiled Mosaic kernels on a TPU keep the default.
+COMPILER_OPTIONS = {} if jax.default_backend() == "tpu" else {"xla_backend_optimization_level": 0}
+_STATIC = ("causal", "block_q", "block_k", "backward", "interpret")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC, compiler_options=COMPILER_OPTIONS)
+def forward_and_grads(
+    q_BHTD,
+    k_BHTD,
+    v_BHTD,
+    do_BHTD,
+    causal: bool = False,
+    block_q: int = 128,
+    block_k: int = 128,
+    backward: str = "kernel",
+    interpret=None,
+):
+    """One program: (O, L, (dQ, dK, dV)) for upstream gradient dO.
+
+    O and L from the forward kernel, the gradients from the custom_vjp's backward rule on
+    them (``backward``: "kernel" or "reference"): the forward runs once (jax.grad of
+    ``flash_attention`` gives the same gradients; its test says so).
+    """
+    cfg = Config(block_q, block_k, causal, backward, interpret)
+    o, lse = forward(q_BHTD, k_BHTD, v_BHTD, cfg)
+    return o, lse, _attention_bwd(cfg, (q_BHTD, k_BHTD, v_BHTD, o, lse), do_BHTD)
+
+
+@functools.partial(
+    jax.jit, static_argnames=_STATIC[:3] + ("interpret",), compiler_options=COMPILER_OPTIONS
+)
+def forward_with_lse(
+    q_BHTD, k_BHTD, v_BHTD, causal=False, block_q=128, block_k=128, interpret=None
+):
+    """The forward kernel alone: (O, L), for checking the saved log-sum-exp too."""
+    return forward(q_BHTD, k_BHTD, v_BHTD, Config(block_q, block_k, causal, "kernel", interpret))
+
+
+# --- references -------------------------------------------------------------------------------
+
+
+def mha_reference(q_BHTD, k_BHTD, v_BHTD, causal: bool = False, precision="highest"):
+    """Attention in jnp (differentiable), the whole T x T score matrix at once, f32 math.
+
+    ``precision``: of the two matmuls; "highest" by default since a TPU's default f32 matmul
+    is one bf16 pass; None (XLA's default) for the memory comparison, where the TPU compiler
+    takes several times longer on the multi-pass f32 matmuls and the bytes are the same.
+    """
+    d = q_BHTD.shape[-1]
+    s = jnp.einsum(
+        "bhqd,bhkd->bhqk", q_BHTD, k_BHTD, precision=precision, preferred_element_type=jnp.float32
+    ) / math.sqrt(d)
+    if causal:
+        t = q_BHTD.shape[2]
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, MASK_VALUE)
+    p = jax.nn.softmax(s, axis=-1)
+    o = jnp.einsum("bhqk,bhkd->bhqd", p, v_BHTD.astype(jnp.float32), precision=precision)
+    return o.astype(q_BHTD.dtype)
+
+
+@functools.partial(jax.jit, static_argnames="causal", compiler_options=COMPILER_OPTIONS)
+def reference_and_grads(q_BHTD, k_BHTD, v_BHTD, do_BHTD, causal: bool = False):
+    """``mha_reference``'s O and jax.grad of it for upstream dO: (O, (dQ, dK, dV)), jitted."""
+    o, vjp = jax.vjp(functools.partial(mha_reference, causal=causal), q_BHTD, k_BHTD, v_BHTD)
+    return o, vjp(do_BHTD)
+
+
+def _scores_numpy(q, k, causal):
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        t = s.shape[-1]
+        s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+    return s
+
+
+def _as64(x):
+    from core import numerics
+
+    return numerics.as_float64(x)
+
+
+def attention_numpy(q_BHTD, k_BHTD, v_BHTD, causal: bool = False):
+    """NumPy float64: (O = softmax(Q K^T / sqrt(D) + mask) V, L = logsumexp of the scores)."""
+    s = _scores_numpy(_as64(q_BHTD), _as64(k_BHTD), causal)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return (e / total) @ _as64(v_BHTD), (m + np.log(total))[..., 0]
+
+
+def attention_grad_numpy(q_BHTD, k_BHTD, v_BHTD, do_BHTD, causal: bool = False):
+    """NumPy float64 closed form of attention's gradient: (dQ, dK, dV) for upstream dO.
+
+    With P = softmax(S), S = Q K^T / sqrt(D): dV = P^T dO; dP = dO V^T;
+    dS = P * (dP - rowsum(dP * P)) (the softmax Jacobian); dQ = dS K / sqrt(D),
+    dK = dS^T Q / sqrt(D).
+    """
+    q, k, v, do = (_as64(x) for x in (q_BHTD, k_BHTD, v_BHTD, do_BHTD))
+    s = _scores_numpy(q, k, causal)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, dv
+
+
+# --- compiled for a TPU topology (no TPU needed) -----------------------------------------------
+
+
+def _compile_replicated(fn, shapes, topology_name: str):
+    """Compile ``fn`` on every chip of the topology with replicated operands (shard_map:
+    Mosaic kernels are not auto-partitioned). Returns (CompileReport, compiled)."""
+    from core.tpu import topology_compile
+
+    P = jax.sharding.PartitionSpec
+    mesh = topology_compile.topology_mesh(topology_name)
+    specs = (P(),) * len(shapes)
+    per_chip = jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+    return topology_compile.compile_for_topology(per_chip, shapes, specs, topology_name)
+
+
+def compile_for_topology(
+    topology_name: str, shape_BHTD, cfg: Config, dtype=jnp.float32, kernel: bool = True
+):
+    """Compile the forward for a TPU topology: the Mosaic kernel (``kernel=True``, O only)
+    or ``mha_reference`` (XLA's attention: the T x T scores in HBM). Needs libtpu.
+
+    Returns (core.tpu.topology_compile.CompileReport, whether the HLO holds the TPU custom
+    call); memory_analysis() in the report is one chip's.
+    """
+    cfg = dataclasses.replace(cfg, interpret=False)
+    cfg.check_shape(shape_BHTD[2])
+    if kernel:
+        fn = lambda q, k, v: forward(q, k, v, cfg)[0]  # noqa: E731
+    else:
+        fn = functools.partial(mha_reference, causal=cfg.causal, precision=None)
+    shapes = (jax.ShapeDtypeStruct(tuple(shape_BHTD), dtype),) * 3
+    report, compiled = _compile_replicated(fn, shapes, topology_name)
+    return report, matmul.TPU_CUSTOM_CALL in compiled.as_text()

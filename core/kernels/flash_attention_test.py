@@ -1,0 +1,279 @@
+"""Flash attention against its references: TPU interpret mode here, Mosaic on a TPU.
+
+Each class runs in "interpret" mode (races detected, uninitialized memory NaN) and "tpu" mode
+(compiled through Mosaic; skipped unless the backend is a TPU), unchanged. The property test
+draws shapes, block sizes, dtypes and causal flags with hypothesis and runs them in jax's HLO
+interpreter; the "ci" profile keeps it to a few examples (each one lowers, compiles and runs
+three kernels: ~2 s of CPU), the benchmark
+benchmarks/flash_attention_properties.py runs the same property with the "benchmark" profile.
+Every example hypothesis ever found failing is in REGRESSION_CASES, with what it caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import strategies
+
+from core import numerics
+from core.kernels import flash_attention, matmul, tiling
+from core.tpu import topology_compile
+
+MODES = [
+    pytest.param("interpret", id="interpret"),
+    pytest.param(
+        "tpu",
+        id="tpu",
+        marks=pytest.mark.skipif(jax.default_backend() != "tpu", reason="needs a TPU"),
+    ),
+]
+
+# derandomize: CI draws the same examples every run (a failure is reproducible, not flaky);
+# no database: nothing is written beside the checkout.
+hypothesis.settings.register_profile(
+    "ci", max_examples=5, deadline=None, derandomize=True, database=None
+)
+hypothesis.settings.register_profile(
+    "benchmark", max_examples=300, deadline=None, derandomize=False, database=None
+)
+CI = hypothesis.settings.get_profile("ci")
+
+
+def interpret_for(mode):
+    """ "interpret": TPU interpret mode (races, NaN-poisoned memory); "hlo": jax's plain HLO
+    interpreter (the same kernel semantics, no race detector, ~2x cheaper per case: lowering,
+    compiling and running 3 kernels costs ~1.7 s of CPU vs ~3.5 s); "tpu": compiled by Mosaic."""
+    return {"interpret": matmul.interpret_params(), "hlo": True, "tpu": False}[mode]
+
+
+# The property's breadth runs in the HLO interpreter; the classes below run every kernel in
+# TPU interpret mode, where a missing init or a race shows.
+PROPERTY_MODE = "hlo"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One drawn configuration of the property."""
+
+    batch: int
+    heads: int
+    t: int
+    d: int
+    block_q: int
+    block_k: int
+    causal: bool
+    dtype: str
+    seed: int = 0
+
+
+def operands(case: Case):
+    """q, k, v and the upstream gradient dO, (B, H, T, D) standard normals in case.dtype.
+
+    Drawn with NumPy and cast there (ml_dtypes' bfloat16): eager jax.random would compile
+    small programs for every new shape, a few tenths of a second per case.
+    """
+    rng = np.random.default_rng(case.seed)
+    shape = (4, case.batch, case.heads, case.t, case.d)
+    return tuple(jnp.asarray(x) for x in rng.standard_normal(shape).astype(jnp.dtype(case.dtype)))
+
+
+# Interpret mode runs every program as its own step on the CPU (a few ms each, three kernels
+# per example): at most this many programs per kernel keeps an example near 2 s.
+MAX_PROGRAMS = 16
+
+
+@strategies.composite
+def cases(draw):
+    dtype = draw(strategies.sampled_from(["float32", "bfloat16"]))
+    t = draw(strategies.sampled_from([8, 16, 32, 64]))
+    batch, heads = draw(strategies.sampled_from([(1, 1), (1, 2), (2, 1)]))
+    sublanes = tiling.min_tile(dtype)[0]
+    blocks = [b for b in (8, 16, 32, 64) if b <= t and t % b == 0 and (b % sublanes == 0 or b == t)]
+    block_q = draw(strategies.sampled_from(blocks))
+    fits = [b for b in blocks if batch * heads * (t // block_q) * (t // b) <= MAX_PROGRAMS]
+    return Case(
+        batch=batch,
+        heads=heads,
+        t=t,
+        d=draw(strategies.sampled_from([8, 16, 32, 64, 128])),
+        block_q=block_q,
+        block_k=draw(strategies.sampled_from(fits)),
+        causal=draw(strategies.booleans()),
+        dtype=dtype,
+        seed=draw(strategies.integers(0, 2**16)),
+    )
+
+
+def property_errors(case: Case, mode: str = PROPERTY_MODE) -> dict[str, float]:
+    """The kernel's O, L, dQ, dK, dV against the jnp reference and jax.grad of it (same
+    inputs) and against NumPy float64 closed forms: {what: scaled max error}."""
+    q, k, v, do = operands(case)
+    o, lse, grads = flash_attention.forward_and_grads(
+        q, k, v, do, case.causal, case.block_q, case.block_k, "kernel", interpret_for(mode)
+    )
+    ref_o, ref_grads = flash_attention.reference_and_grads(q, k, v, do, case.causal)
+    np_o, np_lse = flash_attention.attention_numpy(q, k, v, case.causal)
+    np_grads = flash_attention.attention_grad_numpy(q, k, v, do, case.causal)
+    errors = {
+        "O vs mha_reference": numerics.scaled_max_error(o, ref_o),
+        "O vs float64": numerics.scaled_max_error(o, np_o),
+        "L vs float64": numerics.scaled_max_error(lse, np_lse),
+    }
+    for name, g, ref_g, np_g in zip(("dQ", "dK", "dV"), grads, ref_grads, np_grads, strict=True):
+        assert g.dtype == jnp.dtype(case.dtype)
+        errors[f"{name} vs jax.grad(mha_reference)"] = numerics.scaled_max_error(g, ref_g)
+        errors[f"{name} vs float64"] = numerics.scaled_max_error(g, np_g)
+    return errors
+
+
+def tolerances(case: Case) -> dict[str, float]:
+    """The dtype's tolerance; L is f32 in every case (computed from f32 scores)."""
+    tol = numerics.tolerance(case.dtype)
+    # kernel and jnp reference each round to bfloat16 on their own: two roundings apart
+    pair = 2 * tol
+    return {
+        "O vs mha_reference": pair,
+        "O vs float64": tol,
+        "L vs float64": numerics.tolerance("float32"),
+        **{f"{g} vs jax.grad(mha_reference)": pair for g in ("dQ", "dK", "dV")},
+        **{f"{g} vs float64": tol for g in ("dQ", "dK", "dV")},
+    }
+
+
+def failures(case: Case, mode: str = PROPERTY_MODE) -> dict[str, tuple[float, float]]:
+    """What exceeds its tolerance: {what: (error, tolerance)} (empty when the case passes)."""
+    errors, bounds = property_errors(case, mode), tolerances(case)
+    return {n: (e, bounds[n]) for n, e in errors.items() if not e <= bounds[n]}
+
+
+# Every example hypothesis ever found failing, kept after the fix, with what it caught. Each
+# runs before the drawn ones (hypothesis.example), so a regression fails first.
+REGRESSION_CASES: list[Case] = []
+# Edges chosen by hand (not finds), run the same way.
+EDGE_CASES = [
+    # one block per axis: the init, the step and the finalize in the same program
+    Case(1, 1, 8, 8, 8, 8, True, "float32"),
+    # causal with block_q < block_k: a k block straddles the diagonal of several q blocks
+    Case(1, 2, 32, 16, 8, 32, True, "float32", 3),
+]
+
+
+def _with_examples(test):
+    for case in reversed(REGRESSION_CASES + EDGE_CASES):
+        test = hypothesis.example(case)(test)
+    return test
+
+
+@hypothesis.settings(CI)
+@_with_examples
+@hypothesis.given(cases())
+def test_kernel_matches_references_property(case):
+    assert failures(case) == {}, case
+
+
+@pytest.mark.parametrize("mode", MODES)
+class TestForward:
+    # One case per class (float32 is TestBackward's): each compiles interpreted kernels, and
+    # the property covers the shapes, blocks and flags.
+    @pytest.mark.parametrize(
+        "case", [Case(2, 1, 32, 128, 16, 32, True, "bfloat16", 2)], ids=["bf16-causal"]
+    )
+    def test_matches_numpy(self, mode, case):
+        q, k, v, _ = operands(case)
+        o, lse = flash_attention.forward_with_lse(
+            q, k, v, case.causal, case.block_q, case.block_k, interpret_for(mode)
+        )
+        np_o, np_lse = flash_attention.attention_numpy(q, k, v, case.causal)
+        assert o.dtype == jnp.dtype(case.dtype) and lse.dtype == jnp.float32
+        assert numerics.scaled_max_error(o, np_o) <= numerics.tolerance(case.dtype)
+        assert numerics.scaled_max_error(lse, np_lse) <= numerics.tolerance("float32")
+        if case.causal:  # row 0 attends only to key 0: O[0] = V[0]
+            assert numerics.scaled_max_error(o[:, :, 0], v[:, :, 0]) <= 1e-6
+        if mode == "interpret":
+            assert matmul.races_found() is False  # the detector ran and found none
+
+
+@pytest.mark.parametrize("mode", MODES)
+class TestBackward:
+    CASE = Case(1, 2, 16, 16, 16, 8, True, "float32", 4)
+
+    @pytest.mark.parametrize("backward", flash_attention.BACKWARDS)
+    def test_custom_vjp_matches_closed_form(self, mode, backward):
+        """jax.grad through flash_attention's custom_vjp (both backward rules) equals the
+        NumPy float64 closed form: the wiring forward_and_grads skips."""
+        case = self.CASE
+        q, k, v, do = operands(case)
+
+        def loss(q, k, v):
+            o = flash_attention.flash_attention(
+                q, k, v, case.causal, case.block_q, case.block_k, backward, interpret_for(mode)
+            )
+            return jnp.sum(o * do)
+
+        grad = jax.grad(loss, argnums=(0, 1, 2))
+        grads = jax.jit(grad, compiler_options=flash_attention.COMPILER_OPTIONS)(q, k, v)
+        expected = flash_attention.attention_grad_numpy(q, k, v, do, case.causal)
+        for g, ref in zip(grads, expected, strict=True):
+            assert numerics.scaled_max_error(g, ref) <= numerics.tolerance("float32")
+        if mode == "interpret":
+            assert matmul.races_found() is False
+
+
+def test_a_wrong_backward_is_caught():
+    """The property can fail: the reference's gradient with the wrong causal flag is refused."""
+    case = Case(1, 1, 16, 8, 8, 8, True, "float32")
+    q, k, v, do = operands(case)
+    _, grads = flash_attention.reference_and_grads(q, k, v, do, causal=False)
+    expected = flash_attention.attention_grad_numpy(q, k, v, do, causal=True)
+    assert numerics.scaled_max_error(grads[0], expected[0]) > numerics.tolerance("float32")
+
+
+def test_closed_form_matches_finite_differences():
+    """The NumPy gradient is itself right: central differences of sum(O * dO) in float64."""
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 1, 4, 3)) for _ in range(4))
+    dq, dk, dv = flash_attention.attention_grad_numpy(q, k, v, do, causal=True)
+    loss = lambda q, k, v: float(np.sum(flash_attention.attention_numpy(q, k, v, True)[0] * do))  # noqa: E731
+    step = 1e-6
+    for which, grad in ((0, dq), (1, dk), (2, dv)):
+        args = [q, k, v]
+        for index in np.ndindex(q.shape):
+            plus, minus = [a.copy() for a in args], [a.copy() for a in args]
+            plus[which][index] += step
+            minus[which][index] -= step
+            numeric = (loss(*plus) - loss(*minus)) / (2 * step)
+            assert abs(numeric - grad[index]) <= 1e-7
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"block_q": 0}, "must be positive"),
+        ({"backward": "autodiff"}, "backward must be one of"),
+    ],
+)
+def test_config_refuses(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        flash_attention.Config(**kwargs)
+
+
+def test_blocks_must_divide_t():
+    with pytest.raises(ValueError, match="must divide T = 48"):
+        flash_attention.Config(32, 16).check_shape(48)
+
+
+@pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
+def test_compiles_through_mosaic_for_v5e():
+    shape = (1, 2, 256, 64)
+    report, has_custom_call = flash_attention.compile_for_topology(
+        "v5e:2x2", shape, flash_attention.Config(128, 64, causal=True)
+    )
+    assert has_custom_call
+    assert report.device_kind.startswith("TPU v5")
+    assert report.memory["argument_size_in_bytes"] == 3 * 4 * np.prod(shape)
+    assert report.memory["output_size_in_bytes"] == 4 * np.prod(shape)
