@@ -84,6 +84,8 @@ REFUSALS = [
     ("tiling_pipelining", ["--chunk", "48"], "does not divide the 256 rows"),
     ("rlhf_ppo", ["--group", "1"], "a GRPO group of 1 sample has no spread"),
     ("rlhf_ppo", ["--group", "3"], "3 samples per prompt do not divide the batch of 64 responses"),
+    ("kernel_iteration", ["--block-q", "96"], "does not divide"),
+    ("kernel_iteration", ["--dtype", "bfloat16", "--block-q", "8"], "multiple of 16"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120
