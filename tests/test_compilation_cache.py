@@ -41,3 +41,11 @@ def test_enabled_only_when_the_probe_hits(tmp_path, monkeypatch, hits, enabled):
         assert environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
     else:
         assert "not read back" in status
+
+
+def test_an_unwritable_folder_leaves_it_off(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    environ = {}
+    assert "cannot be written" in cache.enable(blocker / "cache", environ)
+    assert cache.ENV_DIR not in environ

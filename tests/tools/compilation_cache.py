@@ -67,7 +67,10 @@ def enable(cache_dir: pathlib.Path, environ=os.environ) -> str:
     if environ.get(ENV_DISABLE) == "0":
         return f"compilation cache: off ({ENV_DISABLE}=0)"
     probe_dir = cache_dir / "probe"
-    probe_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        probe_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a read-only checkout: run without the cache
+        return f"compilation cache: off ({cache_dir} cannot be written: {error.strerror})"
     env = dict(environ)
     if not any(probe_dir.iterdir()):
         probe_hits(probe_dir, env)  # compiles the probe program into the empty cache
