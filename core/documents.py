@@ -10,6 +10,9 @@ Schema for the documented file formats.
 from __future__ import annotations
 
 import datetime
+import os
+import pathlib
+import tempfile
 from typing import Any
 
 import pydantic
@@ -61,3 +64,29 @@ def validate(model: type[Document], document: Any, what: str) -> dict:
 def json_schema(model: type[Document]) -> dict:
     """The model as a JSON Schema document (for the file formats the docs describe)."""
     return model.model_json_schema()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
+    """Write ``text`` (UTF-8) so a reader sees the old file or the new one, never half of one.
+
+    A unique temporary file beside ``path``, flushed to disk, renamed over it; the folder is
+    made if missing and synced after the rename; the temporary file never outlives a failure.
+    """
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return path

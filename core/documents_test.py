@@ -49,3 +49,21 @@ def test_a_good_document_comes_back_as_given_with_unknown_fields_kept():
 def test_a_bad_document_names_its_first_bad_field(document, message):
     with pytest.raises(ValueError, match=message):
         documents.validate(_Outer, document, "test document")
+
+
+def test_write_text_atomic_replaces_whole_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "new" / "doc.json"
+    assert documents.write_text_atomic(path, "first") == path
+    documents.write_text_atomic(path, "second")
+    assert path.read_text(encoding="utf-8") == "second"
+
+    def fail(*_args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        documents.write_text_atomic(path, "third")
+    assert path.read_text(encoding="utf-8") == "second"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["doc.json"]

@@ -235,10 +235,7 @@ def save_record(path: pathlib.Path, record: dict) -> None:
     """Validate and write atomically (a crash leaves the previous record whole)."""
     record["updated_utc"] = _now()
     documents.validate(RunRecord, record, "course run record")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    documents.write_text_atomic(path, json.dumps(record, indent=2) + "\n")
 
 
 def pending_lesson(slug: str) -> dict:

@@ -16,7 +16,6 @@ import os
 import pathlib
 import platform
 import socket
-import tempfile
 
 import pydantic
 
@@ -200,18 +199,8 @@ def runtime_receipt(repeats: int = 5) -> dict:
 
 def write_json_atomic(path: str | os.PathLike, receipt: dict) -> pathlib.Path:
     """Write the validated receipt beside ``path`` and rename: never a half-written file."""
-    path = pathlib.Path(path)
     text = json.dumps(validate(receipt), indent=2, sort_keys=True) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return documents.write_text_atomic(path, text)
 
 
 def read_json(path: str | os.PathLike) -> dict:

@@ -20,7 +20,6 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import pathlib
 import platform
 import sys
@@ -355,18 +354,12 @@ def write(doc: dict, out: pathlib.Path) -> list[pathlib.Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for chart, entry in zip(RECORDER.charts, doc["charts"], strict=True):
-        written.append(_write_text(out / entry["file"], json.dumps(chart["spec"], indent=1)))
-    written.append(_write_text(out / "results.md", markdown(doc)))
-    written.append(_write_text(out / "results.json", json.dumps(doc, indent=2) + "\n"))
+        spec_text = json.dumps(chart["spec"], indent=1)
+        written.append(documents.write_text_atomic(out / entry["file"], spec_text))
+    written.append(documents.write_text_atomic(out / "results.md", markdown(doc)))
+    doc_text = json.dumps(doc, indent=2) + "\n"
+    written.append(documents.write_text_atomic(out / "results.json", doc_text))
     return written
-
-
-def _write_text(path: pathlib.Path, text: str) -> pathlib.Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)  # a reader never sees half a file
-    return path
 
 
 def finish(outputs=(), error: str | None = None) -> dict | None:

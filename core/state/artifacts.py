@@ -113,14 +113,6 @@ def hash_path(json_path: pathlib.Path) -> pathlib.Path:
     return json_path.with_name(json_path.name + ".sha256")
 
 
-def write_text_atomic(path: pathlib.Path, text: str) -> pathlib.Path:
-    """Write text so a reader sees the old file or the new one (tmp file + os.replace)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
 def load_verified(json_path: str | os.PathLike) -> dict:
     """The document at ``json_path`` if its stored sha256 matches, else ValueError saying why.
 

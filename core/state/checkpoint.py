@@ -49,6 +49,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from core import documents
+
 ITEMS = ("state", "data", "meta")
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "jax-tpu-lab checkpoint manifest"
@@ -200,18 +202,7 @@ def file_digests(step_dir: pathlib.Path) -> dict[str, dict]:
 
 def write_json_atomic(path: pathlib.Path, value: Any) -> None:
     """Write JSON so a reader sees the old file or the new one, never half of one."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    documents.write_text_atomic(path, json.dumps(value, indent=1, sort_keys=True))
 
 
 def build_manifest(step: int, step_dir: pathlib.Path, state_specs: list[dict]) -> dict:

@@ -170,10 +170,10 @@ def write(
     json_path = out_dir / f"{name}.json"
     checkpoint.write_json_atomic(json_path, document)
     digest = artifacts.canonical_sha256(document)
-    sha_path = artifacts.write_text_atomic(
+    sha_path = documents.write_text_atomic(
         artifacts.hash_path(json_path), f"{digest}  {json_path.name}\n"
     )
-    md_path = artifacts.write_text_atomic(out_dir / f"{name}.md", markdown(document, sections))
+    md_path = documents.write_text_atomic(out_dir / f"{name}.md", markdown(document, sections))
     return [json_path, sha_path, md_path]
 
 

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import tempfile
 
+from core import documents
 from tpu_scripts import receipt as runtime_receipt
 from tpu_scripts.artifacts import common
 
@@ -235,7 +236,7 @@ def build(steps: int, every: int, kill_at: int, out_dir) -> tuple[dict, list]:
     log += [{"run": "reference", **e} for e in reference]
     log_text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in log)
     out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = artifacts.write_text_atomic(out_dir / f"{NAME}.jsonl", log_text)
+    log_path = documents.write_text_atomic(out_dir / f"{NAME}.jsonl", log_text)
 
     checks, losses, summary = compare(log, steps, every, kill_at, (killed_err, resumed_err))
     document = common.envelope(NAME, receipt, checks, [])
