@@ -2,7 +2,13 @@
 
 import sys
 
-from capstones.byte_transformer import cli
+from core.perf import allocator
+
+# Before JAX or torch start a thread: malloc keeps freed step buffers instead of unmapping
+# them (core/perf/allocator.py; JAX_LAB_MALLOC_DEFAULTS=1 keeps glibc's defaults).
+allocator.configure()
+
+from capstones.byte_transformer import cli  # noqa: E402 - after the allocator settings
 
 if __name__ == "__main__":
     sys.exit(cli.main(sys.argv[1:]))

@@ -66,6 +66,22 @@ def test_decode_cached_equals_recompute_equals_reference():
     )
 
 
+def test_flops_name_the_attention_work_the_blocked_core_skips():
+    """MFU counts the formula's full T x T attention; at the default T=256 the blocked core
+    (4 query blocks) never computes 3/8 of it, and the bench says how much."""
+    flops = bench.flops_per_step(config_lib.Config())
+    assert flops["attention_skipped"] == pytest.approx(flops["attention"] * 3 / 8)
+    assert flops["total"] == flops["matmul"] + flops["attention"]
+
+
+def test_peak_shapes_are_the_train_steps_weight_matmuls():
+    shapes = bench.model_matmul_shapes(config_lib.Config())
+    tokens = 16 * 256
+    assert (tokens, 256, 1024) in shapes and (tokens, 1024, 256) in shapes  # MLP forward
+    assert (256, tokens, 1024) in shapes  # a dW = X^T dY product
+    assert all(tokens in shape for shape in shapes)
+
+
 def test_cache_bytes_closed_form_and_measured():
     config = tiny(d_model=256, num_heads=4)  # the default width and heads
     cache = bench.cache_bytes(config)
@@ -93,13 +109,14 @@ def test_torch_compile_failure_is_recorded(monkeypatch):
 
 BENCH_KEYS = {
     "format", "version", "command", "machine", "cpu_model", "cores", "load_average",
-    "versions", "xla_flags", "torch_threads", "jax_devices", "config", "batch", "timing",
-    "peak", "flops", "jax", "jax_tuned", "torch_eager", "torch_compile", "jax_vs_torch", "decode",
-    "cache_bytes", "targets", "defects", "warnings", "total_s",
+    "versions", "xla_flags", "allocator", "torch_threads", "jax_devices", "config", "batch",
+    "timing", "peak", "flops", "jax", "jax_dense_attention", "torch_eager", "torch_compile",
+    "jax_vs_torch", "decode", "allocator_comparison", "cache_bytes", "targets", "defects",
+    "warnings", "total_s",
 }  # fmt: skip
 STEP_KEYS = {
     "median_s", "p10_s", "p90_s", "min_s", "samples_s", "cpu_median_s", "tokens_per_s",
-    "valid_tokens_per_s", "mfu",
+    "valid_tokens_per_s", "minor_faults_per_step", "system_s_per_step", "mfu",
 }  # fmt: skip
 
 
@@ -110,7 +127,8 @@ def test_bench_end_to_end_writes_consistent_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch, "compile", lambda fn, *a, **k: fn)
     out = tmp_path / "bench.json"
     argv = ["bench", f"out={out}", "steps=2", "warmup=1", "decode_context=8"]
-    argv += ["decode_tokens=3", "matmul_n=64"] + [f"{k}={v}" for k, v in TINY.items()]
+    argv += ["decode_tokens=3", "matmul_n=64", "malloc_steps=2"]
+    argv += [f"{k}={v}" for k, v in TINY.items()]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
@@ -124,10 +142,26 @@ def test_bench_end_to_end_writes_consistent_json(tmp_path, monkeypatch, capsys):
     assert report["batch"]["tokens_per_step"] == tokens
     assert 0 < report["batch"]["valid_tokens_per_step"] <= tokens
     assert report["flops"]["total"] == bench.flops_per_step(tiny())["total"]
+    assert report["flops"]["attention_skipped"] == 0.0  # T=32: the dense core runs
     peak = report["peak"]["flop_per_s"]
-    for name in ("jax", "jax_tuned", "torch_eager", "torch_compile"):
+    candidates = report["peak"]["candidates"]
+    assert {row["framework"] for row in candidates} == {"xla", "torch"}
+    assert peak == max(row["flop_per_s"] for row in candidates)
+    for framework in ("xla", "torch"):
+        assert report["peak"][f"{framework}_best_flop_per_s"] == max(
+            row["flop_per_s"] for row in candidates if row["framework"] == framework
+        )
+    assert report["allocator"]["mechanism"] in {"mallopt", "GLIBC_TUNABLES", "none"}
+    malloc = report["allocator_comparison"]  # two fresh processes, defaults and tuned
+    assert malloc["glibc_defaults"]["allocator"]["mechanism"] == "none"
+    assert malloc["tuned"]["allocator"]["mechanism"] == "GLIBC_TUNABLES"
+    assert malloc["speedup"] == pytest.approx(
+        malloc["glibc_defaults"]["median_s"] / malloc["tuned"]["median_s"]
+    )
+    for name in ("jax", "jax_dense_attention", "torch_eager", "torch_compile"):
         step = report[name]["step"]
         assert set(step) == STEP_KEYS
+        assert step["minor_faults_per_step"] >= 0 and step["system_s_per_step"] >= 0
         assert len(step["samples_s"]) == 2
         assert step["median_s"] == pytest.approx(float(np.median(step["samples_s"])))
         assert step["tokens_per_s"] == pytest.approx(tokens / step["median_s"])

@@ -73,6 +73,8 @@ class Step(Document):
     cpu_median_s: float
     tokens_per_s: float
     valid_tokens_per_s: float
+    minor_faults_per_step: float
+    system_s_per_step: float
     mfu: float | None
 
 
@@ -96,7 +98,7 @@ class JaxStep(Document):
     breakdown: Breakdown
 
 
-class TunedJaxStep(Document):
+class JaxVariantStep(Document):
     changes: list[str]
     lower_s: float
     compile_s: float
@@ -195,12 +197,46 @@ class TimingMethod(Document):
     warmup: int
 
 
+class PeakCandidate(Document):
+    framework: Literal["xla", "torch"]
+    m: int
+    k: int
+    n: int
+    flop_per_s: float
+
+
 class Peak(Document):
     kernel: str
     flops: float
     seconds: float
     flop_per_s: float
     method: str
+    xla_best_flop_per_s: float
+    torch_best_flop_per_s: float
+    candidates: list[PeakCandidate]
+
+
+class Allocator(Document):
+    mechanism: Literal["mallopt", "GLIBC_TUNABLES", "none"]
+    settings: dict[str, int]
+    reason: str
+
+
+class MallocChild(Document):
+    allocator: Allocator
+    median_s: float
+    samples_s: list[float]
+    minor_faults_per_step: float
+    system_s_per_step: float
+    load_average_1m: list[float]
+
+
+class MallocComparison(Document):
+    method: str
+    glibc_defaults: MallocChild | None = None
+    tuned: MallocChild | None = None
+    speedup: float | None = None
+    error: str | None = None
 
 
 class Flops(Document):
@@ -209,13 +245,15 @@ class Flops(Document):
     matmul: float
     attention: float
     total: float
+    attention_skipped: float
     xla_cost_analysis_flops: float | None
 
 
 class JaxVsTorch(Document):
     speedup: float
     faster_torch: Literal["torch_eager", "torch_compile"]
-    tuned_speedup: float
+    dense_attention_speedup: float
+    median_of_round_ratios: float
 
 
 class BenchResult(Document):
@@ -224,7 +262,7 @@ class BenchResult(Document):
     what: ClassVar[str] = "bench.json"
 
     format: Literal[BENCH_FORMAT]
-    version: Literal[1]
+    version: Literal[2]
     command: str
     machine: str
     cpu_model: str
@@ -232,6 +270,7 @@ class BenchResult(Document):
     load_average: LoadAverage
     versions: dict[str, str | None]
     xla_flags: str
+    allocator: Allocator
     torch_threads: int
     jax_devices: list[str]
     config: Config
@@ -240,11 +279,12 @@ class BenchResult(Document):
     peak: Peak
     flops: Flops
     jax: JaxStep
-    jax_tuned: TunedJaxStep
+    jax_dense_attention: JaxVariantStep
     torch_eager: TorchStep
     torch_compile: TorchCompiled | Failed
     jax_vs_torch: JaxVsTorch
     decode: Decode
+    allocator_comparison: MallocComparison
     cache_bytes: CacheBytesSection
     targets: dict[str, Target]
     defects: list[str]

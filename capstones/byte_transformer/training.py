@@ -50,8 +50,8 @@ from flax import nnx
 
 from capstones.byte_transformer import args, data, documents, rundir
 from capstones.byte_transformer import config as config_lib
+from core.lm import causal_blocked, transformer
 from core.lm import corpus as corpus_lib
-from core.lm import transformer
 from core.state import checkpoint
 
 CONFIG_FILE = rundir.CONFIG_FILE
@@ -110,11 +110,22 @@ def abstract_state(config: config_lib.Config):
     return checkpoint.abstract_like(init_state(config))
 
 
-def loss_fn(config: config_lib.Config, params: dict, batch: dict, dropout_key):
-    """(mean valid-token loss, valid-token count) with dropout from ``dropout_key``."""
+def loss_fn(
+    config: config_lib.Config, params: dict, batch: dict, dropout_key, dense_attention=False
+):
+    """(mean valid-token loss, valid-token count) with dropout from ``dropout_key``; the
+    attention core skips the key blocks above the diagonal where T allows
+    (core.lm.causal_blocked.training_attention_fn: the same function, measured faster), or
+    with ``dense_attention`` is the dense core (the bench's before/after comparison)."""
     model = model_from_params(config, params)
+    tokens = batch["tokens_BT"]
+    attention_fn = None if dense_attention else causal_blocked.training_attention_fn
     logits = model(
-        batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"], dropout_key=dropout_key
+        tokens,
+        batch["segment_ids_BT"],
+        batch["positions_BT"],
+        dropout_key=dropout_key,
+        attention_fn=attention_fn and attention_fn(tokens.shape[1]),
     )
     return transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
 

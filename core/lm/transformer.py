@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ import optax
 from flax import nnx
 
 from core import numerics
-from core.lm import attention, tokenizer
+from core.lm import attention, causal_blocked, tokenizer
 
 DTYPES = ("float32", "bfloat16")
 F32 = jnp.float32
@@ -160,13 +161,38 @@ def _dense(x, kernel, spec: str, compute: str):
     )
 
 
+DROPOUT_LEVELS = 65536  # keep decisions are 16-bit: two per 32-bit random word
+
+
+def dropout_keep_probability(rate: float) -> float:
+    """The keep probability ``dropout`` really uses: round((1 - rate) * 2^16) / 2^16
+    (0.8999939 for rate 0.1; exact for rates that are multiples of 2^-16, such as 0.25)."""
+    return round((1.0 - rate) * DROPOUT_LEVELS) / DROPOUT_LEVELS
+
+
 def dropout(x, rate: float, key):
-    """Inverted dropout: zero each entry with probability ``rate``, scale the rest by
-    1 / (1 - rate) (so the expected value is unchanged). ``key`` None or rate 0: identity."""
+    """Inverted dropout: zero each entry with probability ~``rate``, scale the rest by
+    1 / keep probability (so the expected value is exactly unchanged). ``key`` None or rate
+    0: identity.
+
+    Why 16-bit decisions: the random bits are the cost (threefry makes 32 bits per word;
+    measured ~30 ms of a 1.3 s capstone step on XLA:CPU), so each 32-bit word gives two keep
+    decisions, its low and high halves compared with a 16-bit threshold. The keep
+    probability is rounded to a multiple of 2^-16 (``dropout_keep_probability``) and the
+    masks differ from ``jax.random.bernoulli``'s: runs stay deterministic for a key."""
     if key is None or rate == 0.0:
         return x
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+    threshold = round((1.0 - rate) * DROPOUT_LEVELS)
+    if threshold >= DROPOUT_LEVELS:  # rate < 2^-17 rounds to keeping everything
+        return x
+    if threshold == 0:  # rate within 2^-17 of 1 rounds to dropping everything
+        return jnp.zeros_like(x)
+    width = x.shape[-1]
+    words = jax.random.bits(key, (*x.shape[:-1], (width + 1) // 2), jnp.uint32)
+    low_keeps = (words & jnp.uint32(DROPOUT_LEVELS - 1)) < jnp.uint32(threshold)
+    high_keeps = words < jnp.uint32(threshold * DROPOUT_LEVELS)  # high half < threshold
+    keep = jnp.concatenate([low_keeps, high_keeps], axis=-1)[..., :width]
+    return jnp.where(keep, x * (DROPOUT_LEVELS / threshold), 0).astype(x.dtype)
 
 
 def gelu(x):
@@ -191,6 +217,17 @@ class LayerNorm(nnx.Module):
         return (y * self.scale[...].astype(F32) + self.bias[...].astype(F32)).astype(self.compute)
 
 
+# An attention core: attention_fn(q_BTHK, k_BSHK, v_BSHK, mask) -> out_BTHK in q's dtype,
+# mask broadcastable to (B, H, T, S), True where query t may attend to key s. Another core
+# (a Pallas kernel, a blocked causal attention) must compute the same function on the masks
+# it accepts and refuse (raise) the ones it cannot honour, never ignore them.
+AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+def _default_attention(q_BTHK, k_BSHK, v_BSHK, mask):
+    return attention.dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask=mask)
+
+
 class Attention(nnx.Module):
     """Multi-head self-attention: projections w_DHK, output w_HKD, core.lm.attention inside."""
 
@@ -205,9 +242,13 @@ class Attention(nnx.Module):
         self.wv = init.take((d, h, k), 1 / math.sqrt(d), p.params)
         self.wo = init.take((h, k, d), 1 / math.sqrt(d * 2 * config.num_layers), p.params)
 
-    def __call__(self, x_BTD, mask, kv=None, index=None):
+    def __call__(self, x_BTD, mask, kv=None, index=None, attention_fn=None):
         """out_BTD, kv. Without a cache kv is None; with one, (k_BSHK, v_BSHK) gets the new
-        keys/values written at slot ``index`` and the queries attend to the whole cache."""
+        keys/values written at slot ``index`` and the queries attend to the whole cache.
+
+        ``attention_fn(q_BTHK, k_BSHK, v_BSHK, mask) -> out_BTHK`` replaces the attention
+        core (default ``attention.dot_product_attention``); it must honour the mask it is
+        given (see ``AttentionFn``)."""
         c = self.precision.compute
         q, k, v = (
             _dense(x_BTD, w, "btd,dhk->bthk", c).astype(c) for w in (self.wq, self.wk, self.wv)
@@ -215,7 +256,8 @@ class Attention(nnx.Module):
         if kv is not None:
             k_cache, v_cache = (write_slots(kv[0], k, index), write_slots(kv[1], v, index))
             kv, k, v = (k_cache, v_cache), k_cache.astype(c), v_cache.astype(c)
-        out = attention.dot_product_attention(q, k, v, mask=mask)
+        attend = attention_fn or _default_attention
+        out = attend(q, k, v, mask)
         return _dense(out, self.wo, "bthk,hkd->btd", c).astype(c), kv
 
 
@@ -257,12 +299,22 @@ class Block(nnx.Module):
             c
         )
 
-    def __call__(self, x_BTD, mask, kv=None, index=None, dropout_rate=0.0, dropout_key=None):
+    def __call__(
+        self,
+        x_BTD,
+        mask,
+        kv=None,
+        index=None,
+        dropout_rate=0.0,
+        dropout_key=None,
+        attention_fn=None,
+    ):
         """(y_BTD, kv). With ``dropout_key`` each residual branch (attention, MLP) is
-        dropped out at ``dropout_rate`` before it is added."""
+        dropped out at ``dropout_rate`` before it is added. ``attention_fn``: see
+        Attention.__call__."""
         x = x_BTD.astype(self.precision.compute)
         keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
-        attended, kv = self.attn(self.norm_attn(x), mask, kv, index)
+        attended, kv = self.attn(self.norm_attn(x), mask, kv, index, attention_fn)
         h = x + dropout(attended, dropout_rate, keys[0])
         return h + dropout(self.mlp(self.norm_mlp(h)), dropout_rate, keys[1]), kv
 
@@ -322,12 +374,14 @@ class TinyLM(nnx.Module):
         x = self.token_embed[...][tokens_BT] + self.pos_embed[...][positions_BT]
         return x.astype(self.config.precision.compute)
 
-    def backbone(self, x_BTD, mask, dropout_key=None):
+    def backbone(self, x_BTD, mask, dropout_key=None, attention_fn=None):
         """The blocks on embeddings x_BTD (for gradients with respect to the input)."""
         rate = self.config.dropout_rate
         for layer, block in enumerate(self.blocks):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, layer + 1)
-            x_BTD, _ = block(x_BTD, mask, dropout_rate=rate, dropout_key=key)
+            x_BTD, _ = block(
+                x_BTD, mask, dropout_rate=rate, dropout_key=key, attention_fn=attention_fn
+            )
         return x_BTD
 
     def unembed(self, x_BTD):
@@ -336,10 +390,19 @@ class TinyLM(nnx.Module):
             self.final_norm(x_BTD), self.head, "btd,dv->btv", self.config.precision.compute
         )
 
-    def __call__(self, tokens_BT, segment_ids_BT=None, positions_BT=None, dropout_key=None):
+    def __call__(
+        self,
+        tokens_BT,
+        segment_ids_BT=None,
+        positions_BT=None,
+        dropout_key=None,
+        attention_fn=None,
+    ):
         """Full forward pass: logits_BTV (float32). Without segment ids the whole row is one
         document; without positions they count 0..T-1. ``dropout_key`` (training) applies
-        dropout at config.dropout_rate to the embeddings and every residual branch."""
+        dropout at config.dropout_rate to the embeddings and every residual branch.
+        ``attention_fn`` replaces every layer's attention core (see AttentionFn); the mask
+        it gets is causal (and separates documents when segment ids are given)."""
         tokens_BT = jnp.asarray(tokens_BT)
         b, t = tokens_BT.shape
         if segment_ids_BT is None:
@@ -350,7 +413,7 @@ class TinyLM(nnx.Module):
         x = self.embed(tokens_BT, positions_BT)
         if dropout_key is not None:
             x = dropout(x, self.config.dropout_rate, jax.random.fold_in(dropout_key, 0))
-        return self.unembed(self.backbone(x, mask, dropout_key))
+        return self.unembed(self.backbone(x, mask, dropout_key, attention_fn))
 
     def extend(self, tokens_BT, cache: KVCache):
         """Feed T new tokens after the cache's ``length`` slots: (logits_BTV, new cache).
@@ -439,8 +502,14 @@ def batch_from_packed(packed: tokenizer.Packed) -> dict[str, np.ndarray]:
 
 
 def loss_on_batch(model: TinyLM, batch: dict):
-    """(mean valid-token loss, valid-token count) of the model on one packed batch."""
-    logits = model(batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"])
+    """(mean valid-token loss, valid-token count) of the model on one packed batch; the
+    attention core is the causal blocked one where the row length allows
+    (causal_blocked.training_attention_fn: same function, fewer FLOPs)."""
+    tokens = batch["tokens_BT"]
+    attention_fn = causal_blocked.training_attention_fn(tokens.shape[1])
+    logits = model(
+        tokens, batch["segment_ids_BT"], batch["positions_BT"], attention_fn=attention_fn
+    )
     return token_loss(logits, batch["targets_BT"], batch["weights_BT"])
 
 

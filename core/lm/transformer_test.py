@@ -413,3 +413,29 @@ def test_lesson_training_claims_hold_with_margin_over_seeds_and_corners():
     drop_margin = min(before - after - 0.25 for before, after in defaults + weak)
     print(f"worst margins (nats): ln 256 - 1 - loss {uniform_margin:.3f}, drop {drop_margin:.3f}")
     assert uniform_margin > 0 and drop_margin > 0
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.25, 0.5])
+def test_dropout_keeps_at_its_stated_probability_and_preserves_the_mean(rate):
+    """16-bit keep decisions: the kept share is dropout_keep_probability(rate) within 5
+    standard errors over 2^20 entries, kept entries are scaled by 1 / that probability, the
+    mean of x is preserved, and both halves of every random word are used (odd width too)."""
+    keep_p = transformer.dropout_keep_probability(rate)
+    assert abs(keep_p - (1 - rate)) <= 2**-17
+    x = jnp.ones((256, 64, 65), jnp.float32)
+    out = np.asarray(transformer.dropout(x, rate, jax.random.key(3)))
+    kept = out != 0
+    n = kept.size
+    assert abs(kept.mean() - keep_p) < 5 * np.sqrt(keep_p * (1 - keep_p) / n)
+    np.testing.assert_allclose(out[kept], 1 / keep_p, rtol=1e-6)
+    assert abs(out.mean() - 1.0) < 5 * np.sqrt((1 - keep_p) / keep_p / n)
+    for half in (out[..., :33], out[..., 33:]):  # low and high halves of the words
+        assert abs((half != 0).mean() - keep_p) < 0.01
+    same = np.asarray(transformer.dropout(x, rate, jax.random.key(3)))
+    np.testing.assert_array_equal(out, same)  # deterministic for a key
+
+
+def test_dropout_at_the_extremes_of_the_rate():
+    x = jnp.ones((4, 8), jnp.float32)
+    np.testing.assert_array_equal(transformer.dropout(x, 1e-7, jax.random.key(0)), x)
+    np.testing.assert_array_equal(transformer.dropout(x, 1 - 1e-7, jax.random.key(0)), 0 * x)

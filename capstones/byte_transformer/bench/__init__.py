@@ -8,20 +8,28 @@
 1. the JAX train step (training.make_train_step, as ``train`` runs it): lower and compile
    time (``jit(...).lower(state, batch)`` then ``.compile()``, timed separately), then the
    steady-state step time, and where its op time goes (a 2-step profiler trace, by
-   category); also "JAX tuned": the same train_step with the changes that measured faster
-   on XLA:CPU without touching the math (TUNED_CHANGES: rbg dropout bits, donated state);
+   category; the profiler slows ops by 25-60% on XLA:CPU, so its shares are read, not its
+   milliseconds); also "JAX dense attention": the same step with the dense attention core
+   (DENSE_ATTENTION_CHANGES), the program before the causal blocked core, timed in the
+   same rounds: the before/after of that change on this machine;
 2. the PyTorch twin (torch_twin.py: the same model, loss, dropout placement, clipping and
    AdamW) eager and under ``torch.compile`` (its first step, which compiles, is reported
    apart) on the same batch, ``torch.set_num_threads(os.cpu_count())``;
    all are timed in interleaved rounds (one step of each per round, a 50 ms pause before
    each so another framework's spinning worker threads go idle), so a change of machine
    load hits all alike; every sample is blocked on
-   (``block_until_ready`` / a host read of the loss) and the median is reported;
+   (``block_until_ready`` / a host read of the loss) and the median is reported, with the
+   median per-step minor page faults and system CPU seconds (getrusage around each step:
+   the signature of malloc returning XLA's step buffers to the kernel, see
+   core/perf/allocator.py; the capstone's ``__main__`` applies its settings and
+   bench.json's "allocator" says which were in force);
 3. MFU: model FLOPs per step (``flops_per_step``: 6 * N_matmul * B * T for the weight
    matmuls + 12 * L * B * T^2 * D for attention's two T x T matmuls, forward and backward,
-   causal half NOT discounted; elementwise work, softmax, LayerNorm and the optimizer are
-   not counted) / step time / this machine's sustained float32 matmul FLOP/s
-   (core.perf.machine.measure_matmul at ``matmul_n``, measured in the same run);
+   causal half NOT discounted, "attention_skipped" says how much of it the blocked core
+   never executes; elementwise work, softmax, LayerNorm and the optimizer are not counted)
+   / step time / an honest peak: the fastest float32 GEMM measured in the same run, XLA's
+   or torch's, at the step's own matmul shapes and one ``matmul_n`` square (peak.py; both
+   frameworks' best are kept);
 4. KV-cache decoding vs recomputing: greedy decoding of ``decode_tokens`` new tokens after a
    ``decode_context``-byte prompt (batch 1) with the capstone's KV cache (kv_cache.py) vs a
    jitted full forward pass over the whole (padded) row for every new token; both produce
@@ -30,23 +38,28 @@
    cross-checked against the nbytes of real cache arrays).
 
 bench.json schema (keys; model documents.BenchResult, docs/schemas/bench.schema.json):
-    {"format": "byte_transformer bench", "version": 1,
+    {"format": "byte_transformer bench", "version": 2,
      "command": str, "machine": str, "cpu_model": str, "cores": int,
      "load_average": {"start": [1m, 5m, 15m], "end": [...] (includes this run's own load),
                       "other_processes_cores": float|null (average cores busy with OTHER
                       processes during the run, from /proc/stat minus this process)},
      "versions": {python, jax, jaxlib, flax, optax, numpy, torch}, "xla_flags": str,
+     "allocator": {"mechanism": "mallopt"|"GLIBC_TUNABLES"|"none", "settings": {name: int},
+                   "reason": str},
      "torch_threads": int, "jax_devices": [str], "config": Config.to_dict(),
      "batch": {"batch_size", "seq_len", "tokens_per_step" (B*T), "valid_tokens_per_step"},
      "timing": {"method": str, "rounds": int, "warmup": int},
-     "peak": {"kernel", "flops", "seconds", "flop_per_s", "method"},
+     "peak": {"kernel", "flops", "seconds", "flop_per_s", "method", "xla_best_flop_per_s",
+              "torch_best_flop_per_s", "candidates": [{"framework", "m", "k", "n",
+              "flop_per_s"}]},
      "flops": {"formula": str, "matmul_params": int, "matmul": float, "attention": float,
-               "total": float, "xla_cost_analysis_flops": float|null},
+               "total": float, "attention_skipped": float, "xla_cost_analysis_flops":
+               float|null},
      "jax": {"lower_s", "compile_s", "step": STEP, "mfu": float,
              "breakdown": {"method", "wall_step_s", "categories": [{"category", "ms_per_step",
                            "share"}]}},
-     "jax_tuned": {"changes": [str], "lower_s", "compile_s", "step": STEP, "mfu": float}
-                  (the same train_step with the measured XLA:CPU improvements),
+     "jax_dense_attention": {"changes": [str], "lower_s", "compile_s", "step": STEP,
+                  "mfu": float} (the same train_step with the dense attention core),
      "torch_eager": {"step": STEP, "mfu": float},
      "torch_compile": {"first_step_s": float (includes compiling, inductor caches off),
                        "caches": str, "compile_s_estimate":
@@ -54,7 +67,9 @@ bench.json schema (keys; model documents.BenchResult, docs/schemas/bench.schema.
                       or {"error": str} (torch.compile failed; the error is recorded),
      "jax_vs_torch": {"speedup": float (best torch median / JAX median = JAX tokens/s /
                       best torch tokens/s), "faster_torch": "torch_eager"|"torch_compile",
-                      "tuned_speedup": float (the same with jax_tuned)},
+                      "dense_attention_speedup": float (the same with jax_dense_attention),
+                      "median_of_round_ratios": float (median over rounds of best torch
+                      sample / JAX sample: less noisy on a shared machine)},
      "decode": {"context": int, "new_tokens": int, "capacity": int, "method": str,
                 "prefill_s": float, "cached": {"fp32"|"bf16"|"int8": {"prefill_s", "seconds",
                 "tokens_per_s", "tokens"}}, "recompute": {"seconds", "tokens_per_s",
@@ -70,7 +85,8 @@ bench.json schema (keys; model documents.BenchResult, docs/schemas/bench.schema.
      "targets": {name: {"value", "target", "op": ">="|"<=", "pass": bool}},
      "defects": [str], "warnings": [str] (e.g. a shared machine), "total_s": float}
     STEP = {"median_s", "p10_s", "p90_s", "min_s", "samples_s": [..], "cpu_median_s",
-            "tokens_per_s" (B*T / median), "valid_tokens_per_s", "mfu"}
+            "tokens_per_s" (B*T / median), "valid_tokens_per_s", "minor_faults_per_step",
+            "system_s_per_step" (medians over the timed steps), "mfu"}
 
 profile.json schema (keys; documents.ProfileResult, docs/schemas/profile.schema.json):
     {"format": "byte_transformer profile", "version": 1, "machine": str, "config": {...},
@@ -122,6 +138,7 @@ from capstones.byte_transformer.bench.load import (
     load_warnings,
     other_processes_cores,
 )
+from capstones.byte_transformer.bench.peak import honest_peak, model_matmul_shapes
 from capstones.byte_transformer.bench.profile import (
     CATEGORIES,
     PHASES,
@@ -137,11 +154,11 @@ from capstones.byte_transformer.bench.profile import (
 )
 from capstones.byte_transformer.bench.report import format_bench, format_profile
 from capstones.byte_transformer.bench.steppers import (
+    DENSE_ATTENTION_CHANGES,
     PAUSE_S,
-    TUNED_CHANGES,
     interleaved,
+    jax_dense_attention_stepper,
     jax_stepper,
-    jax_tuned_stepper,
     step_summary,
     torch_compile_stepper,
     torch_stepper,
@@ -159,7 +176,7 @@ __all__ = [
     "RNG_MARKS",
     "RUN_DIR",
     "TARGETS",
-    "TUNED_CHANGES",
+    "DENSE_ATTENTION_CHANGES",
     "bench_command",
     "cache_bytes",
     "cache_bytes_closed_form",
@@ -173,8 +190,10 @@ __all__ = [
     "format_profile",
     "interleaved",
     "jax_stepper",
-    "jax_tuned_stepper",
+    "jax_dense_attention_stepper",
     "load_warnings",
+    "honest_peak",
+    "model_matmul_shapes",
     "matmul_params",
     "mfu",
     "op_sources",

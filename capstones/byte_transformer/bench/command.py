@@ -16,7 +16,9 @@ from capstones.byte_transformer.bench import cache as cache_lib
 from capstones.byte_transformer.bench import decode as decode_lib
 from capstones.byte_transformer.bench import flops as flops_lib
 from capstones.byte_transformer.bench import load, profile, report, steppers
-from core.perf import machine
+from capstones.byte_transformer.bench import malloc as malloc_lib
+from capstones.byte_transformer.bench import peak as peak_lib
+from core.perf import allocator, machine
 
 BENCH_FORMAT = documents.BENCH_FORMAT
 TARGETS = {  # name: (op, threshold) from the issue
@@ -63,22 +65,22 @@ def target_rows(values: dict) -> dict:
 
 
 def build_steppers(config, state: dict, batch: dict, torch_compile: bool, progress):
-    """(steppers by name, JAX compile figures, tuned compile figures, torch.compile
+    """(steppers by name, JAX compile figures, dense-attention compile figures, torch.compile
     figures): every train step compiled and ready to time."""
     progress("JAX: lowering and compiling the train step")
     jax_step, compile_figures = steppers.jax_stepper(config, state, batch)
     progress(
         f"  lower {compile_figures['lower_s']:.2f}s, compile {compile_figures['compile_s']:.2f}s"
     )
-    progress("JAX tuned (rbg dropout bits, donated state): lowering and compiling")
-    tuned_step, tuned_figures = steppers.jax_tuned_stepper(config, state["params"], batch)
+    progress("JAX with the dense attention core (the step before): lowering and compiling")
+    dense_step, dense_figures = steppers.jax_dense_attention_stepper(config, state, batch)
     named = {
         "jax": jax_step,
-        "jax_tuned": tuned_step,
+        "jax_dense_attention": dense_step,
         "torch_eager": steppers.torch_stepper(config, state["params"], batch, False),
     }
     if not torch_compile:
-        return named, compile_figures, tuned_figures, {"error": "skipped (torch_compile=false)"}
+        return named, compile_figures, dense_figures, {"error": "skipped (torch_compile=false)"}
     progress("torch.compile: first step (compiles forward and backward)")
     compiled_step, torch_compile_figures = steppers.torch_compile_stepper(
         config, state["params"], batch
@@ -88,20 +90,20 @@ def build_steppers(config, state: dict, batch: dict, torch_compile: bool, progre
         progress(f"  first step {torch_compile_figures['first_step_s']:.1f}s")
     else:
         progress(f"  torch.compile failed: {torch_compile_figures['error'][:200]}")
-    return named, compile_figures, tuned_figures, torch_compile_figures
+    return named, compile_figures, dense_figures, torch_compile_figures
 
 
 def step_sections(summaries: dict, figures: dict, breakdown: dict) -> dict:
-    """The jax, jax_tuned, torch_eager, torch_compile and jax_vs_torch sections."""
-    tuned = {"changes": list(steppers.TUNED_CHANGES), **figures["jax_tuned"]}
+    """The jax, jax_dense_attention, torch_eager, torch_compile and jax_vs_torch sections."""
+    dense = {"changes": list(steppers.DENSE_ATTENTION_CHANGES), **figures["jax_dense_attention"]}
     sections = {
         "jax": {**figures["jax"], "step": summaries["jax"], "mfu": summaries["jax"]["mfu"]},
-        "jax_tuned": {**tuned, "step": summaries["jax_tuned"]},
+        "jax_dense_attention": {**dense, "step": summaries["jax_dense_attention"]},
         "torch_eager": {"step": summaries["torch_eager"]},
         "torch_compile": figures["torch_compile"],
     }
     sections["jax"]["breakdown"] = breakdown
-    sections["jax_tuned"]["mfu"] = summaries["jax_tuned"]["mfu"]
+    sections["jax_dense_attention"]["mfu"] = summaries["jax_dense_attention"]["mfu"]
     sections["torch_eager"]["mfu"] = summaries["torch_eager"]["mfu"]
     if "torch_compile" in summaries:
         median = summaries["torch_compile"]["median_s"]
@@ -112,34 +114,48 @@ def step_sections(summaries: dict, figures: dict, breakdown: dict) -> dict:
         )
     torch_names = [n for n in ("torch_eager", "torch_compile") if n in summaries]
     faster = min(torch_names, key=lambda n: summaries[n]["median_s"])
+    best_torch = summaries[faster]["median_s"]
     sections["jax_vs_torch"] = {
-        "speedup": summaries[faster]["median_s"] / summaries["jax"]["median_s"],
+        "speedup": best_torch / summaries["jax"]["median_s"],
         "faster_torch": faster,
-        "tuned_speedup": summaries[faster]["median_s"] / summaries["jax_tuned"]["median_s"],
+        "dense_attention_speedup": best_torch / summaries["jax_dense_attention"]["median_s"],
+        "median_of_round_ratios": _median_round_ratio(summaries["jax"], summaries[faster]),
     }
     return sections
 
 
+def _median_round_ratio(jax_step: dict, torch_step: dict) -> float:
+    """The median over rounds of (torch sample / JAX sample): each round's two samples ran
+    back to back, so a load change that hits one round hits both; less noisy than the ratio
+    of medians when the machine is shared."""
+    pairs = zip(torch_step["samples_s"], jax_step["samples_s"], strict=True)
+    return float(np.median([t / j for t, j in pairs]))
+
+
 def time_train_steps(config, state, batch, steps: int, warmup: int, torch_compile, peak, progress):
-    """Every train step timed in interleaved rounds, the JAX step's breakdown, model FLOPs
-    and MFU: (the step sections of bench.json, the flops section)."""
-    named, jax_figures, tuned_figures, torch_compile_figures = build_steppers(
+    """Every train step timed in interleaved rounds with its page faults, the JAX step's
+    breakdown, model FLOPs and MFU: (the step sections of bench.json, the flops section)."""
+    named, jax_figures, dense_figures, torch_compile_figures = build_steppers(
         config, state, batch, torch_compile, progress
     )
+    usage = {name: [] for name in named}
+    measured = {name: steppers.with_usage(step, usage[name]) for name, step in named.items()}
     progress(f"timing {steps} interleaved rounds of {', '.join(named)}")
-    wall, cpu = steppers.interleaved(named, steps, warmup, progress)
+    wall, cpu = steppers.interleaved(measured, steps, warmup, progress)
     progress("JAX: where the step's time goes (2 traced steps)")
     breakdown = profile.step_breakdown(jax_figures)
     flops = flops_lib.flops_per_step(config)
     flops["xla_cost_analysis_flops"] = jax_figures.pop("xla_cost_analysis_flops")
-    for figures in (jax_figures, tuned_figures):
+    for figures in (jax_figures, dense_figures):
         for key in ("compiled", "batch", "holder", "xla_cost_analysis_flops"):
             figures.pop(key, None)
     tokens, valid = config.batch_size * config.seq_len, float(batch["weights_BT"].sum())
-    summaries = {n: steppers.step_summary(wall[n], cpu[n], tokens, valid) for n in named}
+    summaries = {
+        n: steppers.step_summary(wall[n], cpu[n], tokens, valid, usage[n][-steps:]) for n in named
+    }
     for summary in summaries.values():
         summary["mfu"] = flops_lib.mfu(flops["total"], summary["median_s"], peak["flop_per_s"])
-    figures = {"jax": jax_figures, "jax_tuned": tuned_figures}
+    figures = {"jax": jax_figures, "jax_dense_attention": dense_figures}
     figures["torch_compile"] = torch_compile_figures
     return step_sections(summaries, figures, breakdown), flops
 
@@ -152,7 +168,8 @@ def find_defects(sections: dict, decode: dict) -> list[str]:
         parts = sorted(sections["jax"]["breakdown"]["categories"], key=lambda r: -r["ms_per_step"])
         defects.append(
             f"JAX train step is slower than {speed['faster_torch']} ({speed['speedup']:.2f}x; "
-            f"tuned {speed['tuned_speedup']:.2f}x). Where the JAX step's op time goes: "
+            f"with dense attention {speed['dense_attention_speedup']:.2f}x). Where the JAX "
+            "step's op time goes: "
             + ", ".join(f"{row['category']} {row['ms_per_step']:.0f} ms" for row in parts)
             + " (jax.breakdown; `profile` for the op table)"
         )
@@ -183,7 +200,7 @@ def environment(config: config_lib.Config, command: str, load_start: list) -> di
 
     return {
         "format": BENCH_FORMAT,
-        "version": 1,
+        "version": 2,
         "command": command,
         "machine": machine.machine_label(),
         "cpu_model": machine.cpu_model(),
@@ -191,6 +208,7 @@ def environment(config: config_lib.Config, command: str, load_start: list) -> di
         "load_average": {"start": load_start},
         "versions": versions(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "allocator": allocator.in_force(),
         "torch_threads": torch.get_num_threads(),
         "jax_devices": [str(d) for d in jax.devices()],
         "config": config.to_dict(),
@@ -210,11 +228,9 @@ def timing_method(steps: int, warmup: int) -> dict:
     }
 
 
-def measure_peak(matmul_n: int, progress) -> dict:
-    progress(f"peak: float32 matmul {matmul_n}x{matmul_n}")
-    peak = machine.measure_matmul(matmul_n, "float32", repeats=5)
-    peak["method"] = "core.perf.machine.measure_matmul: jit(jnp.matmul), median of 5, 2 n^3 FLOPs"
-    return peak
+def measure_peak(config: config_lib.Config, matmul_n: int, progress) -> dict:
+    progress(f"peak: float32 GEMM, XLA and torch, the step's matmul shapes and {matmul_n}^2")
+    return peak_lib.honest_peak(config, matmul_n, repeats=5, progress=progress)
 
 
 def run_bench(
@@ -226,6 +242,7 @@ def run_bench(
     decode_context: int = 512,
     decode_tokens: int = 32,
     matmul_n: int = 2048,
+    malloc_steps: int = 6,
     command: str = "",
     progress=steppers.stderr_progress,
 ) -> dict:
@@ -240,7 +257,7 @@ def run_bench(
     corpus = data.load_corpus(config)
     batch = data.training_stream(config, corpus).next_batch()
     tokens = config.batch_size * config.seq_len
-    peak = measure_peak(matmul_n, progress)
+    peak = measure_peak(config, matmul_n, progress)
     state = training.init_state(config)
     if params is not None:
         state["params"] = params
@@ -251,6 +268,10 @@ def run_bench(
     prompt = decode_lib.decode_prompt(corpus, decode_context)
     decode = decode_lib.decode_benchmark(config, state["params"], prompt, decode_tokens)
     cache = cache_lib.cache_bytes(config)
+    if malloc_steps:
+        malloc_comparison = malloc_lib.compare(config, malloc_steps, warmup, progress)
+    else:
+        malloc_comparison = {"method": "skipped (malloc_steps=0)", "error": "skipped"}
     result = {
         **environment(config, command, load_start),
         "batch": {
@@ -264,6 +285,7 @@ def run_bench(
         "flops": flops,
         **sections,
         "decode": decode,
+        "allocator_comparison": malloc_comparison,
         "cache_bytes": cache,
         "targets": target_rows(target_values(sections, decode, cache)),
         "defects": find_defects(sections, decode),
@@ -301,6 +323,8 @@ def _out_path(parsed: args.Parsed, name: str) -> pathlib.Path:
 
 
 def bench_command(parsed: args.Parsed) -> int:
+    if parsed["malloc_steps"] < 0:
+        raise args.UsageError(f"malloc_steps must be >= 0, got {parsed['malloc_steps']}")
     for name in ("steps", "decode_tokens", "matmul_n"):
         if parsed[name] < 1:
             raise args.UsageError(f"{name} must be >= 1, got {parsed[name]}")
@@ -322,6 +346,7 @@ def bench_command(parsed: args.Parsed) -> int:
         decode_context=parsed["decode_context"],
         decode_tokens=parsed["decode_tokens"],
         matmul_n=parsed["matmul_n"],
+        malloc_steps=parsed["malloc_steps"],
         command=command,
     )
     documents.write(out, documents.BenchResult, result)
@@ -361,7 +386,10 @@ COMMANDS = {
             "torch_compile": args.Option(bool, True, "also time the torch.compile'd twin"),
             "decode_context": args.Option(int, 512, "prompt bytes before decoding"),
             "decode_tokens": args.Option(int, 32, "new tokens decoded (greedy)"),
-            "matmul_n": args.Option(int, 2048, "n of the n x n float32 matmul peak"),
+            "matmul_n": args.Option(int, 2048, "n of the n x n float32 GEMM in the peak"),
+            "malloc_steps": args.Option(
+                int, 6, "JAX steps in each fresh process of the malloc before/after (0: skip)"
+            ),
         },
         bench_command,
     ),

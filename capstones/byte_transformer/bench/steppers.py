@@ -1,11 +1,13 @@
 """The bench's train steps as steppers (one blocked step per call): the JAX step as
-``train`` runs it, the tuned JAX step, the PyTorch twin eager and under torch.compile; and
-their interleaved timing (core.perf.timing.interleaved)."""
+``train`` runs it, the same step with the dense attention core (the before of issue 19's
+change), the PyTorch twin eager and under torch.compile; their interleaved timing
+(core.perf.timing.interleaved) and per-step page faults (``with_usage``)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import statistics
 import sys
 from collections.abc import Callable
 
@@ -14,14 +16,13 @@ import jax.numpy as jnp
 
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import torch_twin, training
-from core.perf import timing
+from core.perf import allocator, timing
 
 PAUSE_S = 0.05  # before each timed sample: lets the other framework's spinning threads sleep
-TUNED_CHANGES = (
-    "dropout bits from the 'rbg' PRNG (XLA RngBitGenerator) instead of threefry2x32: "
-    "same Bernoulli(1 - rate) masks in distribution, other bits",
-    "training state donated (donate_argnums=0): parameters and Adam moments updated in "
-    "place instead of into fresh buffers",
+DENSE_ATTENTION_CHANGES = (
+    "attention: the dense core (every T x T score computed, masked and multiplied; "
+    "jax.grad's backward) instead of the causal blocked core with its hand-written backward "
+    "(core/lm/causal_blocked.py): the train step before the bench's issue 19 changes",
 )
 
 
@@ -29,8 +30,11 @@ def stderr_progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def step_summary(samples: list[float], cpu: list[float], tokens: int, valid: float) -> dict:
-    """bench.json's STEP figures of one stepper's wall and CPU samples (core.perf.timing)."""
+def step_summary(
+    samples: list[float], cpu: list[float], tokens: int, valid: float, usage: list[dict]
+) -> dict:
+    """bench.json's STEP figures of one stepper's wall and CPU samples (core.perf.timing) and
+    its per-step process usage (``with_usage``: minor page faults, system CPU seconds)."""
     wall = timing.summarize(samples)
     return {
         "median_s": wall.median,
@@ -41,7 +45,27 @@ def step_summary(samples: list[float], cpu: list[float], tokens: int, valid: flo
         "cpu_median_s": timing.summarize(cpu).median,
         "tokens_per_s": tokens / wall.median,
         "valid_tokens_per_s": valid / wall.median,
+        "minor_faults_per_step": float(statistics.median(u["minor_faults"] for u in usage)),
+        "system_s_per_step": float(statistics.median(u["system_s"] for u in usage)),
     }
+
+
+def with_usage(step: Callable[[], None], record: list[dict]) -> Callable[[], None]:
+    """``step`` (which blocks until its work is done) that appends its minor page faults and
+    system CPU seconds (getrusage of the whole process) to ``record`` on every call."""
+
+    def measured():
+        before = allocator.page_faults()
+        step()
+        after = allocator.page_faults()
+        record.append(
+            {
+                "minor_faults": after["minor_faults"] - before["minor_faults"],
+                "system_s": after["system_s"] - before["system_s"],
+            }
+        )
+
+    return measured
 
 
 def interleaved(
@@ -88,20 +112,14 @@ def jax_stepper(
     return step, figures
 
 
-def jax_tuned_stepper(config: config_lib.Config, params: dict, batch: dict):
-    """The same train step (training.train_step, same math) with the changes that measured
-    faster on XLA:CPU (TUNED_CHANGES); (step, compile figures). The PRNG choice is made
-    while the dropout key is created and the step traced, then restored."""
-    previous = jax.config.jax_default_prng_impl
-    jax.config.update("jax_default_prng_impl", "rbg")
-    try:
-        state = training.init_state(config)
-        state["params"] = jax.tree.map(jnp.copy, params)  # donated: never the caller's
-        training.make_train_step(config)  # builds the model structure outside the trace
-        step_fn = jax.jit(functools.partial(training.train_step, config), donate_argnums=0)
-        return jax_stepper(config, state, batch, step_fn)
-    finally:
-        jax.config.update("jax_default_prng_impl", previous)
+def jax_dense_attention_stepper(config: config_lib.Config, state: dict, batch: dict):
+    """The train step with the dense attention core (DENSE_ATTENTION_CHANGES): the same
+    math, the previous program; (step, compile figures). Its own copy of the state."""
+    state = jax.tree.map(jnp.copy, state)
+    training.make_train_step(config)  # builds the model structure outside the trace
+    loss = functools.partial(training.loss_fn, dense_attention=True)
+    step_fn = jax.jit(functools.partial(training.train_step, config, loss=loss))
+    return jax_stepper(config, state, batch, step_fn)
 
 
 def torch_stepper(config: config_lib.Config, params: dict, batch: dict, compile_: bool):
