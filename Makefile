@@ -9,6 +9,12 @@ HOST ?= 127.0.0.1
 PORT ?= 2718
 # The lab shows every lesson 8 virtual CPU devices (read by each app's process).
 export JAX_NUM_CPU_DEVICES ?= 8
+# glibc malloc keeps XLA's freed step buffers instead of unmapping them (no page fault storm
+# per step: core/perf/allocator.py); read by every process these targets start.
+# `make ... GLIBC_TUNABLES=` keeps glibc's defaults.
+MALLOC_TUNABLES := glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0
+MALLOC_TUNABLES := $(MALLOC_TUNABLES):glibc.malloc.trim_threshold=2147483647
+export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 
 .PHONY: lab test install lint check-apps pytest curriculum capstone clean
 

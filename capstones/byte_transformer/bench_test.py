@@ -16,6 +16,7 @@ import pytest
 
 from capstones.byte_transformer import bench, cli, data, training
 from capstones.byte_transformer import config as config_lib
+from capstones.byte_transformer import report as capstone_report
 from core.lm import generate, tokenizer
 
 TINY = dict(
@@ -185,6 +186,11 @@ def test_bench_end_to_end_writes_consistent_json(tmp_path, monkeypatch, capsys):
             row["value"] >= threshold if op == ">=" else row["value"] <= threshold
         )
     assert report["targets"]["mfu"]["value"] == report["jax"]["mfu"]
+    # the capstone report tells the story from these figures, in order
+    story = "\n".join(capstone_report._bench_section(report, {"charts": {}}))
+    before = malloc["glibc_defaults"]
+    assert f"took {before['median_s']:.3f} s with {before['minor_faults_per_step']:,.0f}" in story
+    assert f"{report['jax_vs_torch']['speedup']:.2f}x (median of per-round ratios" in story
 
 
 def test_load_warning_only_on_a_shared_machine():
@@ -224,3 +230,20 @@ def test_profile_op_table_within_wall_time(tmp_path, capsys):
     assert {r["phase"] for r in report["by_phase"]} >= {"forward", "backward"}
     assert list(out.glob("trace/**/*.xplane.pb"))
     assert report["op_table"][0]["op"] in capsys.readouterr().out
+
+
+def test_profile_categories_find_the_blocked_attention_and_dropout_by_scope():
+    """The blocked core's and dropout's ops carry named scopes (core.lm.causal_blocked.SCOPE,
+    transformer.DROPOUT_SCOPE); the categories must find them as they appear in op_name."""
+    from core.lm import causal_blocked, transformer
+
+    scope, drop = causal_blocked.SCOPE, transformer.DROPOUT_SCOPE
+    matmul = f"jit(train_step)/transpose(jvp({scope}))/bhtk,bhsk->bhts/dot_general"
+    softmax = f"jit(train_step)/jvp({scope})/reduce_max"
+    bits = f"jit(train_step)/jvp({drop})/while/body/closed_call/xor"
+    weight = "jit(train_step)/jvp(btd,dhk->bthk)/dot_general"
+    assert bench.category_of(matmul, [matmul]) == bench.CATEGORIES[1]
+    assert bench.category_of("fusion", [softmax]) == bench.CATEGORIES[2]
+    assert bench.category_of("fusion", [softmax, bits]) == bench.CATEGORIES[3]
+    assert bench.category_of(weight, [weight]) == bench.CATEGORIES[0]
+    assert bench.phase_of(bits) == "dropout RNG"

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from core.lm import attention
 
 DEFAULT_BLOCKS = 4  # measured on XLA:CPU at T=256 (capstone bench): see training_attention_fn
+SCOPE = "causal_blocked_attention"  # in every op's name: what a profile groups as attention
 MIN_BLOCK = 32  # shorter blocks cost more in per-block overhead than the skipped work saves
 
 
@@ -53,6 +54,12 @@ def skipped_fraction(num_blocks: int) -> float:
     return (num_blocks - 1) / (2 * num_blocks)
 
 
+def _pad_keys(x_BHSK, seq_len: int):
+    """x for keys 0 .. S-1 as (B, H, T, K) with zeros after: an add XLA fuses (a static
+    ``.at[:, :, :S].add`` becomes a scatter-add on CPU)."""
+    return jnp.pad(x_BHSK, ((0, 0), (0, 0), (0, seq_len - x_BHSK.shape[2]), (0, 0)))
+
+
 def _bounds(seq_len: int, num_blocks: int) -> list[tuple[int, int]]:
     block = seq_len // num_blocks
     return [(i * block, (i + 1) * block) for i in range(num_blocks)]
@@ -66,6 +73,11 @@ def _scores(q_i, k_keys, mask_i, scale):
 
 def _forward(q, k, v, mask, num_blocks):
     """(o_BHTK in q's dtype, lse_BHT float32) of the blocked causal attention."""
+    with jax.named_scope(SCOPE):
+        return _forward_blocks(q, k, v, mask, num_blocks)
+
+
+def _forward_blocks(q, k, v, mask, num_blocks):
     t, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
     outs, lses = [], []
     for start, stop in _bounds(t, num_blocks):
@@ -92,6 +104,11 @@ def _attention_fwd(q, k, v, mask, num_blocks):
 
 
 def _attention_bwd(num_blocks, residuals, do):
+    with jax.named_scope(SCOPE):
+        return _backward_blocks(num_blocks, residuals, do)
+
+
+def _backward_blocks(num_blocks, residuals, do):
     q, k, v, mask, o, lse = residuals
     t, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
     f32 = jnp.float32
@@ -105,15 +122,11 @@ def _attention_bwd(num_blocks, residuals, do):
         k_keys, v_keys = k[:, :, :stop], v[:, :, :stop]
         s = _scores(q_i, k_keys, mask[:, :, start:stop, :stop], scale)
         p = jnp.exp(s - lse[:, :, start:stop, None])  # masked entries: exactly 0
-        dv = dv.at[:, :, :stop].add(
-            jnp.einsum("bhts,bhtk->bhsk", p, do_i, preferred_element_type=f32)
-        )
+        dv = dv + _pad_keys(jnp.einsum("bhts,bhtk->bhsk", p, do_i, preferred_element_type=f32), t)
         dp = jnp.einsum("bhtk,bhsk->bhts", do_i, v_keys, preferred_element_type=f32)
         ds = p * (dp - delta[:, :, start:stop, None]) * scale
         dq_blocks.append(jnp.einsum("bhts,bhsk->bhtk", ds, k_keys, preferred_element_type=f32))
-        dk = dk.at[:, :, :stop].add(
-            jnp.einsum("bhts,bhtk->bhsk", ds, q_i, preferred_element_type=f32)
-        )
+        dk = dk + _pad_keys(jnp.einsum("bhts,bhtk->bhsk", ds, q_i, preferred_element_type=f32), t)
     dq = jnp.concatenate(dq_blocks, axis=2)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
 

@@ -67,3 +67,23 @@ def test_configure_recognises_settings_made_before_the_process_started():
         check=True,
     )
     assert "'mechanism': 'GLIBC_TUNABLES'" in done.stdout
+
+
+def test_the_makefile_exports_the_same_settings():
+    """`make lab`, `make test` and `make capstone` start their processes with TUNABLES."""
+    import pathlib
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in runtime.child_env().items() if k != "GLIBC_TUNABLES"}
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval=show: ; @echo $$GLIBC_TUNABLES", "show"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == allocator.TUNABLES

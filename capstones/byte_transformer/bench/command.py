@@ -230,7 +230,7 @@ def timing_method(steps: int, warmup: int) -> dict:
 
 def measure_peak(config: config_lib.Config, matmul_n: int, progress) -> dict:
     progress(f"peak: float32 GEMM, XLA and torch, the step's matmul shapes and {matmul_n}^2")
-    return peak_lib.honest_peak(config, matmul_n, repeats=5, progress=progress)
+    return peak_lib.honest_peak(config, matmul_n, progress=progress)
 
 
 def run_bench(

@@ -38,7 +38,8 @@ def _union_seconds(intervals: list[tuple[float, float]]) -> float:
 
 
 PHASES = (  # (phase, substrings of an op's JAX source path), first match wins
-    ("dropout RNG", ("_bernoulli", "_uniform", "threefry", "random_bits", "random_split")),
+    # core.lm.transformer.dropout's named scope reads "jvp(dropout)/..." under grad
+    ("dropout RNG", ("(dropout)", "/dropout/", "_bernoulli", "_uniform", "threefry")),
     ("backward", ("transpose(",)),
     ("forward", ("jvp(",)),
 )
@@ -102,13 +103,19 @@ def op_sources(hlo_text: str) -> dict[str, list[str]]:
     return {name: sources(name) for name in own}
 
 
+# the attention core's ops: the dense core (attention_pieces, a jitted function) or the
+# causal blocked core's named scope (core.lm.causal_blocked.SCOPE)
+ATTENTION_MARKS = ("attention_pieces", "causal_blocked_attention")
+
+
 def category_of(op_source: str, inner_sources: list[str]) -> str:
     """One of CATEGORIES for an op: its own source path and those of what it fuses."""
     if any(mark in s for s in inner_sources for mark in RNG_MARKS):
         return CATEGORIES[3]
     if op_source.endswith("dot_general"):
-        return CATEGORIES[1] if "attention_pieces" in op_source else CATEGORIES[0]
-    if any("attention_pieces" in s for s in inner_sources):
+        in_attention = any(mark in op_source for mark in ATTENTION_MARKS)
+        return CATEGORIES[1] if in_attention else CATEGORIES[0]
+    if any(mark in s for s in inner_sources for mark in ATTENTION_MARKS):
         return CATEGORIES[2]
     return CATEGORIES[4]
 
