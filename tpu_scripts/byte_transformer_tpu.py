@@ -208,10 +208,12 @@ def time_train_step(config, repeats: int, devices: list | None = None) -> dict:
         batch = jax.device_put(batch, split)
         state = jax.device_put(state, whole)
     step, figures = bench.jax_stepper(config, state, batch)
-    wall, cpu = bench.interleaved({"jax": step}, rounds=repeats, warmup=1, progress=_say)
+    usage: list[dict] = []  # host page faults per step: the malloc settings at work
+    measured = bench.with_usage(step, usage)
+    wall, cpu = bench.interleaved({"jax": measured}, rounds=repeats, warmup=1, progress=_say)
     tokens = config.batch_size * config.seq_len
     valid = float(np.sum(np.asarray(jax.device_get(batch["weights_BT"]))))
-    summary = bench.step_summary(wall["jax"], cpu["jax"], tokens, valid)
+    summary = bench.step_summary(wall["jax"], cpu["jax"], tokens, valid, usage[-repeats:])
     return {
         "devices": count,
         "lower_s": figures["lower_s"],

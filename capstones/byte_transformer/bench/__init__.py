@@ -162,6 +162,7 @@ from capstones.byte_transformer.bench.steppers import (
     step_summary,
     torch_compile_stepper,
     torch_stepper,
+    with_usage,
 )
 
 __all__ = [
@@ -209,4 +210,5 @@ __all__ = [
     "torch_stepper",
     "traced_op_rows",
     "versions",
+    "with_usage",
 ]
