@@ -229,7 +229,9 @@ def jacobian(fn: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
     on jaxlib 0.10.2's CPU backend XLA miscompiles such batched programs (a fused
     multiply-reduce over a broadcast operand, "__ynn_fusion", returns wrong sums once the
     batch is large enough: see attention_test.test_jacobian_of_a_row_sum_product), which would
-    show dependencies that do not exist. A sequential map has no such batch.
+    show dependencies that do not exist. A sequential map has no such batch. (The bug and its
+    narrow guard, ``core.perf.xla_cpu.jit_without_ynn_fusion``, are pinned in
+    core/perf/xla_cpu.py.)
     """
     out, pullback = jax.vjp(fn, x)
 
