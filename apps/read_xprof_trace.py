@@ -13,7 +13,8 @@ with app.setup:
 
     from core import lab, numerics
     from core.lab import charts
-    from core.perf import machine, trace
+    from core.lessons.performance import read_xprof_trace as faults
+    from core.perf import allocator, machine, trace
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -22,6 +23,8 @@ with app.setup:
         lab.Flag("depth", 2, "layers of the MLP", lo=1, hi=6),
         lab.Flag("steps", 3, "profiled training steps (after one warm-up)", lo=1, hi=10),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("temp_mib", 32, "MiB of the fault demo's temporary buffer", lo=8, hi=256, step=8),
+        lab.Flag("fault_steps", 5, "timed steps per allocator mode", lo=3, hi=20),
         description="Read an XProf trace: capture, parse, top ops, timeline, bottleneck.",
     )
     ARGS = FLAGS.parse()
@@ -223,6 +226,16 @@ def _(params, top_ops, train_step):
                 "kernels. Grow **width** and the dots take a larger share; shrink it and per-op "
                 "overhead and small fusions show up."
             ),
+            mo.md(
+                "A caution about those `ynn_fusion` kernels: XLA:CPU's YNNPACK fusions have a "
+                "known miscompile of one multiply-reduce pattern (a reduce over a broadcast "
+                "operand fused with an add: `core/perf/xla_cpu.py` pins the example). The global "
+                "cure, `XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`, takes the YNN "
+                "kernels from every matmul and costs 40-60% of the capstone's train step, so "
+                "the project guards only the programs of the risky shape (a `jacrev`, a vmapped "
+                "backward pass) with `xla_cpu.jit_without_ynn_fusion` and keeps the fast default "
+                "everywhere else."
+            ),
         ]
     )
     return bottleneck, definitions
@@ -272,6 +285,187 @@ def _(capture, top_ops):
 
 @app.cell(hide_code=True)
 def _():
+    mo.md(f"""
+    ## The profile that misled
+    A trace says where the time goes *among the ops*. It can still hide the cause. The course's
+    flagship benchmark (issue 19: the byte Transformer capstone's JAX train step lost to its
+    PyTorch twin) is the worked example of **measure, find the bottleneck, fix, measure again**.
+
+    1. **The misleading profile.** Every op of the JAX step was slower than its torch
+       counterpart, the matmuls too, and no op stood out. The cause was in none of them: XLA
+       allocates each step's temporary buffers and frees them at the end of the step. With
+       glibc's default `malloc` a block over the mmap threshold is `mmap`ped, page-faulted and
+       zeroed by the kernel on first touch, then unmapped, *every step*. The faults land inside
+       whichever op first writes the memory, so they inflate every op's time in the trace.
+    2. **The two signals that did point at it.** Minor page faults and system CPU per step,
+       from `resource.getrusage` around each blocked step (`allocator.page_faults()`): on the
+       course's 2-core EPYC about 10^5 faults and 0.3-0.4 s of system time per JAX step, about
+       0 for torch's; and
+       `jit(step).lower(...).compile().memory_analysis().temp_size_in_bytes`, the size of what
+       is churned (~712 MiB for the capstone's default step): faults x 4 KiB pages ~ temp bytes.
+    3. **The fix.** Three glibc malloc tunables keep freed memory in the heap
+       (`core/perf/allocator.py`): `{allocator.TUNABLES.replace(":", " ")}`: one arena shared
+       by all threads, never `mmap` a block, never give the heap's top back to the kernel.
+       With the faults gone, the op table told the truth again and the next bottlenecks could
+       be read from it (the capstone then took a causal blocked attention core,
+       `core/lm/causal_blocked.py`, and 16-bit dropout bits).
+    4. **Measure again**, below, on a workload small enough to run here.
+
+    `malloc` settings are fixed when a process starts, and this lab's own process may already
+    run tuned (`make lab` exports `GLIBC_TUNABLES`), so the demo starts two **fresh child
+    processes**, one with glibc's defaults (`GLIBC_TUNABLES` dropped,
+    `{allocator.DISABLE_ENV}=1`) and one with `GLIBC_TUNABLES={allocator.TUNABLES}`. Each jits
+    `sin(x @ w) @ w.T` with x `({faults.ROWS}, {faults.INNER})` and w `({faults.INNER}, N)`:
+    the `({faults.ROWS}, N)` float32 intermediate feeds a second dot, so XLA cannot fuse it
+    away; it is the step's temporary buffer. Each child warms up (the compile, then until
+    {faults.SETTLE_STEPS} steps in a row are quiet, at most {faults.WARMUP_MAX} steps: a tuned
+    heap grows for a few steps first, glibc's defaults never settle), then times its blocked
+    steps with `getrusage` around each.
+    """)
+    return
+
+
+@app.cell
+def _():
+    temp_mib = FLAGS.control("temp_mib", ARGS, label="temp buffer (MiB)")
+    fault_steps = FLAGS.control("fault_steps", ARGS, label="timed steps per mode")
+    fault_button = mo.ui.run_button(label="Run both allocator modes")
+    mo.vstack([mo.hstack([temp_mib, fault_steps], justify="start", wrap=True), fault_button])
+    return fault_button, fault_steps, temp_mib
+
+
+@app.cell
+def _(fault_button, fault_steps, temp_mib):
+    mo.stop(
+        lab.interactive() and not fault_button.value,
+        mo.callout(
+            mo.md("Press **Run both allocator modes** (two fresh processes, a few seconds)."),
+            kind="info",
+        ),
+    )
+    demo = faults.Demo(temp_mib.value, fault_steps.value)
+    try:
+        fault_results = faults.compare(demo)
+        _problem = None
+    except (RuntimeError, OSError, ValueError) as _error:
+        fault_results, _problem = None, f"a child process did not report: {_error}"
+    lab.guard(_problem, headline="The allocator demo could not run.")
+    mo.vstack(
+        [
+            mo.md(
+                f"### Measure again: {demo.temp_mib} MiB of temp, {demo.steps} timed steps "
+                f"per mode ({MACHINE})"
+            ),
+            lab.table(faults.rows(fault_results)),
+        ]
+    )
+    return demo, fault_results
+
+
+@app.cell
+def _(demo, fault_results):
+    fault_verdict = faults.verdict(demo, fault_results)
+    # Independent reference for the temp size: the closed-form bytes of the (M, N) float32
+    # intermediate, M * N * 4, vs what XLA's buffer assignment reports (memory_analysis).
+    fault_check = lab.Check(
+        f"the page-fault storm and its fix: temp of memory_analysis vs the closed form "
+        f"{faults.ROWS} x {demo.columns} x 4 bytes; faults per step, defaults vs tuned",
+        fault_verdict["temp_error"],
+        faults.TEMP_TOLERANCE,
+        facts=fault_verdict["facts"],
+    )
+    fault_check
+    return fault_check, fault_verdict
+
+
+@app.cell
+def _(fault_results, fault_verdict):
+    _data = pd.DataFrame(faults.chart_rows(fault_results))
+    _chart = (
+        alt.Chart(_data)
+        .mark_bar()
+        .encode(
+            x=alt.X("allocator:N", title=None),
+            y=alt.Y("value:Q", title=None),
+            color=alt.Color(
+                "allocator:N",
+                scale=alt.Scale(domain=list(faults.MODES), range=charts.distinct_colors(2)),
+            ),
+            tooltip=["allocator", "measure", alt.Tooltip("value:Q", format=",.1f")],
+        )
+        .properties(width=150, height=180)
+        .facet(column=alt.Column("measure:N", title=None))
+        .resolve_scale(y="independent")
+        .properties(title=f"glibc defaults vs tuned malloc, {MACHINE}")
+    )
+    _defaults, _tuned = fault_results["glibc defaults"], fault_results["tuned"]
+    _speedup = _defaults["median_step_s"] / _tuned["median_step_s"]
+    _text = (
+        f"With glibc's defaults each step faulted "
+        f"**{_defaults['minor_faults_per_step']:,.0f}** times (the intermediate is "
+        f"{fault_verdict['pages']:,.0f} pages) and spent "
+        f"{_defaults['system_s_per_step'] * 1e3:.0f} ms in the kernel; tuned, "
+        f"**{_tuned['minor_faults_per_step']:,.0f}** faults and "
+        f"{_tuned['system_s_per_step'] * 1e3:.0f} ms: the step ran **{_speedup:.2f}x** as fast "
+        "(wall times move with the machine's load; the fault counts do not)."
+        if fault_verdict["storm"]
+        else f"glibc's defaults faulted only {_defaults['minor_faults_per_step']:,.0f} times "
+        f"per step here ({faults.NO_STORM_REASONS}): no storm for the settings to remove. "
+        "Try a temp buffer over 32 MiB."
+    )
+    mo.vstack([mo.md(_text), _chart])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    _bench = faults.capstone_bench()
+    _rows = faults.bench_rows(_bench) if _bench else []
+    _capstone = (
+        mo.vstack(
+            [
+                mo.md(
+                    f"The capstone's own before/after, from `{_bench['path']}` (written "
+                    f"{_bench['written']} on {_bench.get('machine', 'an unnamed machine')}):"
+                ),
+                lab.table(_rows),
+            ]
+        )
+        if _rows
+        else mo.md(
+            "The capstone's own before/after (the whole train step, JAX vs its torch twin) is "
+            "in the `allocator_comparison` of its `bench.json`; none is here yet: "
+            "`make capstone` or `python -m capstones.byte_transformer bench` writes one."
+        )
+    )
+    mo.vstack(
+        [
+            mo.md(
+                """
+    ### What the fix costs, and where the project applies it
+    The price: a tuned process keeps its peak heap until it exits (RSS does not shrink after a
+    large step), and its heap grows for a few steps before it settles, by whole step buffers
+    when small allocations have split the freed ones (the **warm-up steps** and **peak RSS**
+    columns above). For a training process that repeats one step shape, keeping the memory is
+    the point; for a process that makes one large step and then idles, it is a cost.
+
+    - **`make lab`, `make test`, `make capstone`**: the Makefile exports `GLIBC_TUNABLES`
+      (read by the dynamic loader of every process they start; `make ... GLIBC_TUNABLES=`
+      keeps glibc's defaults).
+    - **The capstone's `__main__`**: `allocator.configure()` applies the same settings with
+      `mallopt(3)` first thing, before JAX or torch start their threads, so
+      `python -m capstones.byte_transformer` is tuned without the Makefile; its `bench.json`
+      records which settings were in force.
+    """
+            ),
+            _capstone,
+        ]
+    )
+    return
+
+
+@app.cell(hide_code=True)
+def _():
     lab.tpu_results("read_xprof_trace")
     return
 
@@ -291,6 +485,17 @@ def test_each_op_ran_once_per_profiled_step(capture, top_ops):
 @app.cell
 def test_bottleneck_is_defined_in_the_hlo(bottleneck, definitions):
     assert bottleneck["op"] in definitions
+    return
+
+
+@app.cell
+def test_fault_check_passes_and_each_child_ran_its_mode(demo, fault_check, fault_results):
+    # one test cell: under pytest each test cell reruns the cells it depends on (two children)
+    fault_check.assert_passed()
+    assert fault_results["glibc defaults"]["allocator"]["mechanism"] == "none"
+    _tuned = "GLIBC_TUNABLES" if allocator.is_glibc() else "none"
+    assert fault_results["tuned"]["allocator"]["mechanism"] == _tuned
+    assert all(len(r["step_s"]) == demo.steps for r in fault_results.values())
     return
 
 
