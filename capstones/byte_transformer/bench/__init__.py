@@ -80,6 +80,10 @@ bench.json schema (keys; model documents.BenchResult, docs/schemas/bench.schema.
                 decode_speedup target takes the faster of the two decoders),
                 "end_to_end_speedup": float, "greedy_tokens_identical": bool,
                 "tokens": [int]},
+     "allocator_comparison": {"method": str, "glibc_defaults" | "tuned": {"allocator",
+                "median_s", "samples_s", "minor_faults_per_step", "system_s_per_step",
+                "load_average_1m": [start, end]}, "speedup": float (defaults / tuned median)}
+                or {"method", "error": str} (malloc_steps=0 or a child failed; malloc.py),
      "cache_bytes": {"fp32"|"bf16"|"int8": {"closed_form", "measured", "ratio_vs_fp32"},
                      "formula": str},
      "targets": {name: {"value", "target", "op": ">="|"<=", "pass": bool}},
