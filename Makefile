@@ -16,7 +16,7 @@ MALLOC_TUNABLES := glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0
 MALLOC_TUNABLES := $(MALLOC_TUNABLES):glibc.malloc.trim_threshold=2147483647
 export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 
-.PHONY: lab test install lint check-apps pytest curriculum capstone clean
+.PHONY: lab test install lint check-apps pytest curriculum capstone pallas-capstone clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ capstone: $(STAMP)
 	$(CAPSTONE) plan out=$(CAPSTONE_DIR)/plan.json
 	$(CAPSTONE) run-manifest run_dir=$(CAPSTONE_DIR)
 	$(CAPSTONE) report run_dir=$(CAPSTONE_DIR)
+
+# The Pallas capstone's whole report (agreement, profile, partition, objective) into runs/
+pallas-capstone: $(STAMP)
+	JAX_PLATFORMS=cpu $(BIN)/python -m capstones.pallas_kernel report out=runs/pallas_kernel
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .jax_compilation_cache

@@ -46,3 +46,12 @@ def test_readme_shows_every_capstone_command():
     assert "\ncapstone:" in makefile
     for command in cli.REGISTRY:
         assert f"$B {command} " in README, f"README's capstone section lacks {command!r}"
+
+
+def test_readme_shows_every_pallas_capstone_command():
+    from capstones.pallas_kernel import cli
+
+    makefile = (curriculum.REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "\npallas-capstone:" in makefile
+    for command in cli.REGISTRY:
+        assert f"$K {command} " in README, f"README's Pallas capstone section lacks {command!r}"

@@ -86,6 +86,7 @@ REFUSALS = [
     ("rlhf_ppo", ["--group", "3"], "3 samples per prompt do not divide the batch of 64 responses"),
     ("kernel_iteration", ["--block-q", "96"], "does not divide"),
     ("kernel_iteration", ["--dtype", "bfloat16", "--block-q", "8"], "multiple of 16"),
+    ("capstone_pallas_kernel", ["--block-q", "24"], "does not divide"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120

@@ -47,7 +47,7 @@ MODES = ("glibc defaults", "tuned")
 # steps in, quiet steps between them, then none for 20 steps). So each child warms up until
 # SETTLE_STEPS steps in a row fault less than STORM_FAULTS_PER_STEP times (at least
 # WARMUP_MIN steps, at most WARMUP_MAX: glibc's defaults never settle), and reports them.
-WARMUP_MIN, WARMUP_MAX, SETTLE_STEPS = 2, 16, 4
+WARMUP_MIN, WARMUP_MAX, SETTLE_STEPS = 8, 24, 6  # steps take ~30-70 ms: warming is cheap
 CHILD_TIMEOUT_S = 120
 # A page-fault storm: glibc's defaults fault at least this often per step before it counts
 # as one. Below it (transparent huge pages, a non-glibc C library) there is nothing to remove.
