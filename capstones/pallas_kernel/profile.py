@@ -2,7 +2,7 @@
 attention core with the flash kernel could buy the whole step (Amdahl's law).
 
 The step: the capstone's ``training.train_step`` (AdamW, clipping, dropout) with the dense
-XLA attention core named explicitly (``dense_loss``), so what is measured is the core the
+XLA attention core named explicitly (``dense_train_step``), so what is measured is the core the
 kernel replaces, whichever core the training command uses by default.
 
 Measured, synchronized (every timed call ends with ``jax.block_until_ready``): lower and
@@ -79,29 +79,11 @@ def attention_bytes(config: config_lib.Config) -> dict[str, int]:
     }
 
 
-def dense_loss(config: config_lib.Config, params: dict, batch: dict, dropout_key):
-    """training.loss_fn with the dense XLA attention core named explicitly
-    (core.lm.attention.dot_product_attention: T x T scores, mask, softmax), the core the
-    flash kernel replaces; its jitted ``attention_pieces`` marks its ops in the HLO."""
-    from capstones.byte_transformer import training
-    from core.lm import attention, transformer
-
-    def dense(q_BTHK, k_BSHK, v_BSHK, mask):
-        return attention.dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask=mask)
-
-    model = training.model_from_params(config, params)
-    logits = model(
-        batch["tokens_BT"],
-        batch["segment_ids_BT"],
-        batch["positions_BT"],
-        dropout_key=dropout_key,
-        attention_fn=dense,
-    )
-    return transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
-
-
 def dense_train_step(config: config_lib.Config):
-    """jit of the capstone's training.train_step (AdamW, clipping, dropout) on dense_loss."""
+    """jit of the capstone's training.train_step (AdamW, clipping, dropout) with the dense XLA
+    attention core (training.loss_fn's dense_attention: core.lm.attention's T x T scores,
+    mask and softmax, whose jitted ``attention_pieces`` marks its ops in the HLO): the core
+    the flash kernel replaces, not the causal blocked core ``train`` uses."""
     import functools
 
     import jax
@@ -109,7 +91,8 @@ def dense_train_step(config: config_lib.Config):
     from capstones.byte_transformer import training
 
     training._graphdef(config.program_key())  # the model's structure, built outside the trace
-    return jax.jit(functools.partial(training.train_step, config, loss=dense_loss))
+    loss = functools.partial(training.loss_fn, dense_attention=True)
+    return jax.jit(functools.partial(training.train_step, config, loss=loss))
 
 
 def measure(
