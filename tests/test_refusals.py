@@ -121,6 +121,7 @@ def test_refused_combination_stops_cleanly(case):
 NO_FLAG_REFUSAL = {
     "tpu_receipt": "stops only when its receipt subprocess fails",
     "resume_data_position": "its second guard stops only when the resume subprocess fails",
+    "read_xprof_trace": "stops only when an allocator demo child process fails",
 }
 
 

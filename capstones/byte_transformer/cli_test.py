@@ -102,13 +102,16 @@ def test_report_refuses_a_damaged_piece_naming_the_file_and_field(run_dir, capsy
     report_dir = run_dir / "report"
     before = _tree(report_dir)
     try:
-        bench_file.write_text(json.dumps({"format": "byte_transformer bench", "version": 1}))
+        bench_file.write_text(json.dumps({"format": "byte_transformer bench", "version": 2}))
         assert cli.main(["report", f"run_dir={run_dir}"]) == 2
         err = capsys.readouterr().err
         assert f"{bench_file}: bench.json lacks 'command'" in err and "Traceback" not in err
         bench_file.write_text("{not json")
         assert cli.main(["report", f"run_dir={run_dir}"]) == 2
         assert f"{bench_file} is not JSON" in capsys.readouterr().err
+        bench_file.write_text(json.dumps({"format": "byte_transformer bench", "version": 1}))
+        assert cli.main(["report", f"run_dir={run_dir}"]) == 2  # an older bench.json: rerun
+        assert f"{bench_file}: version: Input should be 2, got 1" in capsys.readouterr().err
         assert _tree(report_dir) == before  # nothing written
     finally:
         bench_file.unlink(missing_ok=True)

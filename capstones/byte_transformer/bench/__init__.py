@@ -142,6 +142,7 @@ from capstones.byte_transformer.bench.load import (
     load_warnings,
     other_processes_cores,
 )
+from capstones.byte_transformer.bench.malloc import compare as malloc_comparison
 from capstones.byte_transformer.bench.peak import honest_peak, model_matmul_shapes
 from capstones.byte_transformer.bench.profile import (
     CATEGORIES,
@@ -197,6 +198,7 @@ __all__ = [
     "jax_stepper",
     "jax_dense_attention_stepper",
     "load_warnings",
+    "malloc_comparison",
     "honest_peak",
     "model_matmul_shapes",
     "matmul_params",
