@@ -151,15 +151,19 @@ def train_step(
     return new_state, {"loss": loss_value, "tokens": count, "grad_norm": optax.tree.norm(grads)}
 
 
-def make_train_step(config: config_lib.Config) -> Callable:
-    """jit(train_step) for this config: (state, batch) -> (state, metrics)."""
-    return _train_step_program(config.program_key())
+def make_train_step(config: config_lib.Config, dense_attention: bool = False) -> Callable:
+    """jit(train_step) for this config: (state, batch) -> (state, metrics). ``dense_attention``:
+    the same step with the dense attention core (loss_fn's), for before/after comparisons."""
+    return _train_step_program(config.program_key(), dense_attention)
 
 
 @functools.lru_cache(maxsize=8)
-def _train_step_program(config: config_lib.Config) -> Callable:
+def _train_step_program(config: config_lib.Config, dense_attention: bool) -> Callable:
     _graphdef(config)  # build the structure eagerly, never under a trace
-    return jax.jit(functools.partial(train_step, config))
+    if not dense_attention:
+        return jax.jit(functools.partial(train_step, config))
+    loss = functools.partial(loss_fn, dense_attention=True)
+    return jax.jit(functools.partial(train_step, config, loss=loss))
 
 
 # --- evaluation --------------------------------------------------------------------------

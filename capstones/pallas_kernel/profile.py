@@ -84,15 +84,9 @@ def dense_train_step(config: config_lib.Config):
     attention core (training.loss_fn's dense_attention: core.lm.attention's T x T scores,
     mask and softmax, whose jitted ``attention_pieces`` marks its ops in the HLO): the core
     the flash kernel replaces, not the causal blocked core ``train`` uses."""
-    import functools
-
-    import jax
-
     from capstones.byte_transformer import training
 
-    training._graphdef(config.program_key())  # the model's structure, built outside the trace
-    loss = functools.partial(training.loss_fn, dense_attention=True)
-    return jax.jit(functools.partial(training.train_step, config, loss=loss))
+    return training.make_train_step(config, dense_attention=True)
 
 
 def measure(

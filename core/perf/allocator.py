@@ -90,6 +90,23 @@ def from_environment(environ=None) -> dict:
     return found
 
 
+def child_env(tuned: bool, **extra: str) -> dict[str, str]:
+    """The environment of a fresh child process (core.runtime.child_env plus ``extra``) with
+    these settings (``tuned``: GLIBC_TUNABLES, read by the loader before any thread exists)
+    or with glibc's defaults (no GLIBC_TUNABLES, $JAX_LAB_MALLOC_DEFAULTS=1 so that
+    ``configure()`` leaves them too): one side of a before/after comparison."""
+    from core import runtime
+
+    env = runtime.child_env(**extra)
+    env.pop("GLIBC_TUNABLES", None)
+    env.pop(DISABLE_ENV, None)
+    if tuned:
+        env["GLIBC_TUNABLES"] = TUNABLES
+    else:
+        env[DISABLE_ENV] = "1"
+    return env
+
+
 def in_force() -> dict:
     """What ``configure()`` set, or what the environment says when it was never called."""
     if _configured is not None:

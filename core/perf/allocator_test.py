@@ -27,12 +27,22 @@ print(json.dumps({"faults": allocator.page_faults()["minor_faults"] - before, "s
 """
 
 
-def _churn(mode: str, **env) -> dict:
-    clean = {k: v for k, v in runtime.child_env(**env).items() if k != "GLIBC_TUNABLES"}
+def _churn(mode: str) -> dict:
+    """The churn in a child with glibc's defaults ("defaults") or calling configure()."""
+    env = allocator.child_env(tuned=False)
+    if mode == "configure":
+        env.pop(allocator.DISABLE_ENV)
     done = subprocess.run(
-        [sys.executable, "-c", _CHURN, mode], env=clean, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _CHURN, mode], env=env, capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_child_env_sets_one_side_of_the_comparison():
+    tuned, defaults = allocator.child_env(True, X="1"), allocator.child_env(False)
+    assert tuned["GLIBC_TUNABLES"] == allocator.TUNABLES and allocator.DISABLE_ENV not in tuned
+    assert "GLIBC_TUNABLES" not in defaults and defaults[allocator.DISABLE_ENV] == "1"
+    assert tuned["X"] == "1" and not any(k.startswith("PYTEST_") for k in tuned)
 
 
 def test_tunables_string_round_trips_through_the_parser():
@@ -44,7 +54,7 @@ def test_tunables_string_round_trips_through_the_parser():
 
 @pytest.mark.skipif(not allocator.is_glibc(), reason="mallopt is glibc's")
 def test_configure_removes_the_page_faults_of_a_freed_large_buffer():
-    default = _churn("defaults", **{allocator.DISABLE_ENV: "1"})
+    default = _churn("defaults")
     tuned = _churn("configure")
     assert default["state"]["mechanism"] == "none"
     assert tuned["state"] == {
@@ -61,7 +71,7 @@ def test_configure_removes_the_page_faults_of_a_freed_large_buffer():
 def test_configure_recognises_settings_made_before_the_process_started():
     done = subprocess.run(
         [sys.executable, "-c", "from core.perf import allocator; print(allocator.configure())"],
-        env=runtime.child_env(GLIBC_TUNABLES=allocator.TUNABLES),
+        env=allocator.child_env(tuned=True),
         capture_output=True,
         text=True,
         check=True,

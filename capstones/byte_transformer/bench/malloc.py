@@ -51,17 +51,13 @@ def _child(config_json: str, steps: int, warmup: int) -> dict:
 def compare(config, steps: int, warmup: int, progress) -> dict:
     """{"method", "glibc_defaults": CHILD, "tuned": CHILD, "speedup": defaults / tuned median}
     or {"method", "error": str} when a child fails (the bench goes on)."""
-    from core import runtime
     from core.perf import allocator
 
     results = {"method": __doc__.split("\n\n")[0].replace("\n", " ")}
     for mode in MODES:
-        env = {k: v for k, v in runtime.child_env().items() if k != "GLIBC_TUNABLES"}
-        if mode == "glibc_defaults":
-            env[allocator.DISABLE_ENV] = "1"
-        else:  # read by the loader before any thread exists (this module's package
-            env.pop(allocator.DISABLE_ENV, None)  # imports numpy and torch first)
-            env["GLIBC_TUNABLES"] = allocator.TUNABLES
+        # GLIBC_TUNABLES, not mallopt, for the tuned child: this module's package imports
+        # numpy and torch (and their threads) before _child could call configure()
+        env = allocator.child_env(tuned=mode == "tuned")
         progress(f"allocator before/after: the JAX step in a fresh process, {mode}")
         argv = [sys.executable, "-m", __name__, json.dumps(config.to_dict()), str(steps)]
         try:

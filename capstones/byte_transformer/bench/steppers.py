@@ -6,7 +6,6 @@ change), the PyTorch twin eager and under torch.compile; their interleaved timin
 from __future__ import annotations
 
 import contextlib
-import functools
 import statistics
 import sys
 from collections.abc import Callable
@@ -115,11 +114,8 @@ def jax_stepper(
 def jax_dense_attention_stepper(config: config_lib.Config, state: dict, batch: dict):
     """The train step with the dense attention core (DENSE_ATTENTION_CHANGES): the same
     math, the previous program; (step, compile figures). Its own copy of the state."""
-    state = jax.tree.map(jnp.copy, state)
-    training.make_train_step(config)  # builds the model structure outside the trace
-    loss = functools.partial(training.loss_fn, dense_attention=True)
-    step_fn = jax.jit(functools.partial(training.train_step, config, loss=loss))
-    return jax_stepper(config, state, batch, step_fn)
+    step_fn = training.make_train_step(config, dense_attention=True)
+    return jax_stepper(config, jax.tree.map(jnp.copy, state), batch, step_fn)
 
 
 def torch_stepper(config: config_lib.Config, params: dict, batch: dict, compile_: bool):

@@ -107,19 +107,12 @@ def wide_intermediate(x_MK, w_KN):
 
 def child_environment(mode: str) -> dict[str, str]:
     """The environment of a fresh child process with glibc's defaults or the tuned settings."""
-    from core import runtime
     from core.perf import allocator
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    env = runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1")
-    env.pop("GLIBC_TUNABLES", None)
-    env.pop(allocator.DISABLE_ENV, None)
-    if mode == "glibc defaults":
-        env[allocator.DISABLE_ENV] = "1"
-    else:  # read by the dynamic loader before any thread exists
-        env["GLIBC_TUNABLES"] = allocator.TUNABLES
-    return env
+    tuned = mode == "tuned"
+    return allocator.child_env(tuned, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1")
 
 
 def run_child(demo: Demo, mode: str) -> dict:
