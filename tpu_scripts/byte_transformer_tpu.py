@@ -262,15 +262,12 @@ def run_child(argv: list[str]) -> int:
     _say(f"backend: {backend}")
     _say(f"devices: {len(devices)} x {devices[0].device_kind}")
     runtime = run_manifest.capture_runtime()
-    on_tpu = backend == "tpu" and run_manifest.is_tpu_run(runtime)
-    if not on_tpu and not args.allow_cpu_rehearsal:
-        print(
-            f"refused: jax.default_backend() is {backend!r} ({devices[0].device_kind}), not "
-            "'tpu'. This script writes TPU results only on a TPU VM; a CPU number never stands "
-            "in for a TPU number. To rehearse here, pass --allow-cpu-rehearsal (results are "
-            "marked 'cpu rehearsal — not a TPU result'). Nothing was written.",
-            file=sys.stderr,
-        )
+    refusal = run_manifest.tpu_refusal(
+        runtime, "results are marked 'cpu rehearsal — not a TPU result'"
+    )
+    on_tpu = refusal is None
+    if refusal and not args.allow_cpu_rehearsal:
+        print(refusal, file=sys.stderr)
         return EXIT_REFUSED
     if args.steps < 1 or args.repeats < 1:
         print("error: --steps and --repeats must be >= 1", file=sys.stderr)

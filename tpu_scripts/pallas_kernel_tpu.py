@@ -246,15 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     devices = jax.devices()
     _say(f"backend: {backend}; devices: {len(devices)} x {devices[0].device_kind}")
     record = run_manifest.capture_runtime()
-    on_tpu = backend == "tpu" and run_manifest.is_tpu_run(record)
-    if not on_tpu and not args.allow_cpu_rehearsal:
-        print(
-            f"refused: jax.default_backend() is {backend!r} ({devices[0].device_kind}), not "
-            "'tpu'. This script writes TPU results only on a TPU VM; a CPU number never stands "
-            "in for a TPU number. To rehearse here, pass --allow-cpu-rehearsal (interpret mode; "
-            "the result is marked 'cpu rehearsal — not a TPU result'). Nothing was written.",
-            file=sys.stderr,
-        )
+    refusal = run_manifest.tpu_refusal(
+        record, "interpret mode; the result is marked 'cpu rehearsal — not a TPU result'"
+    )
+    on_tpu = refusal is None
+    if refusal and not args.allow_cpu_rehearsal:
+        print(refusal, file=sys.stderr)
         return EXIT_REFUSED
     out = pathlib.Path(args.out)
     existing = [name for name in RESULT_FILES if (out / name).exists()]

@@ -162,6 +162,20 @@ def validate_runtime(runtime) -> dict:
     return runtime
 
 
+def tpu_refusal(runtime: dict, rehearsal: str) -> str | None:
+    """None when ``runtime`` (capture_runtime()) is a TPU run, else the refusal a script
+    prints before writing anything; ``rehearsal`` says what --allow-cpu-rehearsal does."""
+    if is_tpu_run(runtime):
+        return None
+    kind = (runtime.get("devices") or [{}])[0].get("device_kind", "no device")
+    return (
+        f"refused: jax.default_backend() is {runtime.get('backend')!r} ({kind}), not 'tpu'. "
+        "This script writes TPU results only on a TPU VM; a CPU number never stands in for a "
+        f"TPU number. To rehearse here, pass --allow-cpu-rehearsal ({rehearsal}). Nothing was "
+        "written."
+    )
+
+
 def is_tpu_run(runtime: dict) -> bool:
     """backend "tpu" AND at least one device AND every device a TPU."""
     devices = runtime.get("devices") or []

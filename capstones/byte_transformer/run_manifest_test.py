@@ -245,3 +245,12 @@ def test_module_runs_as_a_fresh_process(tmp_path):
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / run_manifest.MANIFEST_FILE).read_text())
     assert manifest["is_tpu_run"] is False and len(manifest["devices"]) == 2
+
+
+def test_tpu_refusal_only_off_a_tpu():
+    tpu = {"backend": "tpu", "devices": [{"platform": "tpu", "device_kind": "TPU v5 lite"}]}
+    cpu = {"backend": "cpu", "devices": [{"platform": "cpu", "device_kind": "cpu"}]}
+    assert run_manifest.tpu_refusal(tpu, "a rehearsal") is None
+    message = run_manifest.tpu_refusal(cpu, "a rehearsal")
+    assert message.startswith("refused: jax.default_backend() is 'cpu' (cpu), not 'tpu'")
+    assert "(a rehearsal)" in message and "Nothing was written" in message
