@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,10 +97,18 @@ def choice(name: str, value: str, choices: Sequence[str]) -> str:
     return value
 
 
+PROG = "python -m capstones.byte_transformer"
+HELP_WORDS = ("-h", "--help", "help")
+
+
 def help_text(
-    command: str, summary: str, options: Mapping[str, Option], config_overrides: bool
+    command: str,
+    summary: str,
+    options: Mapping[str, Option],
+    config_overrides: bool,
+    prog: str = PROG,
 ) -> str:
-    lines = [f"usage: python -m capstones.byte_transformer {command} [key=value ...]", "", summary]
+    lines = [f"usage: {prog} {command} [key=value ...]", "", summary]
     if options:
         lines += ["", "options:"]
         for name, option in options.items():
@@ -117,3 +127,57 @@ class Command:
     options: Mapping[str, Option]
     run: Any  # Callable[[Parsed], int]
     config_overrides: bool = True
+
+
+# --- a capstone's command line: COMMAND [key=value ...] --------------------------------------
+
+
+def usage(prog: str, registry: Mapping[str, tuple[str, str]]) -> str:
+    """The command list of a ``{command: (module, one-line summary)}`` registry."""
+    width = max(map(len, registry)) + 1
+    lines = [f"usage: {prog} COMMAND [key=value ...]", "", "commands:"]
+    lines += [f"  {name:<{width}} {summary}" for name, (_, summary) in registry.items()]
+    lines += ["", f"{prog} COMMAND --help: the command's options"]
+    return "\n".join(lines)
+
+
+def load_command(package: str, registry: Mapping[str, tuple[str, str]], name: str) -> Command:
+    """The Command ``name`` from its module's COMMANDS (modules load only when they run)."""
+    module_name, _ = registry[name]
+    return importlib.import_module(f"{package}.{module_name}").COMMANDS[name]
+
+
+def dispatch(
+    argv: Sequence[str],
+    *,
+    prog: str,
+    package: str,
+    registry: Mapping[str, tuple[str, str]],
+    prepare=None,
+    overrides_note: str = "",
+) -> int:
+    """Run ``COMMAND [key=value ...]``: usage (exit 2 without a command), the command's
+    --help, or its run; an unknown command or a UsageError prints to stderr and exits 2.
+    ``prepare()`` runs before the command's module loads (process-wide settings);
+    ``overrides_note`` ends the --help of commands that take config overrides."""
+    argv = list(argv)
+    if not argv or argv[0] in HELP_WORDS:
+        print(usage(prog, registry))
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in registry:
+        print(f"unknown command {name!r}\n\n{usage(prog, registry)}", file=sys.stderr)
+        return 2
+    if prepare is not None:
+        prepare()
+    spec = load_command(package, registry, name)
+    if any(item in ("-h", "--help") for item in rest):
+        text = help_text(name, spec.summary, spec.options, spec.config_overrides, prog)
+        print(text + (overrides_note if spec.config_overrides else ""))
+        return 0
+    try:
+        parsed = parse(rest, spec.options, spec.config_overrides)
+        return int(spec.run(parsed) or 0)
+    except UsageError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2

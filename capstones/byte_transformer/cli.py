@@ -7,8 +7,6 @@ compiler are not loaded to train).
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Sequence
 
 from capstones.byte_transformer import args
@@ -36,34 +34,14 @@ REGISTRY = {
 
 
 def usage() -> str:
-    lines = ["usage: python -m capstones.byte_transformer COMMAND [key=value ...]", "", "commands:"]
-    lines += [f"  {name:<13} {summary}" for name, (_, summary) in REGISTRY.items()]
-    lines += ["", "python -m capstones.byte_transformer COMMAND --help: the command's options"]
-    return "\n".join(lines)
+    return args.usage(args.PROG, REGISTRY)
 
 
 def command(name: str) -> args.Command:
-    module_name, _ = REGISTRY[name]
-    module = importlib.import_module(f"capstones.byte_transformer.{module_name}")
-    return module.COMMANDS[name]
+    return args.load_command("capstones.byte_transformer", REGISTRY, name)
 
 
 def main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name not in REGISTRY:
-        print(f"unknown command {name!r}\n\n{usage()}", file=sys.stderr)
-        return 2
-    spec = command(name)
-    if any(item in ("-h", "--help") for item in rest):
-        print(args.help_text(name, spec.summary, spec.options, spec.config_overrides))
-        return 0
-    try:
-        parsed = args.parse(rest, spec.options, spec.config_overrides)
-        return int(spec.run(parsed) or 0)
-    except args.UsageError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+    return args.dispatch(
+        argv, prog=args.PROG, package="capstones.byte_transformer", registry=REGISTRY
+    )

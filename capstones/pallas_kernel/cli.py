@@ -11,8 +11,6 @@ The process asks JAX for 8 virtual CPU devices before anything starts its backen
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Sequence
 
 from capstones.byte_transformer import args
@@ -28,26 +26,17 @@ REGISTRY = {  # command -> (module, one-line summary)
 }
 
 
+OVERRIDES_NOTE = (
+    "\n\n(config overrides are the byte Transformer's: capstones/byte_transformer/config.py)"
+)
+
+
 def usage() -> str:
-    lines = [f"usage: {PROG} COMMAND [key=value ...]", "", "commands:"]
-    lines += [f"  {name:<10} {summary}" for name, (_, summary) in REGISTRY.items()]
-    lines += ["", f"{PROG} COMMAND --help: the command's options"]
-    return "\n".join(lines)
-
-
-def help_text(name: str, spec: args.Command) -> str:
-    text = args.help_text(name, spec.summary, spec.options, spec.config_overrides)
-    return text.replace("python -m capstones.byte_transformer", PROG, 1) + (
-        "\n\n(config overrides are the byte Transformer's: capstones/byte_transformer/config.py)"
-        if spec.config_overrides
-        else ""
-    )
+    return args.usage(PROG, REGISTRY)
 
 
 def command(name: str) -> args.Command:
-    module_name, _ = REGISTRY[name]
-    module = importlib.import_module(f"capstones.pallas_kernel.{module_name}")
-    return module.COMMANDS[name]
+    return args.load_command("capstones.pallas_kernel", REGISTRY, name)
 
 
 def make_config(parsed: args.Parsed, base: config_lib.Config) -> config_lib.Config:
@@ -55,25 +44,18 @@ def make_config(parsed: args.Parsed, base: config_lib.Config) -> config_lib.Conf
     return args.make_config(base, parsed.overrides)
 
 
-def main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name not in REGISTRY:
-        print(f"unknown command {name!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+def _eight_cpu_devices() -> None:
     from core import runtime
 
-    runtime.use_cpu_devices(8)  # before any module below starts JAX's backend
-    spec = command(name)
-    if any(item in ("-h", "--help") for item in rest):
-        print(help_text(name, spec))
-        return 0
-    try:
-        parsed = args.parse(rest, spec.options, spec.config_overrides)
-        return int(spec.run(parsed) or 0)
-    except args.UsageError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+    runtime.use_cpu_devices(8)  # before any command module starts JAX's backend
+
+
+def main(argv: Sequence[str]) -> int:
+    return args.dispatch(
+        argv,
+        prog=PROG,
+        package="capstones.pallas_kernel",
+        registry=REGISTRY,
+        prepare=_eight_cpu_devices,
+        overrides_note=OVERRIDES_NOTE,
+    )
