@@ -39,9 +39,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Adam, clipping, and learning-rate schedules
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("adam_clipping_schedules")}
 
     Adam keeps two running averages per parameter, of the gradient (m) and of its square
     (s), corrects both for starting at zero, and steps by m / (sqrt(s) + eps): each parameter

@@ -29,9 +29,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Meet your arrays and devices
-    *Phase 1 · Setup & first steps*
+    {lab.phase_line("arrays_devices")}
 
     A `jax.Array` is a value **and** a placement: a shape, a dtype, and the device (or
     devices) that hold its bytes. In this lesson you will

@@ -33,9 +33,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Benchmark asynchronous work correctly
-    *Phase 15 · Performance diagnosis*
+    {lab.phase_line("async_benchmarking")}
 
     `y = f(x)` in JAX returns as soon as the work is **queued**, not when it is done; and
     the first call of a jitted function **compiles** first. Time it naively and you measure

@@ -61,9 +61,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Asynchronous checkpoints and failure boundaries
-    *Phase 10 · Data & checkpoint recovery*
+    {lab.phase_line("async_checkpoints")}
 
     A synchronous save stops training until every byte is on disk. An **asynchronous** save
     (Orbax's default) only blocks while the arrays are copied off the device, then writes

@@ -39,9 +39,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Attention from small pieces
-    *Phase 11 · Transformers & language models*
+    {lab.phase_line("attention")}
 
     Attention lets every position of a sequence **look things up** in the other positions:
     each token asks a question (its *query*), every token advertises what it holds (its *key*)

@@ -29,9 +29,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Batch environments and scan rollouts
-    *Phase 15 · Reinforcement learning*
+    {lab.phase_line("batched_rollouts")}
 
     A pure `step(key, state, action)` for **one** environment is all JAX needs to run
     thousands: `jax.vmap` batches it over environments and `jax.lax.scan` loops it over time,

@@ -29,11 +29,11 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     # The chain rule, Jacobians, and directions
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("chain_rule_jacobians")}
 
-    For $f: \mathbb{R}^N \to \mathbb{R}^M$ the **Jacobian** $J$ ($M \times N$) holds every
+    For $f: \mathbb{{R}}^N \to \mathbb{{R}}^M$ the **Jacobian** $J$ ($M \times N$) holds every
     partial derivative $\partial f_i / \partial x_j$, and the chain rule makes the Jacobian
     of a composition the product of the pieces' Jacobians. JAX never forms those products
     as matrices: it pushes **vectors** through them, forward ($J v$, a JVP) or backward

@@ -52,9 +52,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Train a CNN on a small dataset
-    *Phase 9 · Neural network training*
+    {lab.phase_line("cnn_digits")}
 
     scikit-learn ships 1,797 handwritten digits as 8×8 grey images: small enough to train a
     convolutional network in seconds on a laptop CPU, big enough to make real mistakes.

@@ -39,9 +39,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Communication-efficient algorithms
-    *Phase 16 · Distributed training*
+    {lab.phase_line("communication_algorithms")}
 
     Data-parallel training ends every step with the same job: each device has its own
     gradient, and all of them need the sum. How that sum travels decides how much of a

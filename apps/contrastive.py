@@ -77,9 +77,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Contrastive learning: views, positives and negatives
-    *Phase 12 · Self-supervised pretraining: masked and contrastive learning*
+    {lab.phase_line("contrastive")}
 
     Contrastive learning (SimCLR, MoCo, CLIP) needs no labels either: make two randomly
     altered **views** of each image, and train an encoder so that the two views of the same

@@ -30,9 +30,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     # Curvature, Hessians, and learning rates
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("curvature_hessians")}
 
     The gradient says which way is down; the **Hessian** (the matrix of second derivatives)
     says how fast the slope changes, direction by direction. Its eigenvalues are the
@@ -42,9 +42,9 @@ def _():
     - compute the Hessian of a quadratic and of a small network with `jax.hessian`, and again
       from **Hessian-vector products** (`jax.jvp` of `jax.grad`), which never form the matrix;
     - read the **eigenvalues**: a quadratic's are yours to choose, a network's can be negative;
-    - run gradient descent and move the learning rate past $2/\lambda_{\max}$: every step
+    - run gradient descent and move the learning rate past $2/\lambda_{{\max}}$: every step
       multiplies the error along eigenvector $i$ by $1 - \eta\lambda_i$, and once
-      $\lvert 1 - \eta\lambda_{\max}\rvert > 1$ the run **diverges**.
+      $\lvert 1 - \eta\lambda_{{\max}}\rvert > 1$ the run **diverges**.
     """)
     return
 

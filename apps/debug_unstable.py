@@ -58,9 +58,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Debug unstable learning
-    *Phase 9 · Neural network training*
+    {lab.phase_line("debug_unstable")}
 
     Training that blows up rarely says why: the loss jumps, turns `inf`, then `nan`, and
     everything after is garbage. A deep ReLU network, a learning rate a bit too high and an

@@ -38,9 +38,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Direct preference optimization and reference-corrected margins
-    *Phase 13 · Post-training: SFT, LoRA, reward models and RLHF*
+    {lab.phase_line("dpo")}
 
     RLHF learns a reward model from preferences, then optimises the policy against it with
     a KL penalty to a reference. **DPO** skips both: the policy that RLHF's objective would

@@ -31,9 +31,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Evaluate agents across seeds
-    *Phase 15 · Reinforcement learning*
+    {lab.phase_line("evaluate_agents")}
 
     An RL training run is one draw from a wide distribution: the seed picks the initial
     network, every sampled action and every reset. Two configurations compared on one seed

@@ -32,9 +32,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Your first gradient
-    *Phase 6 · JAX transformations*
+    {lab.phase_line("first_gradient")}
 
     `jax.grad(f)` takes a Python function `f: float -> float` and returns **another
     function**, `f'`, computed by automatic differentiation: JAX traces the operations of

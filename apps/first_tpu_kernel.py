@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # A first TPU kernel
-    *Phase 15 · Pallas kernels*
+    {lab.phase_line("first_tpu_kernel")}
 
     The matmul of the previous lesson read whole row and column strips. A real TPU kernel
     also blocks the **contracting** axis K: the grid gets a third axis `k`, and each output

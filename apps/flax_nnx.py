@@ -48,9 +48,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Model and state with Flax NNX
-    *Phase 9 · Neural network training*
+    {lab.phase_line("flax_nnx")}
 
     The previous lesson kept the MLP's weights in a list of dicts and passed them to a pure
     function. **Flax NNX** puts them back inside Python objects: an `nnx.Module` *holds*

@@ -32,9 +32,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Write a functional environment
-    *Phase 15 · Reinforcement learning*
+    {lab.phase_line("functional_env")}
 
     gymnasium's environments are objects: `env.step(action)` changes `env` in place. JAX
     wants **pure functions** of explicit state, so that a step can be jitted, vmapped over

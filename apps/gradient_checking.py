@@ -34,9 +34,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     # Gradient checking and numerical accuracy
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("gradient_checking")}
 
     A gradient you wrote yourself (a custom VJP, a hand-derived formula, a kernel) needs a
     test, and the classic one is a **finite difference**: nudge one input by a small step h
@@ -46,8 +46,8 @@ def _():
 
     - sweep the step h over 15 decades and see the **U-shaped error curve**, in float32 and
       float64, for the forward and the central difference;
-    - predict the **best step from machine epsilon** alone: $h \approx \sqrt{\varepsilon}$
-      (forward) and $h \approx \varepsilon^{1/3}$ (central), and the error left there;
+    - predict the **best step from machine epsilon** alone: $h \approx \sqrt{{\varepsilon}}$
+      (forward) and $h \approx \varepsilon^{{1/3}}$ (central), and the error left there;
     - use the course's **gradient checker** (`core.optim.gradcheck.check_gradient`, which
       later lessons' tests use) on a small network, and watch it catch a **planted bug** in
       a `custom_vjp`.

@@ -30,9 +30,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Write gradient descent yourself
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("gradient_descent")}
 
     Gradient descent is three lines: take the gradient, step against it, repeat. The
     Rosenbrock function `f(x, y) = (1 - x)² + 100 (y - x²)²` makes those lines work hard: a

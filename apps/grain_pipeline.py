@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Load, batch, and checkpoint order with Grain
-    *Phase 10 · Data & checkpoint recovery*
+    {lab.phase_line("grain_pipeline")}
 
     [Grain](https://google-grain.readthedocs.io) is the data loader of the JAX ecosystem. Its
     `MapDataset` is a random-access recipe (`source[i]` -> shard -> shuffle -> batch ->

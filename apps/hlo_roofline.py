@@ -38,9 +38,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Reason with HLO and the roofline model
-    *Phase 15 · Performance diagnosis*
+    {lab.phase_line("hlo_roofline")}
 
     A kernel that does F FLOPs while moving B bytes cannot finish faster than
     `max(F / peak FLOP/s, B / memory bandwidth)`. Its **arithmetic intensity** F / B decides

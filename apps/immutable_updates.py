@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Immutable updates and indexing
-    *Phase 5 · Arrays & pure functions*
+    {lab.phase_line("immutable_updates")}
 
     A JAX array cannot be changed in place, so every `x[idx] = v` becomes
     `x = x.at[idx].set(v)`, a new array (inside `jit`, XLA reuses the buffer when it can).

@@ -35,9 +35,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Design an input pipeline
-    *Phase 10 · Data & checkpoint recovery*
+    {lab.phase_line("input_pipeline")}
 
     A training step wants arrays of one fixed shape; a data set is a list of examples. The
     input pipeline in between decides the order (shuffling), the grouping (batching), what

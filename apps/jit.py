@@ -31,9 +31,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Compile a function with jit
-    *Phase 6 · JAX transformations*
+    {lab.phase_line("jit")}
 
     Without `jit`, JAX runs your function **eagerly**: every `jnp` operation is sent to the
     device on its own, with Python in between. `jax.jit(f)` instead **traces** `f` once

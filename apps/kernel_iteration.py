@@ -47,9 +47,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Iterate with correctness and performance evidence
-    *Phase 15 · Pallas kernels*
+    {lab.phase_line("kernel_iteration")}
 
     Attention's score matrix is T x T: XLA's attention writes it to HBM, so memory grows as
     T². **Flash attention** never forms it: each program takes a block of queries, walks the

@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Branches with lax.cond
-    *Phase 7 · State, randomness & control flow*
+    {lab.phase_line("lax_cond")}
 
     Under `jit` a value is a *tracer* with a shape and a dtype but no number yet, so a Python
     `if x > 0:` cannot decide. JAX offers three ways to branch on data, and they differ in

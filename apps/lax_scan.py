@@ -36,9 +36,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Compiled loops with lax.scan
-    *Phase 7 · State, randomness & control flow*
+    {lab.phase_line("lax_scan")}
 
     `jit` compiles what tracing records. A Python `for` loop runs *during tracing*, so under
     `jit` it is **unrolled**: a loop of T steps becomes T copies of its body in the program,

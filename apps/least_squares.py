@@ -35,13 +35,13 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     # Least squares, rank, and conditioning
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("least_squares")}
 
     Fitting a linear model is solving $\min_x \lVert A x - b\rVert_2$: least squares. How
     accurately a computer can do it depends on the **condition number** $\kappa(A) =
-    s_{\max}/s_{\min}$ (largest over smallest singular value): rounding errors of size
+    s_{{\max}}/s_{{\min}}$ (largest over smallest singular value): rounding errors of size
     $\varepsilon$ come out amplified by $\kappa$, or by $\kappa^2$ if you solve it the
     textbook way. In this lesson you will
 

@@ -36,12 +36,12 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     # Linear algebra and loss intuition
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("linear_algebra_loss")}
 
     Fit $y \approx x \cdot w$ by least squares and the loss
-    $L(w) = \frac{1}{2P}\lVert Xw - y\rVert^2$ is a bowl over the plane of the two weights.
+    $L(w) = \frac{{1}}{{2P}}\lVert Xw - y\rVert^2$ is a bowl over the plane of the two weights.
     Its shape is pure linear algebra: the Hessian is the data's covariance
     $C = X^\top X / P$, the contours are ellipses along $C$'s **eigenvectors**, and the
     **eigenvalues** set how steep the bowl is along each. In this lesson you will

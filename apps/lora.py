@@ -40,9 +40,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # LoRA: adapt, save and merge low-rank updates
-    *Phase 13 · Post-training: SFT, LoRA, reward models and RLHF*
+    {lab.phase_line("lora")}
 
     Full fine-tuning updates every weight. **LoRA** freezes the base model and learns, beside
     each chosen kernel W (d_in x d_out), two thin matrices A (d_in x R) and B (R x d_out):

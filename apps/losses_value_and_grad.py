@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Losses and value_and_grad
-    *Phase 6 · JAX transformations*
+    {lab.phase_line("losses_value_and_grad")}
 
     Training needs two things from a loss at every step: its **value** (to watch) and its
     **gradient** with respect to the parameters (to step). `jax.value_and_grad` gives both

@@ -51,9 +51,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Masked image modeling: reconstruct missing patches
-    *Phase 12 · Self-supervised pretraining: masked and contrastive learning*
+    {lab.phase_line("masked_image")}
 
     The image version of masked language modeling (as in MAE, BEiT, SimMIM): cut an image into
     patches, hide some, and train a model to paint them back from the rest. The pixels are

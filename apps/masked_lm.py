@@ -68,9 +68,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Masked language modeling: predict hidden tokens
-    *Phase 12 · Self-supervised pretraining: masked and contrastive learning*
+    {lab.phase_line("masked_lm")}
 
     Self-supervised pretraining makes labels out of the data itself: hide some tokens, ask
     the model to fill them in. BERT's recipe selects ~15% of the tokens; of those, 80% are

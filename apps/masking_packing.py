@@ -39,9 +39,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Masking, tokenization, and sequence packing
-    *Phase 11 · Transformers & language models*
+    {lab.phase_line("masking_packing")}
 
     A language model reads integers, in fixed-size rows, many rows at a time. Real text comes
     as strings of every length. This lesson builds the bridge, and the masks that keep it

@@ -50,9 +50,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Arrays, meshes, and sharding
-    *Phase 16 · Distributed training*
+    {lab.phase_line("meshes_sharding")}
 
     Distributed training starts with one idea: a `jax.Array` can live on many devices at
     once. A **mesh** names a grid of devices; a **PartitionSpec** says which mesh axis splits

@@ -31,9 +31,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Minibatches, expectation, and gradient noise
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("minibatch_noise")}
 
     The loss of a data set is an average over examples, so its gradient is an average of
     per-example gradients. A **minibatch** averages only B of them: a random estimate of the

@@ -38,9 +38,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Track experiments and lineage with MLflow
-    *Phase 10 · Data & checkpoint recovery*
+    {lab.phase_line("mlflow_tracking")}
 
     A loss curve is only useful if you can say what produced it: which config, which data
     (and in which order), which code, and where its checkpoints are. MLflow keeps that

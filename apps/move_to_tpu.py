@@ -52,9 +52,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Move your experiment to a TPU
-    *Phase 1 · Setup & first steps*
+    {lab.phase_line("move_to_tpu")}
 
     So far every lesson ran on virtual CPU devices. A Cloud TPU VM runs the *same* program:
     you copy a script there and start it with `python`. In this lesson you will

@@ -34,9 +34,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # From NumPy to jax.numpy
-    *Phase 5 · Arrays & pure functions*
+    {lab.phase_line("numpy_to_jnp")}
 
     `jax.numpy` copies the NumPy API on purpose: most NumPy code runs unchanged with
     `import jax.numpy as jnp`. In this lesson you will

@@ -32,9 +32,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Optimize with Optax
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("optax_basics")}
 
     Optax does not hand you a monolithic "optimizer object". It hands you **gradient
     transformations**: pairs of pure functions `init(params) -> state` and

@@ -33,9 +33,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Pallas grids and BlockSpecs
-    *Phase 15 · Pallas kernels*
+    {lab.phase_line("pallas_grids")}
 
     A Pallas kernel is a function of **blocks**. `pl.pallas_call` runs it once per point of a
     **grid**; each run is a *program instance* with ids `pl.program_id(0), pl.program_id(1)`.

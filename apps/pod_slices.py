@@ -40,9 +40,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Run course scripts and multi-host TPU Pod slices
-    *Phase 3 · TPU Workflows: Launching Jobs & Checkpointed Experiments*
+    {lab.phase_line("pod_slices")}
 
     A slice bigger than one host (v5e/v6e: more than 8 chips; v5p: more than 4) is several
     VMs, one JAX **process** per host, all running the **same script**. What changes:

@@ -44,9 +44,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Policy gradients and PPO
-    *Phase 15 · Reinforcement learning*
+    {lab.phase_line("policy_gradients_ppo")}
 
     A policy gradient pushes up the log-probability of actions in proportion to how much
     better than expected they turned out. In this lesson you will

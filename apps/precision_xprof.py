@@ -46,9 +46,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # bfloat16, int8 precision, and XProf profiling on TPU
-    *Phase 4 · TPU Systems: Generations, Memory, Precision & XProf*
+    {lab.phase_line("precision_xprof")}
 
     TPUs multiply **bfloat16** natively (and int8 at twice the rate on v5e/v6e), accumulating
     in float32. Lower precision is faster and smaller, so you need to know what it costs. In

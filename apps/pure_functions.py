@@ -52,9 +52,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Pure functions and explicit inputs
-    *Phase 5 · Arrays & pure functions*
+    {lab.phase_line("pure_functions")}
 
     `jax.jit` does not run your Python function every time you call it. It runs it **once per
     new input shape and dtype**, with abstract *tracers* instead of numbers, records the

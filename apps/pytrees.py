@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Pytrees and structured parameters
-    *Phase 7 · State, randomness & control flow*
+    {lab.phase_line("pytrees")}
 
     A model's parameters are not one array but a structure: layers, each with weights and
     biases. JAX calls any nesting of lists, tuples, dicts and registered classes a

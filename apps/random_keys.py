@@ -44,9 +44,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Random keys without surprises
-    *Phase 7 · State, randomness & control flow*
+    {lab.phase_line("random_keys")}
 
     NumPy hides a random state inside the library and moves it along every time you draw.
     JAX has no hidden state: randomness comes from a **key**, a small value you pass around,

@@ -38,9 +38,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Read an XProf trace
-    *Phase 15 · Performance diagnosis*
+    {lab.phase_line("read_xprof_trace")}
 
     A profiler trace is the ground truth of where a step's time goes. In this lesson you will
 

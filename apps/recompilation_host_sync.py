@@ -33,9 +33,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Diagnose recompilation and host synchronization
-    *Phase 15 · Performance diagnosis*
+    {lab.phase_line("recompilation_host_sync")}
 
     Two costs hide in a training loop that "works": **recompiling** because an input's
     signature keeps changing, and **waiting for the device** because Python asks for a value

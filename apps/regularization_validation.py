@@ -53,9 +53,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Regularization and honest validation
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("regularization_validation")}
 
     A model that fits its training data can still be wrong on new data: with as many
     features as examples, least squares fits the noise too. In this lesson you will

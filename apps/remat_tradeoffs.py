@@ -41,9 +41,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Memory, rematerialization, and optimization tradeoffs
-    *Phase 15 · Performance diagnosis*
+    {lab.phase_line("remat_tradeoffs")}
 
     The backward pass needs values from the forward pass. Keeping them costs memory;
     recomputing them (**rematerialization**, `jax.checkpoint`) costs time. In this lesson you

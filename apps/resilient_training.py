@@ -52,9 +52,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Resilient distributed training
-    *Phase 16 · Distributed training*
+    {lab.phase_line("resilient_training")}
 
     Preemptions happen, and the slice you get back may not be the slice you lost. A run is
     resilient when it can stop anywhere, and continue, **on a different number of devices**,

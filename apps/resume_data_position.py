@@ -46,9 +46,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Recover data position and resume
-    *Phase 10 · Data & checkpoint recovery*
+    {lab.phase_line("resume_data_position")}
 
     A resumed run is correct when the next update is the one the uninterrupted run would
     have made: same parameters, same optimizer moments, same dropout mask, **same batch**.

@@ -42,7 +42,7 @@ with app.setup:
 def _():
     mo.md(f"""
     # Learn a reward model from pairwise preferences
-    *Phase 13 · Post-training: SFT, LoRA, reward models and RLHF*
+    {lab.phase_line("reward_model")}
 
     People rarely score an answer on a scale; they pick the better of two. Here the
     "people" are simulated: two responses to a prompt are sampled from the base model, and

@@ -36,9 +36,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # RLHF mechanics: a frozen reward and PPO policy updates
-    *Phase 13 · Post-training: SFT, LoRA, reward models and RLHF*
+    {lab.phase_line("rlhf_ppo")}
 
     RLHF optimises a policy against a **frozen reward model** learned from preferences, with a
     **KL penalty** to a frozen reference so that it cannot wander where the reward model was

@@ -37,9 +37,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Save model, optimizer, and random state
-    *Phase 10 · Data & checkpoint recovery*
+    {lab.phase_line("save_full_state")}
 
     Saving only the parameters is enough to *use* a model, not to *continue training* it:
     Adam's two moment estimates, its step count, the PRNG key that draws the next dropout

@@ -33,9 +33,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Select a TPU slice and provision your Cloud TPU VM
-    *Phase 2 · TPU Setup: Provisioning & Runtime Verification*
+    {lab.phase_line("select_tpu_slice")}
 
     A slice is chosen by two needs, and the larger one wins:
 

@@ -30,7 +30,7 @@ with app.setup:
 def _():
     mo.md(f"""
     # Supervised fine-tuning with response-only token loss
-    *Phase 13 · Post-training: SFT, LoRA, reward models and RLHF*
+    {lab.phase_line("sft")}
 
     A **base model** (the course's byte Transformer, {task.MODEL.num_layers} layers of width
     {task.MODEL.width}) was pretrained here, in this process, on prompts like `cab=` followed

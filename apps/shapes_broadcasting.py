@@ -64,9 +64,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Shapes, broadcasting, and dtypes
-    *Phase 5 · Arrays & pure functions*
+    {lab.phase_line("shapes_broadcasting")}
 
     Every axis of an array is part of a contract. Broadcasting and type promotion make
     code short, and they also let a wrong shape or a wrong dtype run without an error. In

@@ -33,9 +33,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # A sharded training step
-    *Phase 16 · Distributed training*
+    {lab.phase_line("sharded_train_step")}
 
     One training step of a small MLP (`tanh(x @ w1 + b1) @ w2 + b2`, softmax cross-entropy,
     an optax optimizer), laid out three ways on the same mesh. The program is the same

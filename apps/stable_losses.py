@@ -46,9 +46,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Probability, likelihood, and stable losses
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("stable_losses")}
 
     A classifier outputs **logits** x; softmax turns them into probabilities
     `p_i = exp(x_i) / sum_j exp(x_j)`, and training maximizes the **likelihood** of the

@@ -44,9 +44,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Stage and launch checkpointed TPU jobs
-    *Phase 3 · TPU Workflows: Launching Jobs & Checkpointed Experiments*
+    {lab.phase_line("stage_launch_jobs")}
 
     A job on a TPU VM is a script, its flags and a checkpoint directory. In this lesson you will
 

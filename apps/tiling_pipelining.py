@@ -47,9 +47,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Tiling, memory, and pipelining
-    *Phase 15 · Pallas kernels*
+    {lab.phase_line("tiling_pipelining")}
 
     A TPU core computes only on data in **VMEM**, its small on-chip memory; the arrays live
     in **HBM**. A Pallas grid is a loop in which every step copies its blocks HBM → VMEM

@@ -48,15 +48,15 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Build a tiny multilayer perceptron
-    *Phase 9 · Neural network training*
+    {lab.phase_line("tiny_mlp")}
 
     Before any framework: a multilayer perceptron is a list of weight matrices and bias
     vectors, and a forward pass is `h = activation(h @ w + b)` repeated, then one last
     affine layer that gives a score (*logit*) per class. In this lesson you will
 
-    - keep the parameters in a plain **pytree** (`[{"w": (in, out), "b": (out,)}, ...]`) and
+    - keep the parameters in a plain **pytree** (`[{{"w": (in, out), "b": (out,)}}, ...]`) and
       initialise them with **He** or **Glorot** scales, then watch what a bad scale does to
       the signal passing through the layers;
     - train it with gradient descent (`jax.value_and_grad` + momentum, written out by hand)

@@ -81,9 +81,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # TPU generations and HBM memory budgeting
-    *Phase 4 · TPU Systems: Generations, Memory, Precision & XProf*
+    {lab.phase_line("tpu_generations_hbm")}
 
     Before you provision a slice, know whether the model fits. In this lesson you will
 

@@ -44,9 +44,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Bootstrap .venv and verify a TPU runtime receipt
-    *Phase 2 · TPU Setup: Provisioning & Runtime Verification*
+    {lab.phase_line("tpu_receipt")}
 
     A fresh TPU VM has Python and nothing else you need. In this lesson you will
 

@@ -43,9 +43,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Tracing, static arguments, and recompilation
-    *Phase 6 · JAX transformations*
+    {lab.phase_line("tracing_recompilation")}
 
     `jax.jit` does not compile *your function*; it compiles what your function does for one
     **input signature**: the shapes and dtypes of the array arguments and the *values* of the

@@ -54,9 +54,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # A compiled train and evaluation step
-    *Phase 9 · Neural network training*
+    {lab.phase_line("train_eval_step")}
 
     A training loop is one function called thousands of times: take a batch, compute the
     loss and its gradient, let the optimizer update the parameters, report a few metrics.

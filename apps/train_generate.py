@@ -62,9 +62,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Train, checkpoint, and generate
-    *Phase 11 · Transformers & language models*
+    {lab.phase_line("train_generate")}
 
     Everything from this phase, put to work: a byte-level causal language model (the blocks
     of the previous lesson, the packing and masks of the one before) trained on text that

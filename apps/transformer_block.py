@@ -40,9 +40,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # A Transformer block and mixed precision
-    *Phase 11 · Transformers & language models*
+    {lab.phase_line("transformer_block")}
 
     A Transformer is a stack of identical **blocks**. Each block lets positions exchange
     information (attention, from the first lesson of this phase) and then lets each position

@@ -28,9 +28,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Vectors, norms, and projections
-    *Phase 8 · Math & optimization*
+    {lab.phase_line("vectors_norms")}
 
     A norm measures the size of a vector; a projection finds the closest point of a line or
     a subspace. Both are everywhere in training: gradient norms are clipped, weights are

@@ -64,9 +64,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Practice with four virtual CPU devices
-    *Phase 1 · Setup & first steps*
+    {lab.phase_line("virtual_devices")}
 
     A TPU slice is many chips; a laptop CPU can pretend to be several devices
     (`jax_num_cpu_devices`), which is enough to practise **sharding** before paying for a

@@ -56,9 +56,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Batch a function with vmap
-    *Phase 6 · JAX transformations*
+    {lab.phase_line("vmap")}
 
     Write a function for **one** example; `jax.vmap` turns it into a function for a
     **batch**, as if you had written the loop, but as one vectorized computation. You tell

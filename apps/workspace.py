@@ -23,9 +23,9 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md("""
+    mo.md(f"""
     # Set up your learning workspace
-    *Phase 1 · Setup & first steps*
+    {lab.phase_line("workspace")}
 
     Every number in this course was produced by *some* Python, *some* JAX and *some*
     devices. Before you trust a result, or ask someone why theirs differs, write down what

@@ -393,6 +393,19 @@ def phase_of(slug: str) -> Phase:
     raise ValueError(f"no lesson {slug!r} in the course map")
 
 
+def phase_number(slug: str) -> int:
+    """The 1-based number of lesson ``slug``'s phase in the course map (README and home agree)."""
+    return PHASES.index(phase_of(slug)) + 1
+
+
+def phase_line(slug: str) -> str:
+    """The italic line under a lesson's title: ``*Phase 14 · Post-training: ...*``.
+
+    Every app's title cell shows this, derived from the map, never typed by hand.
+    """
+    return f"*Phase {phase_number(slug)} · {phase_of(slug).title}*"
+
+
 def lesson_module(slug: str) -> str:
     """Where lesson ``slug``'s own code lives: ``core.lessons.<phase package>.<slug>``."""
     return f"core.lessons.{phase_of(slug).package}.{slug}"

@@ -177,3 +177,30 @@ def test_every_phase_has_a_lesson_package_and_names_follow_the_rules():
     lesson_slugs = {lesson.slug for lesson in curriculum.all_lessons()}
     prefixes = (curriculum.CAPSTONE_PREFIX, *curriculum.TRACK_PREFIXES.values())
     assert not any(slug.startswith(prefixes) for slug in lesson_slugs)
+
+
+def test_phase_line_numbers_phases_as_the_map_and_readme_do():
+    # The post-training lessons are phase 14 in the map; their apps once said "Phase 13".
+    assert curriculum.phase_line("dpo") == (
+        "*Phase 14 · Post-training: SFT, LoRA, reward models and RLHF*"
+    )
+    readme = curriculum.apps_readme()
+    for lesson in curriculum.all_lessons():
+        number = curriculum.phase_number(lesson.slug)
+        title = curriculum.phase_of(lesson.slug).title
+        assert f"## {number}. {title}\n" in readme, lesson.slug
+        assert curriculum.phase_line(lesson.slug) == f"*Phase {number} · {title}*"
+    with pytest.raises(ValueError, match="no lesson 'nope'"):
+        curriculum.phase_line("nope")
+
+
+def test_every_lesson_app_derives_its_phase_line_from_the_map():
+    """A header's phase is computed (lab.phase_line), never typed: typed ones drifted."""
+    typed = re.compile(r"\*Phase \d+ ·")
+    for lesson in curriculum.all_lessons():
+        path = curriculum.app_path(lesson.slug)
+        if not path.exists():
+            continue
+        source = path.read_text(encoding="utf-8")
+        assert f'{{lab.phase_line("{lesson.slug}")}}' in source, lesson.slug
+        assert not typed.search(source), f"{lesson.slug}: a hand-typed phase number"

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from core.curriculum import phase_line  # noqa: F401 (re-exported: every title cell shows it)
+
 # What a headless run found: lab.table, Check and guard record into it (core/lab/results.py).
 from core.lab import results
 from core.lab.results import report  # noqa: F401 (re-exported: an app names a key number)
