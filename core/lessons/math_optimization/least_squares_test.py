@@ -59,3 +59,23 @@ def test_problems():
     assert ls.normal_equations_problem(4, 4) is None
     with pytest.raises(ValueError, match="M >= K"):
         ls.systems(jax.random.key(0), 2, 3, 2, [1.0])
+
+
+@pytest.mark.parametrize("log10_condition", [0.0, 4.0, 4.5, 8.0, 12.0])
+@pytest.mark.parametrize("rows, cols, rank", [(12, 6, 6), (12, 6, 3), (64, 16, 16)])
+def test_the_lstsq_check_never_passes_on_a_vacuous_tolerance(log10_condition, rows, cols, rank):
+    # issue 25: at κ = 1e8 the float32 tolerance 50 κ ε was 6e2, so x = 0 passed
+    condition = 10.0**log10_condition
+    a, _, b = ls.systems(jax.random.key(1), rows, cols, rank, [condition])
+    solved = {dtype: ls.solve(a, b, "lstsq", dtype)[0] for dtype in ls.DTYPES}
+    errors, tolerances, no_digits = ls.lstsq_check(a[0], b[0], solved, condition)
+    assert all(errors[name] <= tolerances[name] for name in errors), errors
+    assert max(tolerances.values()) < ls.MEANINGFUL_BOUND
+    assert no_digits == [d for d in ls.DTYPES if ls.error_bound("lstsq", d, condition) >= 0.1]
+    # planted: x = 0, and the answer nudged along A's strongest direction, fail in every dtype
+    strongest = np.linalg.svd(a[0])[2][0]
+    for dtype in ls.DTYPES:
+        nudged = solved[dtype] + 1e-3 * np.linalg.norm(solved[dtype]) * strongest
+        for wrong in (np.zeros(cols), nudged):
+            errors, tolerances, _ = ls.lstsq_check(a[0], b[0], {dtype: wrong}, condition)
+            assert any(not errors[n] <= tolerances[n] for n in errors), (dtype, errors)
