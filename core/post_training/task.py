@@ -7,7 +7,8 @@ The **base model** is a tiny TinyLM pretrained (next-token loss on every token) 
 followed by RANDOM responses of random length: it learns the format (letters, then a ".")
 but not the task, so it answers a prompt correctly about 1 time in 6^3 * 4 (its samples are
 diverse: what preference learning and RL need). ``base_params(seed)`` trains it
-deterministically from a seed, cached in-process (nothing is written to disk).
+deterministically from a seed, cached in-process and on disk (core.post_training.cache: a
+content-addressed, verified entry that later processes load instead of training again).
 
 Sequences are PROMPT_TOKENS + RESPONSE_TOKENS = SEQ_LEN byte tokens, PAD (0) after the ".".
 ``weights_BT`` is 1 at position t when token t+1 is a response token (the positions whose
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.lm import tokenizer
-from core.post_training import losses, model
+from core.post_training import cache, losses, model
 
 ALPHABET = "abcdef"
 PROMPT_LETTERS = 3
@@ -143,13 +144,26 @@ def sft_data(prompts: Sequence[str], seed: int, steps: int, batch: int) -> dict[
     return {k: v.reshape(steps, batch, SEQ_LEN) for k, v in data.items()}
 
 
-@functools.lru_cache(maxsize=4)
 def base_params(seed: int = 0, steps: int = BASE_STEPS) -> dict:
-    """The base model, pretrained deterministically from ``seed`` (cached in-process)."""
+    """The base model, pretrained deterministically from ``seed`` (cached in-process, and on
+    disk by core.post_training.cache: a later process loads the verified weights)."""
+    return _base(int(seed), int(steps))[0]
+
+
+def base_origin(seed: int = 0, steps: int = BASE_STEPS) -> str:
+    """Where this process got base_params(seed, steps): cache.ORIGIN_CACHE (the on-disk
+    cache) or cache.ORIGIN_TRAINED."""
+    return _base(int(seed), int(steps))[1]
+
+
+@functools.lru_cache(maxsize=4)
+def _base(seed: int, steps: int) -> tuple[dict, str]:
     params = model.init_params(MODEL, jax.random.key(seed))
     data = pretraining_data(seed, steps, BASE_BATCH)
-    trained, _ = model.train(losses.masked_token_loss, params, None, data, BASE_LEARNING_RATE)
-    return jax.tree.map(np.asarray, trained)
+    trained, _, origin = cache.train(
+        losses.masked_token_loss, params, None, data, BASE_LEARNING_RATE
+    )
+    return trained, origin
 
 
 # --- sampling --------------------------------------------------------------------------------
