@@ -8,20 +8,29 @@ call: ``core.rl.ppo.compile_runs``), and report the mean with a confidence inter
   replacement ``resamples`` times, take the ``(1 - confidence) / 2`` and ``(1 + confidence) /
   2`` quantiles of the resampled means, linear interpolation, as scipy.stats.bootstrap's
   ``method="percentile"`` does); it vmaps (over configurations, over training updates);
+- ``reference_errors``: the interval against ``references.bootstrap_percentile_reference``,
+  the same resamples replayed in float64 NumPy: exact up to float32 rounding, at any seed
+  count (the lesson's check);
 - ``monte_carlo_tolerance``: how far two independent percentile bootstraps of the same data
-  can land apart from resampling noise alone (the bound of the check against scipy);
+  can land apart from resampling noise alone (the bound of the tests against scipy, which
+  draws its own resamples; with 2-3 seeds the resampled means take a handful of values and
+  this normal-theory bound does not hold, so the lesson does not use it);
 - ``ranking_flip_rate``: how often a single seed of A against a single seed of B ranks them
   the other way round from their means: why one seed is not evidence.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import stats
+
+from core import numerics
+from core.rl import references
 
 # Two independent bootstraps' quantiles differ by resampling noise with standard deviation
 # sqrt(2) * sqrt(q (1 - q) / B) / density(quantile); 5 of those standard deviations is a bound
@@ -38,16 +47,41 @@ def bootstrap_ci(
 
     ``samples_S`` holds one outcome per seed; ``resamples`` and ``confidence`` are static.
     """
+    _validate(resamples, confidence)
+    return _percentile_ci(key, samples_S, resamples, confidence)
+
+
+def _validate(resamples: int, confidence: float) -> None:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if resamples < 2:
         raise ValueError(f"resamples must be >= 2, got {resamples}")
+
+
+@functools.partial(jax.jit, static_argnames=("resamples", "confidence"))
+def _percentile_ci(key, samples_S, resamples: int, confidence: float):
     S = samples_S.shape[0]
     index_BS = jax.random.randint(key, (resamples, S), 0, S)
     means_B = jnp.mean(samples_S[index_BS], axis=1)
     alpha = (1.0 - confidence) / 2
     low, high = jnp.quantile(means_B, jnp.array([alpha, 1.0 - alpha]))
     return jnp.mean(samples_S), low, high
+
+
+def reference_errors(
+    key: jax.Array, samples_S, resamples: int, confidence: float, interval=bootstrap_ci
+) -> dict[str, float]:
+    """Errors of ``interval(key, samples, resamples, confidence)`` (mean, low, high) against
+    the float64 NumPy replay of the same resamples, each relative to max(max |sample|, 1);
+    compare with ``numerics.tolerance("float32")``."""
+    x = np.asarray(samples_S, np.float64)
+    ours = interval(key, jnp.asarray(x, jnp.float32), resamples, confidence)
+    ref = references.bootstrap_percentile_reference(key, x, resamples, confidence)
+    scale = max(float(np.max(np.abs(x), initial=0.0)), 1.0)
+    return {
+        name: numerics.max_abs_error(float(a), b) / scale
+        for name, a, b in zip(("mean", "low", "high"), ours, ref, strict=True)
+    }
 
 
 def bootstrap_std(key: jax.Array, samples_S: jax.Array, resamples: int) -> jax.Array:
@@ -98,12 +132,19 @@ def ranking_flip_rate(a_S, b_S) -> float:
 
 def curve_bands(key: jax.Array, curve_SU, resamples: int, confidence: float) -> np.ndarray:
     """(3, U): mean, low, high of the mean over seeds at every update (bootstrap vmapped over
-    updates, one key each)."""
+    updates, one key each; one compiled program)."""
+    _validate(resamples, confidence)
     curve = jnp.asarray(curve_SU, jnp.float32)
     keys = jax.random.split(key, curve.shape[1])
-    fn = jax.vmap(lambda k, column: bootstrap_ci(k, column, resamples, confidence))
-    mean, low, high = fn(keys, curve.T)
+    mean, low, high = _bands(keys, curve.T, resamples, confidence)
     return np.stack([np.asarray(mean), np.asarray(low), np.asarray(high)])
+
+
+@functools.partial(jax.jit, static_argnames=("resamples", "confidence"))
+def _bands(keys_U, curve_US, resamples: int, confidence: float):
+    return jax.vmap(lambda k, column: _percentile_ci(k, column, resamples, confidence))(
+        keys_U, curve_US
+    )
 
 
 def flip_rate_by_seeds(a_S, b_S, seed: int, draws: int = 2000) -> list[dict]:

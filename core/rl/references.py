@@ -5,6 +5,10 @@ segment (A_t = sum_l (gamma lambda)^l delta_{t+l} up to the step that ends the e
 Python loops: the definition, where ``ppo.gae`` runs the backward recursion in ``lax.scan``.
 ``clipped_surrogate_reference`` is PPO's objective in its closed form by the sign of the
 advantage: A min(rho, 1 + eps) for A >= 0, A max(rho, 1 - eps) for A < 0.
+``bootstrap_percentile_reference`` replays a percentile bootstrap in float64 NumPy on the
+resamples drawn from a JAX key (S indices uniform on 0 .. S-1, with replacement, per resample):
+the same draws as ``evaluation.bootstrap_ci``, so the two agree to rounding and no Monte Carlo
+tolerance is needed.
 ``trajectory`` makes test trajectories with both kinds of episode end in them.
 """
 
@@ -40,6 +44,20 @@ def clipped_surrogate_reference(ratio, advantage, clip_eps):
         a >= 0, a * np.minimum(rho, 1 + clip_eps), a * np.maximum(rho, 1 - clip_eps)
     )
     return float(per_sample.mean())
+
+
+def bootstrap_percentile_reference(key, samples_S, resamples: int, confidence: float):
+    """(mean, low, high) in float64: the mean of each of ``resamples`` resamples of the S
+    samples (indices from ``jax.random.randint(key, (resamples, S), 0, S)``: with replacement),
+    and np.percentile's linear-interpolation quantiles ``(1 -/+ confidence) / 2`` of them."""
+    import jax
+
+    x = np.asarray(samples_S, np.float64)
+    index_BS = np.asarray(jax.random.randint(key, (resamples, x.shape[0]), 0, x.shape[0]))
+    means_B = x[index_BS].mean(axis=1)
+    alpha = 100.0 * (1.0 - confidence) / 2
+    low, high = np.percentile(means_B, [alpha, 100.0 - alpha], method="linear")
+    return float(x.mean()), float(low), float(high)
 
 
 def trajectory(seed: int, steps: int, envs: int, ends: int = 2) -> dict:
