@@ -12,6 +12,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.lessons.math_optimization import adam_clipping_schedules as acs
+    from core.optim import references
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -137,7 +138,7 @@ def _(
     learning_rates = acs.evaluate(optax_schedule, np.arange(steps.value))
     ours_S = acs.ours_adamw(params, grads_S, ours_schedule, **hyper)
     optax_S = acs.optax_adamw(params, grads_S, optax_schedule, **hyper)
-    torch_S = acs.torch_adamw(params, grads_S, learning_rates, **hyper)
+    torch_S = references.torch_adamw(params, grads_S, learning_rates, **hyper)
     mo.md(
         f"""
     ## One gradient sequence, three AdamWs

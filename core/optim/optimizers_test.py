@@ -1,10 +1,13 @@
+import inspect
+import sys
+import types
+
 import jax
-import numpy as np
 import optax
 import pytest
 
 from core import numerics
-from core.optim import optimizers, schedules
+from core.optim import optimizers, references, schedules
 
 STEPS = 100
 # Over 100 float32 steps the hand-written and optax's updates round differently; the
@@ -15,23 +18,15 @@ AGREEMENT = 1e-6
 TORCH_AGREEMENT = numerics.tolerance("float32")
 
 
-def _problem(seed, shapes):
+def _problem(seed, shapes, grad_scale=1.0):
+    """float32 params ~ N(0, 1) and STEPS gradients ~ N(0, grad_scale^2)."""
     keys = jax.random.split(jax.random.key(seed), 2 * len(shapes))
     params = {f"p{i}": jax.random.normal(keys[i], s) for i, s in enumerate(shapes)}
     grads_S = {
-        f"p{i}": jax.random.normal(keys[len(shapes) + i], (STEPS, *s)) for i, s in enumerate(shapes)
+        f"p{i}": grad_scale * jax.random.normal(keys[len(shapes) + i], (STEPS, *s))
+        for i, s in enumerate(shapes)
     }
     return params, grads_S
-
-
-def _optax_run(tx, params, grads_S):
-    def body(carry, grads):
-        params, state = carry
-        updates, state = tx.update(grads, state, params)
-        params = optax.apply_updates(params, updates)
-        return (params, state), params
-
-    return jax.jit(lambda p, g: jax.lax.scan(body, (p, tx.init(p)), g)[1])(params, grads_S)
 
 
 def _max_diff(a, b):
@@ -46,29 +41,49 @@ SCHEDULE = schedules.warmup_cosine(0.0, 3e-3, 10, STEPS, 1e-4)
 OPTAX_SCHEDULE = optax.warmup_cosine_decay_schedule(0.0, 3e-3, 10, STEPS, 1e-4)
 
 
-@pytest.mark.parametrize("shapes", SHAPES)
-@pytest.mark.parametrize(
-    "ours, theirs",
-    [
-        (lambda: optimizers.sgd(0.01), lambda: optax.sgd(0.01)),
-        (lambda: optimizers.momentum(0.01, 0.9), lambda: optax.sgd(0.01, momentum=0.9)),
-        (lambda: optimizers.adam(1e-3), lambda: optax.adam(1e-3)),
-        (
-            lambda: optimizers.adamw(3e-3, optimizers.AdamConfig(0.8, 0.99, 1e-6, 0.05)),
-            lambda: optax.adamw(3e-3, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.05),
-        ),
-        (
-            lambda: optimizers.adamw(SCHEDULE, optimizers.AdamConfig(weight_decay=0.1)),
-            lambda: optax.adamw(OPTAX_SCHEDULE, weight_decay=0.1),
-        ),
-    ],
-    ids=["sgd", "momentum", "adam", "adamw", "adamw_schedule"],
-)
-def test_equals_optax_over_100_steps(ours, theirs, shapes):
-    params, grads_S = _problem(len(shapes), shapes)
-    ours_S, state = jax.jit(lambda p, g: optimizers.run(ours(), p, g))(params, grads_S)
+# Gradients of size ~1 make eps (1e-8 .. 1e-6) negligible beside sqrt(s) ~ 1: where eps sits
+# (inside the square root, before the bias correction) then changes nothing measurable. Small
+# gradients (sqrt(s) ~ 1e-6, eps 1e-8: a 1% term) and a large eps (0.1 beside sqrt(s) ~ 1) are
+# where it shows (issue 25).
+SMALL_GRADS = 1e-6
+CASES = {
+    "sgd": (lambda o: o.sgd(0.01), lambda: optax.sgd(0.01), 1.0),
+    "momentum": (lambda o: o.momentum(0.01, 0.9), lambda: optax.sgd(0.01, momentum=0.9), 1.0),
+    "adam": (lambda o: o.adam(1e-3), lambda: optax.adam(1e-3), 1.0),
+    "adamw": (
+        lambda o: o.adamw(3e-3, o.AdamConfig(0.8, 0.99, 1e-6, 0.05)),
+        lambda: optax.adamw(3e-3, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.05),
+        1.0,
+    ),
+    "adamw_schedule": (
+        lambda o: o.adamw(SCHEDULE, o.AdamConfig(weight_decay=0.1)),
+        lambda: optax.adamw(OPTAX_SCHEDULE, weight_decay=0.1),
+        1.0,
+    ),
+    "adam_small_grads": (lambda o: o.adam(1e-3), lambda: optax.adam(1e-3), SMALL_GRADS),
+    "adam_large_eps": (lambda o: o.adam(1e-2, eps=0.1), lambda: optax.adam(1e-2, eps=0.1), 1.0),
+    "adamw_small_grads": (
+        lambda o: o.adamw(SCHEDULE, o.AdamConfig(0.9, 0.99, 1e-8, 0.1)),
+        lambda: optax.adamw(OPTAX_SCHEDULE, b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1),
+        SMALL_GRADS,
+    ),
+}
+ADAM_CASES = [name for name in CASES if name.startswith("adam")]
+
+
+def _optax_error(module, case, shapes):
+    """Largest |ours - optax| over every step's parameters, ours built from ``module``."""
+    ours, theirs, grad_scale = CASES[case]
+    params, grads_S = _problem(len(shapes), shapes, grad_scale)
+    ours_S, state = jax.jit(lambda p, g: module.run(ours(module), p, g))(params, grads_S)
     assert int(state.count) == STEPS
-    assert _max_diff(ours_S, _optax_run(theirs(), params, grads_S)) <= AGREEMENT
+    return _max_diff(ours_S, references.optax_run(theirs(), params, grads_S))
+
+
+@pytest.mark.parametrize("shapes", SHAPES)
+@pytest.mark.parametrize("case", list(CASES))
+def test_equals_optax_over_100_steps(case, shapes):
+    assert _optax_error(optimizers, case, shapes) <= AGREEMENT
 
 
 def test_jit_equals_no_jit():
@@ -81,46 +96,63 @@ def test_jit_equals_no_jit():
     assert _max_diff(eager, jitted) <= 1e-7
 
 
-def torch_adamw(params, grads_S, lr, b1, b2, eps, wd):
-    """torch.optim.AdamW on the same float32 params and gradients; lr is a list per step."""
-    import torch
-
-    tensors = {k: torch.tensor(np.asarray(v), requires_grad=True) for k, v in params.items()}
-    opt = torch.optim.AdamW(
-        list(tensors.values()), lr=lr[0], betas=(b1, b2), eps=eps, weight_decay=wd
+def _torch_error(module, shapes, wd, grad_scale, eps=1e-8):
+    """Scaled |ours - torch.optim.AdamW| over every step, ours built from ``module``; and the
+    same against a torch AdamW with another decay (which must be told apart)."""
+    params, grads_S = _problem(7, shapes, grad_scale)
+    config = module.AdamConfig(0.9, 0.999, eps, wd)
+    ours_S, _ = module.run(module.adamw(SCHEDULE, config), params, grads_S)
+    lr = [float(SCHEDULE(t)) for t in range(STEPS)]
+    theirs = references.torch_adamw(params, grads_S, lr, 0.9, 0.999, eps, wd)
+    other = references.torch_adamw(params, grads_S, lr, 0.9, 0.999, eps, wd + 0.05)
+    return (
+        numerics.tree_scaled_max_error(ours_S, theirs),
+        numerics.tree_scaled_max_error(ours_S, other),
     )
-    out = {k: [] for k in tensors}
-    for t in range(len(lr)):
-        for group in opt.param_groups:
-            group["lr"] = lr[t]
-        for k, tensor in tensors.items():
-            tensor.grad = torch.tensor(np.asarray(grads_S[k][t]))
-        opt.step()
-        for k, tensor in tensors.items():
-            out[k].append(tensor.detach().numpy().copy())
-    return {k: np.stack(v) for k, v in out.items()}
 
 
+TORCH_CASES = [(1.0, 1e-8), (SMALL_GRADS, 1e-8), (1.0, 0.1)]
+
+
+@pytest.mark.parametrize("grad_scale, eps", TORCH_CASES)
 @pytest.mark.parametrize("shapes", SHAPES[1:])
 @pytest.mark.parametrize("wd", [0.0, 0.1])
-def test_adamw_equals_torch(shapes, wd):
-    params, grads_S = _problem(7, shapes)
-    config = optimizers.AdamConfig(0.9, 0.999, 1e-8, wd)
-    ours_S, _ = optimizers.run(optimizers.adamw(SCHEDULE, config), params, grads_S)
-    lr = [float(SCHEDULE(t)) for t in range(STEPS)]
-    theirs = torch_adamw(params, grads_S, lr, 0.9, 0.999, 1e-8, wd)
-    assert numerics.tree_scaled_max_error(ours_S, theirs) <= TORCH_AGREEMENT
-    # and a torch AdamW with a different decay is told apart
-    other = torch_adamw(params, grads_S, lr, 0.9, 0.999, 1e-8, wd + 0.05)
-    assert numerics.tree_scaled_max_error(ours_S, other) > 10 * TORCH_AGREEMENT
+def test_adamw_equals_torch(shapes, wd, grad_scale, eps):
+    error, other = _torch_error(optimizers, shapes, wd, grad_scale, eps)
+    assert error <= TORCH_AGREEMENT
+    assert other > 10 * TORCH_AGREEMENT  # a torch AdamW with a different decay is told apart
 
 
-def test_a_wrong_adam_is_caught():
-    # eps inside the square root (optax's eps_root) is a different optimizer: the test bites.
-    params, grads_S = _problem(3, [(6,)])
-    ours_S, _ = optimizers.run(optimizers.adam(1e-2, eps=1e-3), params, grads_S)
-    other = _optax_run(optax.adam(1e-2, eps=0.0, eps_root=1e-3), params, grads_S)
-    assert _max_diff(ours_S, other) > 10 * AGREEMENT
+# Wrong versions of the project's own Adam: its source with one line changed.
+ADAM_LINE = "direction = (m / c1) / (jnp.sqrt(s / c2) + eps)"
+MUTANTS = {
+    "eps inside the square root": "direction = (m / c1) / jnp.sqrt(s / c2 + eps)",
+    "eps before s's bias correction": "direction = (m / c1) / ((jnp.sqrt(s) + eps) / c2**0.5)",
+    "no bias correction of m": "direction = m / (jnp.sqrt(s / c2) + eps)",
+    "eps squared": "direction = (m / c1) / (jnp.sqrt(s / c2) + eps**2)",
+}
+
+
+def _mutant(monkeypatch, line):
+    source = inspect.getsource(optimizers)
+    assert source.count(ADAM_LINE) == 1
+    module = types.ModuleType("optimizers_mutant")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look it up
+    exec(compile(source.replace(ADAM_LINE, line), "optimizers_mutant.py", "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_a_wrong_adam_is_caught(monkeypatch, mutant):
+    wrong = _mutant(monkeypatch, MUTANTS[mutant])
+    assert _optax_error(_mutant(monkeypatch, ADAM_LINE), "adam_small_grads", SHAPES[1]) <= (
+        AGREEMENT  # the unchanged source, run the same way, passes
+    )
+    caught = [case for case in ADAM_CASES if _optax_error(wrong, case, SHAPES[1]) > AGREEMENT]
+    assert caught, f"{mutant}: every optax comparison passed"
+    torch_errors = [_torch_error(wrong, SHAPES[1], 0.1, *case)[0] for case in TORCH_CASES]
+    caught = [error for error in torch_errors if error > TORCH_AGREEMENT]
+    assert caught, f"{mutant}: every torch comparison passed"
 
 
 @pytest.mark.parametrize(

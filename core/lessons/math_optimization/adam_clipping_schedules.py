@@ -1,9 +1,10 @@
 """Lesson code of "Adam, clipping, and learning-rate schedules".
 
 One fixed gradient sequence (the same for every implementation) drives the hand-written AdamW
-of ``core.optim.optimizers``, ``optax.adamw`` and ``torch.optim.AdamW``; the learning rate follows
-one of three schedules (``core.optim.schedules`` against optax's); the same gradients, clipped
-by their global norm (``core.optim.transforms`` against ``optax.clip_by_global_norm``).
+of ``core.optim.optimizers``, ``optax.adamw`` and ``torch.optim.AdamW`` (the last two run by
+``core.optim.references``); the learning rate follows one of three schedules
+(``core.optim.schedules`` against optax's); the same gradients, clipped by their global norm
+(``core.optim.transforms`` against ``optax.clip_by_global_norm``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from core.optim import optimizers, schedules, transforms
+from core.optim import optimizers, references, schedules, transforms
 
 SCHEDULES = ("warmup_cosine", "linear", "constant")
 # b2 stops at 0.999: at 0.9999, 1 - b2^t computed in float32 (optax, ours) keeps ~3 digits for
@@ -96,37 +97,7 @@ def ours_adamw(params, grads_S, schedule, b1, b2, eps, weight_decay):
 def optax_adamw(params, grads_S, schedule, b1, b2, eps, weight_decay):
     """params after every step of optax.adamw on the same gradients."""
     tx = optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-
-    def body(carry, grads):
-        p, state = carry
-        updates, state = tx.update(grads, state, p)
-        p = optax.apply_updates(p, updates)
-        return (p, state), p
-
-    return jax.jit(lambda p, g: jax.lax.scan(body, (p, tx.init(p)), g)[1])(params, grads_S)
-
-
-def torch_adamw(params, grads_S, learning_rates, b1, b2, eps, weight_decay):
-    """params after every step of torch.optim.AdamW (float32 CPU), the same params and
-    gradients; ``learning_rates[t]`` is written into the param group before step t."""
-    import torch
-
-    names = list(params)
-    tensors = [torch.tensor(np.asarray(params[n]), requires_grad=True) for n in names]
-    opt = torch.optim.AdamW(
-        tensors, lr=float(learning_rates[0]), betas=(b1, b2), eps=eps, weight_decay=weight_decay
-    )
-    grads_np = {n: np.asarray(grads_S[n]) for n in names}
-    out = {n: [] for n in names}
-    for t, lr in enumerate(learning_rates):
-        for group in opt.param_groups:
-            group["lr"] = float(lr)
-        for n, tensor in zip(names, tensors, strict=True):
-            tensor.grad = torch.from_numpy(grads_np[n][t].copy())
-        opt.step()
-        for n, tensor in zip(names, tensors, strict=True):
-            out[n].append(tensor.detach().numpy().copy())
-    return {n: np.stack(v) for n, v in out.items()}
+    return references.optax_run(tx, params, grads_S)
 
 
 def clip_sequences(grads_S, max_norm: float):

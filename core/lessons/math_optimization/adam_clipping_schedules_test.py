@@ -4,6 +4,7 @@ import pytest
 
 from core import numerics
 from core.lessons.math_optimization import adam_clipping_schedules as acs
+from core.optim import references
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,7 @@ def test_three_adamws_agree_over_the_lesson_grid(schedule, steps, b1, b2, eps, w
     assert numerics.tree_scaled_max_error(ours, theirs) <= acs.OPTAX_AGREEMENT
     lrs = acs.evaluate(optax_s, np.arange(steps))
     assert numerics.scaled_max_error(acs.evaluate(ours_s, np.arange(steps)), lrs) <= 1e-6
-    torch_out = acs.torch_adamw(params, grads_S, lrs, b1, b2, eps, wd)
+    torch_out = references.torch_adamw(params, grads_S, lrs, b1, b2, eps, wd)
     assert numerics.tree_scaled_max_error(ours, torch_out) <= numerics.tolerance("float32")
     moved = numerics.tree_scaled_max_error(jax.tree.map(lambda p: p[-1], ours), params)
     assert moved > 100 * acs.OPTAX_AGREEMENT  # the comparison is not of two unmoved copies
