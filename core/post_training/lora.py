@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.post_training import losses, model
+from core.post_training import cache, losses, model
 
 ATTENTION = ("wq", "wk", "wv", "wo")
 MLP = ("w_in", "w_out")
@@ -202,5 +202,5 @@ def loss(adapters, frozen, batch):
 def train(params, adapters, scale: float, batches_S, learning_rate: float):
     """Train the adapters only (the base is a frozen input): (adapters, losses_S)."""
     frozen = {"params": params, "scale": jnp.float32(scale)}
-    trained, losses_S = model.train(loss, adapters, frozen, batches_S, learning_rate)
-    return jax.tree.map(np.asarray, trained), losses_S
+    trained, losses_S, _ = cache.train(loss, adapters, frozen, batches_S, learning_rate)
+    return trained, losses_S

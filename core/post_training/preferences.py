@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.post_training import losses, model, task
+from core.post_training import cache, losses, model, task
 
 LABEL_BETA = 2.0  # how sharply the simulated labeller follows the true reward
 PAIRS_PER_PROMPT = 4
@@ -127,10 +127,10 @@ def batches(pairs: Pairs, seed: int, steps: int, batch: int) -> dict[str, np.nda
 
 def train_reward_model(base, pairs: Pairs, seed: int, steps=RM_STEPS, lr=RM_LEARNING_RATE):
     """(reward model, losses_S): Bradley-Terry training from the base model's weights."""
-    rm, losses_S = model.train(
+    rm, losses_S, _ = cache.train(
         bt_loss, init_reward_model(base), None, batches(pairs, seed, steps, RM_BATCH), lr
     )
-    return jax.tree.map(np.asarray, rm), losses_S
+    return rm, losses_S
 
 
 def agreement(rm: dict, pairs: Pairs) -> float:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from core.post_training import losses, model, preferences, task
+from core.post_training import cache, losses, model, preferences, task
 
 METHODS = ("ppo", "grpo")
 BATCH = task.SAMPLE_CHUNK  # responses per step: sampling reuses task.sample's compiled program
@@ -297,40 +297,56 @@ def train_runs(reference, proxy_F, prompts, configs, key, steps: int, group: int
     runs = []
     for config in configs:
         run_key = jax.random.fold_in(key, zlib.crc32(config.name.encode()))
-        rng = np.random.default_rng(np.asarray(jax.random.key_data(run_key)))
-        h = config.traced()
-        trainable = {
-            "policy": reference,
-            "value_D": jnp.zeros(task.MODEL.width, jnp.float32),
-            "value_b": jnp.zeros((), jnp.float32),
+        spec = {  # everything the run depends on (the on-disk cache's key)
+            "reference": model.content_hash(reference),
+            "proxy_F": model.content_hash(frozen["proxy_F"]),
+            "prompts": model.content_hash(prompts_NP),
+            "config": dataclasses.asdict(config),
+            "key": model.content_hash(jax.random.key_data(run_key)),
+            "steps": int(steps),
+            "group": int(group),
+            "learning_rate": float(lr),
         }
-        opt_state = _optimizer(lr).init(trainable)
-        history = []
-        for s in range(steps):
-            picks = rng.choice(len(prompts_NP), BATCH // group, replace=False)
-            prompt_BP = np.repeat(prompts_NP[picks], group, axis=0)
-            step_key = jax.random.fold_in(run_key, s)
-            tokens, weights, logp = task.sample_tokens(trainable["policy"], prompt_BP, step_key)
-            sampled = {"tokens_BT": tokens, "weights_BT": weights, "old_logp_BT": logp}
-            behaviour = trainable["policy"]
-            trainable, opt_state, metrics, batch = update(
-                trainable, opt_state, frozen, sampled, h, jnp.float32(lr), group
-            )
-            history.append(metrics)
-        history = jax.device_get(history)  # one transfer per run: the steps run ahead
-        metrics_S = {k: np.array([m[k] for m in history], np.float64) for k in history[0]}
-        batch = jax.tree.map(np.asarray, batch)
+        out, _ = cache.cached(
+            "rlhf.train_runs",
+            spec,
+            lambda c=config, k=run_key: _train_run(frozen, prompts_NP, c, k, steps, group, lr),
+        )
+        batch = out["last_batch"]
         runs.append(
-            Run(
-                config,
-                metrics_S,
-                jax.tree.map(np.asarray, trainable["policy"]),
-                jax.tree.map(np.asarray, behaviour),
-                batch,
-                batch["proxy_B"],
-            )
+            Run(config, out["metrics_S"], out["policy"], out["behaviour"], batch, batch["proxy_B"])
         )
     return runs
+
+
+def _train_run(frozen, prompts_NP, config, run_key, steps, group, lr) -> dict:
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(run_key)))
+    h = config.traced()
+    trainable = {
+        "policy": frozen["reference"],
+        "value_D": jnp.zeros(task.MODEL.width, jnp.float32),
+        "value_b": jnp.zeros((), jnp.float32),
+    }
+    opt_state = _optimizer(lr).init(trainable)
+    history = []
+    for s in range(steps):
+        picks = rng.choice(len(prompts_NP), BATCH // group, replace=False)
+        prompt_BP = np.repeat(prompts_NP[picks], group, axis=0)
+        step_key = jax.random.fold_in(run_key, s)
+        tokens, weights, logp = task.sample_tokens(trainable["policy"], prompt_BP, step_key)
+        sampled = {"tokens_BT": tokens, "weights_BT": weights, "old_logp_BT": logp}
+        behaviour = trainable["policy"]
+        trainable, opt_state, metrics, batch = update(
+            trainable, opt_state, frozen, sampled, h, jnp.float32(lr), group
+        )
+        history.append(metrics)
+    history = jax.device_get(history)  # one transfer per run: the steps run ahead
+    return {
+        "metrics_S": {k: np.array([m[k] for m in history], np.float64) for k in history[0]},
+        "policy": jax.tree.map(np.asarray, trainable["policy"]),
+        "behaviour": jax.tree.map(np.asarray, behaviour),
+        "last_batch": jax.tree.map(np.asarray, batch),
+    }
 
 
 def ppo_config(kl_coef: float = KL_COEF, clip: float = CLIP, aggregation="sequence") -> RunConfig:

@@ -12,7 +12,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from core.post_training import lora, losses, model, task
+from core.post_training import cache, lora, losses, task
 
 BATCH = task.BASE_BATCH
 
@@ -50,7 +50,10 @@ def run(seed, rank, alpha, targets, steps, learning_rate, full_learning_rate=0.0
     adapters = lora.init_adapters(base, rank, targets, jax.random.key(seed))
     scale = alpha / rank
     adapters, lora_loss_S = lora.train(base, adapters, scale, data, learning_rate)
-    full, full_loss_S = model.train(losses.masked_token_loss, base, None, data, full_learning_rate)
+    # through the on-disk cache: at the SFT lesson's steps and seed this is its trained policy
+    full, full_loss_S, _ = cache.train(
+        losses.masked_token_loss, base, None, data, full_learning_rate
+    )
     accuracy = {
         "base": task.accuracy(base, heldout_prompts),
         "base + LoRA adapter": task.accuracy(base, heldout_prompts, adapters, scale),
@@ -59,7 +62,7 @@ def run(seed, rank, alpha, targets, steps, learning_rate, full_learning_rate=0.0
     return Result(
         base,
         adapters,
-        jax.tree.map(np.asarray, full),
+        full,
         scale,
         {k: v.reshape(-1, task.SEQ_LEN) for k, v in data.items()},
         heldout_prompts,
