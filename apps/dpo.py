@@ -96,8 +96,10 @@ def _(beta, learning_rate, seed, steps):
                     },
                     {"identity": "DPO policy (trained)", "sha256": model.short_hash(policy)},
                 ],
-                caption="Content hashes (sha256, first 12 hex): the same pairs as the reward "
-                "model lesson at this seed",
+                caption=report.hashes_caption(
+                    task.base_origin(seed.value),
+                    "the same pairs as the reward model lesson at this seed",
+                ),
             ),
             lab.table(
                 [{"policy": name, **values} for name, values in reports.items()],

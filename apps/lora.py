@@ -11,7 +11,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.lessons.post_training import lora as lesson
-    from core.post_training import lora, model, task
+    from core.post_training import lora, model, report, task
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -96,7 +96,7 @@ def _(alpha, learning_rate, rank, seed, steps, targets):
 
 
 @app.cell
-def _(kernels, rank, result):
+def _(kernels, rank, result, seed):
     n_lora = lora.count(result.adapters)
     closed_form = lora.trainable_count(result.base, rank.value, kernels)
     n_full = lora.count(result.base)
@@ -135,8 +135,10 @@ def _(kernels, rank, result):
                     {"identity": "unmerged (subtraction)", "sha256": model.short_hash(subtracted)},
                     {"identity": "full fine-tuning", "sha256": model.short_hash(result.full)},
                 ],
-                caption="Content hashes (sha256, first 12 hex): the unmerged model with the "
-                "patch has the base model's hash",
+                caption=report.hashes_caption(
+                    task.base_origin(seed.value),
+                    "the unmerged model with the patch has the base model's hash",
+                ),
             ),
             mo.md(
                 "Unmerging by subtraction, `W' - (alpha/R) B·A`, rounds "

@@ -12,7 +12,7 @@ with app.setup:
     from core import lab, numerics
     from core.lab import claims
     from core.lessons.post_training import reward_model
-    from core.post_training import losses, model, preferences, task
+    from core.post_training import losses, model, preferences, report, task
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -107,7 +107,7 @@ def _(learning_rate, seed, steps):
                     {"identity": "held-out pairs", "sha256": result.heldout_pairs.hash()},
                     {"identity": "reward model (trained)", "sha256": model.short_hash(result.rm)},
                 ],
-                caption="Content hashes (sha256, first 12 hex)",
+                caption=report.hashes_caption(task.base_origin(seed.value)),
             ),
         ]
     )

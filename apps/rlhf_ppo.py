@@ -11,7 +11,7 @@ with app.setup:
     from core import lab, numerics
     from core.lab import claims
     from core.lessons.post_training import rlhf_ppo
-    from core.post_training import losses, rlhf
+    from core.post_training import losses, report, rlhf, task
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -137,7 +137,10 @@ def _(aggregation, clip, group, group_ok, kl_coef, run_button, seed, steps):
                 caption=f"Means over the last {rlhf_ppo.LAST_STEPS} steps' batches "
                 f"({rlhf.BATCH} samples each, temperature 1)",
             ),
-            lab.table(result.identities(), caption="Content hashes (sha256, first 12 hex)"),
+            lab.table(
+                result.identities(),
+                caption=report.hashes_caption(task.base_origin(seed.value)),
+            ),
             lab.table(
                 rlhf_ppo.samples(result.run("PPO, no KL penalty"))
                 + rlhf_ppo.samples(result.run(penalised)),

@@ -13,7 +13,7 @@ with app.setup:
     from core.lab import claims
     from core.lessons.post_training import sft
     from core.lm import transformer
-    from core.post_training import losses, model, task
+    from core.post_training import losses, model, report, task
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -83,7 +83,10 @@ def _(learning_rate, loss_on, seed, steps):
     """
             ),
             lab.table(_mask_rows),
-            lab.table(result.identities(), caption="Content hashes (sha256, first 12 hex)"),
+            lab.table(
+                result.identities(),
+                caption=report.hashes_caption(task.base_origin(seed.value)),
+            ),
         ]
     )
     return (result,)

@@ -7,11 +7,25 @@ k3 estimators (losses.kl_estimators), averaged over the samples.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from core.post_training import losses, model, preferences, task
 
 SAMPLES_PER_PROMPT = 4
+
+
+def hashes_caption(base_origin: str, more: str = "") -> str:
+    """The caption of a table of content hashes: hashes of trained weights hold for this
+    process's device count (XLA:CPU rounds the same training differently with 1 and with 8
+    devices, so base_params(0) hashes differently), and where the base model came from."""
+    caption = (
+        f"Content hashes (sha256, first {model.HASH_CHARS} hex). Trained weights hash the "
+        f"same only at the same device count ({len(jax.devices())} devices here) on the same "
+        "kind of machine: the training's float rounding depends on them. Base model: "
+        f"{base_origin}"
+    )
+    return f"{caption}; {more}" if more else caption
 
 
 def sequence_kl(policy, reference, tokens_BT, weights_BT) -> dict[str, np.ndarray]:
