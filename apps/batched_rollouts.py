@@ -140,13 +140,8 @@ def _(check_envs, check_steps, seed):
 
 @app.cell
 def _(max_envs, min_envs, points):
-    _problem = None
-    if min_envs.value > max_envs.value:
-        _problem = (
-            f"min envs ({min_envs.value}) is larger than max envs ({max_envs.value}): the "
-            "sweep runs from the smallest count to the largest."
-        )
-    lab.guard(_problem, headline="The timing sweep is empty.")
+    _problem = batched_rollouts.sweep_problem(min_envs.value, max_envs.value, points.value)
+    lab.guard(_problem, headline="The timing sweep cannot be run as asked.")
     counts = batched_rollouts.env_counts(min_envs.value, max_envs.value, points.value)
     mo.md(f"Timing sweep over env counts {counts}: each count compiles its own program.")
     return (counts,)

@@ -14,16 +14,43 @@ ROLLOUT_TOLERANCE = 1e-6
 GYM_STEPS = 3000  # steps of the gymnasium loop per env count: its rate hardly depends on N
 
 
+def sweep_problem(lo: int, hi: int, points: int) -> str | None:
+    """Why the sweep ``env_counts(lo, hi, points)`` cannot be run as asked, or None."""
+    if lo > hi:
+        return (
+            f"min envs ({lo}) is larger than max envs ({hi}): the sweep runs from the "
+            "smallest count to the largest."
+        )
+    if points < 1:
+        return f"points must be >= 1, got {points}"
+    available = hi - lo + 1
+    if available < points:
+        counts = "1 env count" if available == 1 else f"{available} env counts"
+        return (
+            f"{lo} .. {hi} holds {counts}; points {points} needs {points} different ones. "
+            f"Lower points to {available} or widen the range."
+        )
+    return None
+
+
 def env_counts(lo: int, hi: int, points: int) -> list[int]:
-    """``points`` powers of two from ``lo`` to ``hi``, spaced evenly in log scale."""
+    """``points`` different env counts from ``lo`` to ``hi`` (both included), spaced evenly
+    in log scale and rounded to integers (1 .. 256 in 3 points is 1, 16, 256); one point is
+    ``hi``. Raises ValueError where ``sweep_problem`` names one."""
     if not 1 <= lo <= hi:
         raise ValueError(f"need 1 <= min envs <= max envs, got {lo}, {hi}")
-    if points < 1:
-        raise ValueError(f"points must be >= 1, got {points}")
-    if points == 1 or lo == hi:
+    problem = sweep_problem(lo, hi, points)
+    if problem:
+        raise ValueError(problem)
+    if points == 1:
         return [hi]
-    exps = np.linspace(math.log2(lo), math.log2(hi), points)
-    return sorted({int(2 ** round(e)) for e in exps})
+    targets = np.exp(np.linspace(math.log(lo), math.log(hi), points))
+    counts: list[int] = []
+    for i, target in enumerate(targets):
+        # distinct and increasing, leaving room for the points still to come below hi
+        count = max(int(round(target)), counts[-1] + 1 if counts else lo)
+        counts.append(min(count, hi - (points - 1 - i)))
+    return counts
 
 
 def sweep(counts: list[int], num_steps: int, repeats: int = 3) -> list[dict]:
