@@ -125,7 +125,8 @@ def _(accelerator_type, kill_after, name, spot, steps, zone):
 
 
 @app.cell
-def _(run_button):
+def _(job, run_button):
+    # `job` orders this cell after the launch guard: a refused job starts no subprocess.
     mo.stop(
         lab.interactive() and not run_button.value,
         mo.md("*Press **Run** to export and run the job here.*"),
