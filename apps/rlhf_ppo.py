@@ -16,7 +16,7 @@ with app.setup:
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
         lab.Flag(
-            "kl_coef", 0.2, "KL penalty coefficient (0: reward hacking)", lo=0.0, hi=2.0, step=0.05
+            "kl_coef", 0.2, "KL penalty coefficient (0: no anchor)", lo=0.0, hi=2.0, step=0.05
         ),
         lab.Flag("clip", 0.2, "PPO clip epsilon", lo=0.05, hi=0.5, step=0.05),
         lab.Flag("steps", 30, "RL steps (64 sampled responses each)", lo=5, hi=300, step=5),
@@ -190,7 +190,9 @@ def _(penalised, result):
         .properties(width=200, height=160)
         .facet(facet=alt.Facet("measure:N", title=None), columns=2)
         .resolve_scale(y="independent")
-        .properties(title="PPO over training: the proxy rises either way; without KL, it is hacked")
+        .properties(
+            title="PPO over training: without KL the proxy climbs further, the true reward not"
+        )
     )
     _grpo = ["GRPO, per sequence", "GRPO, per token"]
     _lengths = pd.DataFrame(
@@ -278,7 +280,7 @@ def test_check_passes(check):
 
 
 @app.cell
-def test_reward_hacking_without_kl_at_defaults(
+def test_over_optimisation_without_kl_at_defaults(
     aggregation, clip, group, kl_coef, penalised, result, seed, steps
 ):
     _values = {
@@ -290,9 +292,8 @@ def test_reward_hacking_without_kl_at_defaults(
         "seed": seed.value,
     }
     if claims.at_defaults(FLAGS, _values):
-        assert (
-            rlhf_ppo.hacking_problems(result.run("PPO, no KL penalty"), result.run(penalised)) == []
-        )
+        _unpenalised = result.run("PPO, no KL penalty")
+        assert rlhf_ppo.over_optimisation_problems(_unpenalised, result.run(penalised)) == []
     return
 
 

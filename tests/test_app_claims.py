@@ -28,7 +28,7 @@ LESSON_DEFAULTS = {
     "tiny_mlp": mlp.TINY_MLP_LESSON,  # core/nn/mlp_test.py
     "train_eval_step": training.TRAIN_EVAL_LESSON,  # core/nn/training_test.py
     "cnn_digits": digits.CNN_LESSON,  # core/data/digits_test.py
-    # reward hacking at KL 0 vs the penalised run: core/lessons/post_training/rlhf_ppo_test.py
+    # proxy over-optimisation at KL 0: core/lessons/post_training/rlhf_ppo_test.py
     "rlhf_ppo": rlhf_ppo.RLHF_PPO_LESSON,
 }
 LIMIT_S = 120  # a hang guard, not a speed assertion

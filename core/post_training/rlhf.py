@@ -11,7 +11,9 @@ fitted by Newton's method in NumPy float64 (``fit_proxy``). On the base model's 
 agrees with the ground truth (``task.true_reward``) well above chance, since letters from the
 prompt are the only ones that can be in place; but it sees neither order nor the length that
 earns the format point, so a policy that maximises it alone learns to write the longest
-responses it can out of prompt letters and to stop writing "." (reward hacking).
+responses it can out of prompt letters and to stop writing "." (over-optimising the proxy;
+its true reward does not fall here, it just does not follow the proxy: see the rlhf_ppo
+lesson).
 
 One compiled program (``train_runs``) trains R runs at once (vmapped over their
 hyperparameters, which are traced): each step samples G responses to each of P prompts from

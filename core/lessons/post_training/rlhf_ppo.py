@@ -3,7 +3,14 @@
 The base model of core.post_training.task is the frozen reference; the proxy reward is fitted
 (Bradley-Terry) on the preference pairs of core.post_training.preferences at the same seed;
 core.post_training.rlhf trains four runs from the reference: PPO without a KL penalty (the
-reward-hacking demo), PPO with the chosen KL coefficient, and GRPO with each aggregation.
+proxy over-optimisation demo), PPO with the chosen KL coefficient, and GRPO with each
+aggregation.
+
+Without the penalty the policy games the proxy: it drifts far from the reference, stops
+writing "." and the proxy reward climbs well above the penalised run's. Its true reward does
+NOT fall here (a response of prompt letters still matches about one letter in place, the base
+model's samples about 0.7), so this is not shown as reward hacking with a true-reward cost:
+what is claimed, and proven over seeds, is that the extra proxy reward buys no true reward.
 """
 
 from __future__ import annotations
@@ -27,13 +34,17 @@ RLHF_PPO_LESSON = {
     "seed": 0,
 }
 LAST_STEPS = 5  # "at the end" = the mean over the last steps' batches (one batch is 64 samples)
-# Reward hacking at kl_coef 0, with margin (seen over 6 RL seeds: KL ratio >= 5, the share of
-# "."s apart by >= 0.46, >= 0.78 kept): the KL to the reference runs to at least HACK_KL_RATIO
-# times that of the penalised run, whose samples keep ending with "." (the base model's ~90%)
-# while at least ENDS_GAP fewer of the unpenalised run's do.
-HACK_KL_RATIO = 3.0
+# Over-optimisation of the proxy at kl_coef 0, with margin (seen over 6 RL seeds: KL ratio
+# >= 5, the share of "."s apart by >= 0.46, >= 0.78 kept): the KL to the reference runs to at
+# least DRIFT_KL_RATIO times that of the penalised run, whose samples keep ending with "." (the
+# base model's ~90%) while at least ENDS_GAP fewer of the unpenalised run's do; and the extra
+# proxy reward buys no true reward: the unpenalised run's true reward ends at most
+# TRUE_REWARD_MARGIN above the penalised run's (seen over RL seeds 0-5 at the defaults: 0.02
+# to 0.11 BELOW it, never above; the true reward does not fall below the start either way).
+DRIFT_KL_RATIO = 3.0
 KEPT_ENDS_ABOVE = 0.6
 ENDS_GAP = 0.25
+TRUE_REWARD_MARGIN = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,20 +113,31 @@ def at_end(run: rlhf.Run, metric: str) -> float:
     return float(np.mean(run.metrics_S[metric][-LAST_STEPS:]))
 
 
-def hacking_problems(hacked: rlhf.Run, penalised: rlhf.Run) -> list[str]:
-    """What is wrong with the claim "without the KL penalty the policy hacks the proxy, with
-    it it does not" (empty when it holds)."""
+def over_optimisation_problems(unpenalised: rlhf.Run, penalised: rlhf.Run) -> list[str]:
+    """What is wrong with the claim "without the KL penalty the policy over-optimises the
+    proxy (drifts, drops '.', raises the proxy further) and the extra proxy reward buys no
+    true reward; with it, it does not drift" (empty when it holds)."""
     problems = []
+    hacked = unpenalised
     ends0, ends = at_end(hacked, "ends with '.'"), at_end(penalised, "ends with '.'")
     kl0, kl = at_end(hacked, "KL k3 (nats)"), at_end(penalised, "KL k3 (nats)")
-    if not kl0 >= HACK_KL_RATIO * kl:
-        problems.append(f"KL without the penalty {kl0:.2f} is not {HACK_KL_RATIO}x {kl:.2f}")
+    if not kl0 >= DRIFT_KL_RATIO * kl:
+        problems.append(f"KL without the penalty {kl0:.2f} is not {DRIFT_KL_RATIO}x {kl:.2f}")
     if not ends >= KEPT_ENDS_ABOVE:
         problems.append(f"with the KL penalty only {ends:.0%} of the samples end with '.'")
     if not ends - ends0 >= ENDS_GAP:
         problems.append(f"'.' ends {ends0:.0%} of the samples without the penalty, {ends:.0%} with")
     if not at_end(hacked, "proxy reward") > hacked.metrics_S["proxy reward"][:LAST_STEPS].mean():
         problems.append("the proxy reward did not rise without the penalty")
+    if not at_end(hacked, "proxy reward") > at_end(penalised, "proxy reward"):
+        problems.append("without the penalty the proxy did not end above the penalised run's")
+    true0, true = at_end(hacked, "true reward"), at_end(penalised, "true reward")
+    if not true0 <= true + TRUE_REWARD_MARGIN:
+        problems.append(
+            f"without the penalty the true reward ends at {true0:.2f}, more than "
+            f"{TRUE_REWARD_MARGIN} above the penalised run's {true:.2f}: the extra proxy "
+            "reward bought true reward"
+        )
     return problems
 
 

@@ -9,7 +9,7 @@ D = rlhf_ppo.RLHF_PPO_LESSON
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rl_seed", [1, 2, 3])
-def test_reward_hacking_without_kl_and_not_with_it_over_seeds(rl_seed):
+def test_without_kl_the_proxy_is_over_optimised_for_no_true_reward_over_seeds(rl_seed):
     # The lesson's claim at its defaults (base model and pairs of seed 0), over RL seeds.
     result = rlhf_ppo.run(
         D["seed"],
@@ -22,10 +22,9 @@ def test_reward_hacking_without_kl_and_not_with_it_over_seeds(rl_seed):
         only_ppo=True,
     )
     hacked, penalised = result.runs
-    assert rlhf_ppo.hacking_problems(hacked, penalised) == []
-    # the hack: proxy far above what the true reward gives, long responses without "."
+    assert rlhf_ppo.over_optimisation_problems(hacked, penalised) == []
+    # the exploit: long responses without "." (the proxy sees neither length nor format)
     assert rlhf_ppo.at_end(hacked, "response letters") > 4.3  # 5 is the cap
-    assert rlhf_ppo.at_end(hacked, "proxy reward") > rlhf_ppo.at_end(penalised, "proxy reward")
 
 
 def test_clipped_loss_reference_matches_the_jax_loss():
@@ -55,3 +54,40 @@ def test_the_dpo_lessons_rlhf_policy_is_this_lessons_ppo_run():
     policy, run = rlhf.rlhf_policy(result.base, result.train_pairs, result.prompts, 0)
     assert run.config == result.runs[1].config
     assert model.short_hash(policy) == model.short_hash(result.runs[1].policy)
+
+
+def _run_with(metrics: dict, steps: int = 10) -> rlhf.Run:
+    full = {m: np.full(steps, v, np.float64) for m, v in metrics.items()}
+    full["proxy reward"] = np.linspace(0.2, metrics["proxy reward"], steps)
+    return rlhf.Run(rlhf.ppo_config(), full, {}, {}, {}, np.zeros(1))
+
+
+def test_a_true_reward_bought_by_the_proxy_is_not_called_over_optimisation():
+    # The issue: the unpenalised run's true reward rose as much as the penalised one's and
+    # the lesson still called it hacking. The claim now names the true reward: the
+    # unpenalised run may not end with more than TRUE_REWARD_MARGIN above the penalised one.
+    penalised = {"ends with '.'": 0.9, "KL k3 (nats)": 0.5, "proxy reward": 0.7}
+    drifted = {"ends with '.'": 0.0, "KL k3 (nats)": 5.0, "proxy reward": 1.3}
+    ok = rlhf_ppo.over_optimisation_problems(
+        _run_with({**drifted, "true reward": 1.0}), _run_with({**penalised, "true reward": 1.05})
+    )
+    assert ok == []
+    bought = rlhf_ppo.over_optimisation_problems(
+        _run_with({**drifted, "true reward": 1.5}), _run_with({**penalised, "true reward": 1.05})
+    )
+    assert len(bought) == 1 and "bought true reward" in bought[0]
+    below = rlhf_ppo.over_optimisation_problems(
+        _run_with({**drifted, "proxy reward": 0.6, "true reward": 1.0}),
+        _run_with({**penalised, "true reward": 1.05}),
+    )
+    assert below == ["without the penalty the proxy did not end above the penalised run's"]
+
+
+def test_the_app_calls_it_hacking_nowhere_below_its_title():
+    # The title cell is another engineer's (its words are reported, not edited here).
+    from core import curriculum
+
+    source = (curriculum.APPS_DIR / "rlhf_ppo.py").read_text(encoding="utf-8")
+    title_end = source.index("@app.cell", source.index("{lab.phase_line"))
+    setup = source[: source.index("@app.cell")]
+    assert "hack" not in setup.lower() and "hack" not in source[title_end:].lower()
