@@ -8,11 +8,18 @@
 3. One persistent XLA compilation cache for the session's JAX processes, after a probe shows
    it reads back on this CPU (tests/tools/compilation_cache.py); JAX_LAB_TEST_COMPILATION_CACHE=0
    turns it off. Set here, in the controller, so xdist workers and every app subprocess inherit it.
+4. One fresh folder for the session's cache of trained weights (core/post_training/cache.py,
+   JAX_LAB_CACHE_DIR): the first process that trains a base model stores it, the other apps,
+   workers and browser kernels of the session load it; the next session starts empty, so every
+   run trains once and never reads an earlier run's results. A JAX_LAB_CACHE_DIR set by the
+   caller (a folder, or "off") is kept.
 """
 
 import importlib.util
 import os
 import pathlib
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip the TPU probe when libtpu is installed
@@ -37,9 +44,21 @@ _CACHE_STATUS = (
     else None
 )
 
+_WEIGHTS_CACHE_ENV = "JAX_LAB_CACHE_DIR"  # core.post_training.cache.ENV_VAR (jax not imported yet)
+_SESSION_WEIGHTS_CACHE = None
+if "PYTEST_XDIST_WORKER" not in os.environ and _WEIGHTS_CACHE_ENV not in os.environ:
+    _SESSION_WEIGHTS_CACHE = tempfile.mkdtemp(prefix="jax-lab-weights-cache-")
+    os.environ[_WEIGHTS_CACHE_ENV] = _SESSION_WEIGHTS_CACHE
+
 
 def pytest_report_header(config):
-    return _CACHE_STATUS
+    weights = f"trained-weights cache: {os.environ.get(_WEIGHTS_CACHE_ENV)} (this session's)"
+    return [_CACHE_STATUS, weights] if _SESSION_WEIGHTS_CACHE else [_CACHE_STATUS]
+
+
+def pytest_unconfigure(config):
+    if _SESSION_WEIGHTS_CACHE and "PYTEST_XDIST_WORKER" not in os.environ:
+        shutil.rmtree(_SESSION_WEIGHTS_CACHE, ignore_errors=True)
 
 
 def _is_marimo_cell(obj) -> bool:

@@ -49,3 +49,15 @@ def test_an_unwritable_folder_leaves_it_off(tmp_path):
     environ = {}
     assert "cannot be written" in cache.enable(blocker / "cache", environ)
     assert cache.ENV_DIR not in environ
+
+
+def test_the_session_has_its_own_trained_weights_cache():
+    """conftest.py points core.post_training.cache at a fresh folder for this session, so no
+    test reads weights a previous run (or a learner's `make lab`) left in ~/.cache."""
+    import os
+
+    from core.post_training import cache as weights_cache
+
+    folder = pathlib.Path(os.environ[weights_cache.ENV_VAR])
+    assert folder.is_dir()
+    assert pathlib.Path.home() / ".cache" not in folder.parents
