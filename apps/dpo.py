@@ -208,24 +208,7 @@ def _(history, reports):
         )
         .properties(width=380, height=220)
     )
-    _bars = pd.DataFrame(
-        [
-            {"policy": name, "measure": measure, "value": values[measure]}
-            for name, values in reports.items()
-            for measure in ("true reward", "KL k3 (nats)")
-        ]
-    )
-    bars = (
-        alt.Chart(_bars, title="Gain and cost")
-        .mark_bar()
-        .encode(
-            x=alt.X("policy:N", title=None, axis=alt.Axis(labelAngle=0)),
-            y="value:Q",
-            color="policy:N",
-            column=alt.Column("measure:N", title=None),
-        )
-        .properties(width=120, height=200)
-    )
+    bars = report.bars_by_policy(reports, ("true reward", "KL k3 (nats)"), "Gain and cost")
     mo.vstack([curves, bars])
     return
 

@@ -28,6 +28,36 @@ def hashes_caption(base_origin: str, more: str = "") -> str:
     return f"{caption}; {more}" if more else caption
 
 
+BAR_WIDTH = 60  # pixels per bar of bars_by_policy
+
+
+def bars_by_policy(reports: dict[str, dict], measures, title: str):
+    """One bar per policy for each measure (a column each). The policies are named by the
+    colour legend under the chart, not under the bars: their names are wider than a bar and
+    ran into each other there ("DPO policyreference (base)")."""
+    import altair as alt
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        [
+            {"policy": name, "measure": measure, "value": values[measure]}
+            for name, values in reports.items()
+            for measure in measures
+        ]
+    )
+    return (
+        alt.Chart(rows, title=title)
+        .mark_bar()
+        .encode(
+            x=alt.X("policy:N", title=None, axis=alt.Axis(labels=False, ticks=False)),
+            y=alt.Y("value:Q", title=None),
+            color=alt.Color("policy:N", legend=alt.Legend(orient="bottom", title=None)),
+            column=alt.Column("measure:N", title=None),
+        )
+        .properties(width=BAR_WIDTH * len(reports), height=200)
+    )
+
+
 def sequence_kl(policy, reference, tokens_BT, weights_BT) -> dict[str, np.ndarray]:
     """Per-sequence KL estimates (nats): k1 and k3 summed over the response tokens."""
     logp = model.token_logprobs_BT(policy, tokens_BT)

@@ -3,6 +3,7 @@ import re
 import jax
 
 from core import curriculum
+from core.lab import charts
 from core.post_training import cache, report
 
 APPS = ("sft", "lora", "reward_model", "rlhf_ppo", "dpo")
@@ -24,3 +25,28 @@ def test_every_post_training_app_shows_its_hashes_with_that_caption():
         source = (curriculum.APPS_DIR / f"{stem}.py").read_text(encoding="utf-8")
         assert not re.search(r'caption="Content hashes', source), stem
         assert re.search(r"report\.hashes_caption\(\s*task\.base_origin\(", source), stem
+
+
+def _labels_fit_or_are_in_a_legend(spec: dict, categories: list[str]) -> bool:
+    """Each x category label fits its band, or the x axis draws none and a legend of the
+    same field names them."""
+    x, color = spec["encoding"]["x"], spec["encoding"].get("color", {})
+    if x.get("axis", {}).get("labels") is False:
+        return color.get("field") == x["field"] and color.get("legend") is not None
+    band = spec["spec"]["width"] / len(categories) if "spec" in spec else spec["width"] / 2
+    return all(charts.text_width(c) <= band for c in categories)
+
+
+def test_the_policy_bars_never_run_their_names_into_each_other():
+    reports = {
+        "reference (base)": {"true reward": 0.7, "KL k3 (nats)": 0.0},
+        "DPO policy": {"true reward": 1.5, "KL k3 (nats)": 2.0},
+    }
+    spec = report.bars_by_policy(reports, ("true reward", "KL k3 (nats)"), "Gain").to_dict()
+    assert _labels_fit_or_are_in_a_legend(spec, list(reports))
+    # what dpo drew before: the names under 60-pixel bars overlapped
+    old = {
+        "encoding": {"x": {"field": "policy", "axis": {"labelAngle": 0}}},
+        "spec": {"width": 120},
+    }
+    assert not _labels_fit_or_are_in_a_legend(old, list(reports))
