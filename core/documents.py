@@ -13,7 +13,7 @@ import datetime
 import os
 import pathlib
 import tempfile
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -33,6 +33,74 @@ def iso_time(value: str) -> str:
     return value
 
 
+Number = int | float
+
+
+def _figure(value: Any) -> Any:
+    """A record figure: a number, a string, or a flat list of those (not a bool, not a dict)."""
+
+    def scalar(item: Any) -> bool:
+        return isinstance(item, (int, float, str)) and not isinstance(item, bool)
+
+    if scalar(value) or (isinstance(value, list) and all(scalar(item) for item in value)):
+        return value
+    raise ValueError("a figure is a number, a string or a list of those")
+
+
+Figure = Annotated[
+    Any,
+    pydantic.AfterValidator(_figure),
+    pydantic.WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number"},
+                {"type": "string"},
+                {"type": "array", "items": {"type": ["number", "string"]}},
+            ]
+        }
+    ),
+]
+
+
+class RecordMachine(pydantic.BaseModel):
+    """The machine a benchmark record was measured on."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+    label: str = pydantic.Field(min_length=1)
+    cpu: str = pydantic.Field(min_length=1)
+    cores: int = pydantic.Field(ge=1)
+    platform: str = pydantic.Field(min_length=1)
+
+
+class BenchmarkRecord(pydantic.BaseModel):
+    """One dated benchmark result kept in the repo (``benchmarks/records/<name>/...json``).
+
+    The course's record spec: what was measured (``figures``), by which exact ``command``, on
+    which machine with which versions, under what load. Strict and closed (extra fields are
+    refused): a record is read by apps and docs that cite it, so a typo is an error.
+    """
+
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+    schema_version: Literal[1]
+    name: str = pydantic.Field(pattern=r"^[a-z0-9]+(_[a-z0-9]+)*$")
+    date: str = pydantic.Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    machine: RecordMachine
+    versions: dict[str, str]
+    command: str = pydantic.Field(min_length=1)
+    load_average: Annotated[list[Number], pydantic.Field(min_length=3, max_length=3)] | None
+    figures: dict[str, Figure] = pydantic.Field(min_length=1)
+    notes: str = ""
+
+    @pydantic.field_validator("date")
+    @classmethod
+    def _real_date(cls, value: str) -> str:
+        try:
+            datetime.date.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"is not a calendar date: {value!r}") from None
+        return value
+
+
 def _where(location: tuple) -> str:
     text = ""
     for part in location:
@@ -40,28 +108,29 @@ def _where(location: tuple) -> str:
     return text
 
 
-def validate(model: type[Document], document: Any, what: str) -> dict:
+def validate(model: type[pydantic.BaseModel], document: Any, what: str) -> dict:
     """``document`` when ``model`` accepts it, else ValueError naming the first bad field.
 
     ``what`` names the document in the message ("environment receipt"). The dict is returned
     as given (not re-serialized), so a validated document round-trips byte for byte.
     """
+    article = "an" if what[:1].lower() in "aeiou" else "a"
     if not isinstance(document, dict):
-        raise ValueError(f"an {what} is a JSON object, got {type(document).__name__}")
+        raise ValueError(f"{article} {what} is a JSON object, got {type(document).__name__}")
     try:
         model.model_validate(document)
     except pydantic.ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         where = _where(error["loc"])
         if error["type"] == "missing":
-            raise ValueError(f"not an {what}: required field {where!r} is missing") from None
+            raise ValueError(f"not {article} {what}: required field {where!r} is missing") from None
         got = error.get("input")
         message = error["msg"].removeprefix("Value error, ")
         raise ValueError(f"{what} field {where!r}: {message}, got {got!r}") from None
     return document
 
 
-def json_schema(model: type[Document]) -> dict:
+def json_schema(model: type[pydantic.BaseModel]) -> dict:
     """The model as a JSON Schema document (for the file formats the docs describe)."""
     return model.model_json_schema()
 
