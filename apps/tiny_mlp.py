@@ -13,7 +13,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, numerics
+    from core import lab
     from core.lab import claims
     from core.nn import mlp
 
@@ -40,10 +40,7 @@ with app.setup:
     )
     ARGS = FLAGS.parse()
     CHECK_POINTS = 32  # finite differences run on this many points...
-    CHECK_COORDINATES = 400
-    # Not the dtype table: a finite-difference check. Central differences with step 1e-6 are
-    # good to ~1e-10 (Taylor + rounding, see mlp.finite_differences), ~1e-7 of gradients ~1e-3.
-    GRADIENT_TOLERANCE = 1e-6
+    CHECK_COORDINATES = 400  # (not the dtype table: mlp.GRADIENT_TOLERANCE, a finite step)
 
 
 @app.cell(hide_code=True)
@@ -217,40 +214,40 @@ def _(
     check_params = init_params if training_diverged else trained_params
     check_x, check_y = np.asarray(x_ND)[:CHECK_POINTS], np.asarray(y_N)[:CHECK_POINTS]
     check_coordinates = mlp.sample_coordinates(check_params, CHECK_COORDINATES, seed.value)
-    differences = mlp.finite_differences(
+    # Where a ReLU input on these points changes sign within the 1e-6 nudge (a dead layer
+    # feeding a zero bias, a unit revived) the loss has a kink: no derivative exists there,
+    # central differences see one side or average two. Those parameters are skipped. The
+    # error is relative to the largest gradient, with no floor at 1 (these gradients are
+    # ~1e-3: scaled_max_error's floor would make it absolute, 700x looser), but with a floor
+    # at what finite differences resolve (a converged or dead network's gradients ~1e-6).
+    gradients = mlp.gradient_check(
         check_params, check_x, check_y, activation.value, check_coordinates
     )
-    # Where a ReLU input sits exactly at 0 (a dead layer feeding a zero bias) the loss has a
-    # kink: no derivative exists, central differences average the two sides. Skip those.
-    smooth = ~differences.kink
-    finite_differences = differences.gradient[smooth]
-    grads64 = mlp.gather(
-        mlp.gradient_float64(check_params, check_x, check_y, activation.value), check_coordinates
-    )[smooth]
-    grads32 = mlp.gather(
-        mlp.grad_loss(check_params, check_x, check_y, activation.value), check_coordinates
-    )[smooth]
-    # Relative to the largest gradient, with no floor at 1: these gradients are ~1e-3, and
-    # scaled_max_error's floor would turn the measure into an absolute error (700x looser).
-    _gradient_scale = max(float(np.max(np.abs(finite_differences), initial=0.0)), 1e-30)
-    float32_error = numerics.max_abs_error(grads32, finite_differences) / _gradient_scale
+    finite_differences, grads64 = gradients.finite_differences, gradients.grads64
     check = lab.Check(
-        f"jax.grad (float64) vs NumPy central finite differences on {int(smooth.sum())} "
-        f"parameters, {len(check_y)} points",
-        numerics.max_abs_error(grads64, finite_differences) / _gradient_scale,
-        GRADIENT_TOLERANCE,
-        facts={"a sampled parameter off the ReLU kinks": bool(smooth.any())},
+        f"jax.grad (float64) vs NumPy central finite differences on {len(grads64)} "
+        f"parameters, {len(check_y)} points"
+        + (
+            f" (every gradient below {gradients.floor:.0e}, what 1e-6 steps resolve: "
+            f"compared within {mlp.GRADIENT_TOLERANCE * gradients.floor:.0e} absolute)"
+            if gradients.floored
+            else ""
+        ),
+        gradients.error,
+        mlp.GRADIENT_TOLERANCE,
+        facts={"a sampled parameter off the ReLU kinks": len(grads64) > 0},
     )
     mo.vstack(
         [
             check,
             mo.md(
-                f"The same gradient in float32 is off by {float32_error:.1e} (relative): "
-                "float32 keeps ~7 digits, finite differences need float64 to resolve 1e-6 steps."
+                f"The same gradient in float32 is off by {gradients.float32_error:.1e} "
+                "(relative): float32 keeps ~7 digits, finite differences need float64 to "
+                "resolve 1e-6 steps."
                 + (
-                    f" {int(differences.kink.sum())} sampled parameters sit on a ReLU kink "
-                    "(the one-sided slopes differ) and are skipped."
-                    if differences.kink.any()
+                    f" {gradients.kinks} sampled parameters sit on a ReLU kink "
+                    "(a unit's input changes sign within the step) and are skipped."
+                    if gradients.kinks
                     else ""
                 )
             ),

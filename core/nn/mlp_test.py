@@ -203,8 +203,10 @@ def test_tiny_mlp_lesson_defaults_learn_on_every_seed():
         )
         ratios.append(history.final_loss / history.loss[0])
         accuracies.append(history.final_accuracy)
-    print(f"tiny_mlp defaults, 8 seeds: worst final/first loss {max(ratios):.4f} (claim < 0.1), "
-          f"worst training accuracy {min(accuracies):.3f} (claim >= 0.95)")
+    print(
+        f"tiny_mlp defaults, 8 seeds: worst final/first loss {max(ratios):.4f} (claim < 0.1), "
+        f"worst training accuracy {min(accuracies):.3f} (claim >= 0.95)"
+    )
     assert max(ratios) < 0.01 and min(accuracies) >= 0.99
 
 
@@ -264,3 +266,60 @@ def test_bad_inputs_name_the_problem():
         )
     with pytest.raises(ValueError, match="shape"):
         numerics.tree_normwise_max_error([np.ones(2)], [np.ones(3)])
+
+
+def test_a_kink_whose_downstream_slope_is_small_is_flagged():
+    # issue 25: a dead network (--depth 4 --hidden 2) feeds an exact 0 into a ReLU whose
+    # downstream weights are tiny; a 1e-6 nudge of its bias revives it, the finite difference
+    # is nonzero where jax.grad is 0, and the one-sided slopes differ by less than 1e-3.
+    params = [
+        {"w": -np.ones((2, 3), np.float32), "b": np.zeros(3, np.float32)},
+        {"w": np.ones((3, 2), np.float32), "b": np.zeros(2, np.float32)},
+        {"w": 1e-4 * np.array([[1.0, -1.0], [2.0, 0.5]], np.float32), "b": np.zeros(2, np.float32)},
+    ]
+    x, y = np.ones((4, 2), np.float32), np.zeros(4, np.int32)
+    coordinates = mlp.all_coordinates(params)
+    result = mlp.finite_differences(params, x, y)
+    second_layer_bias = [n for n, (leaf, _) in enumerate(coordinates) if leaf == 2]
+    assert result.kink[second_layer_bias].all()
+    assert np.abs(result.gradient[second_layer_bias]).max() > 1e-6  # the revived unit
+    check = mlp.gradient_check(params, x, y, "relu", coordinates)
+    assert check.kinks == len(second_layer_bias) and check.error <= mlp.GRADIENT_TOLERANCE
+
+
+def _lesson_check(**overrides):
+    """The tiny_mlp app's gradient check (32 points, 400 coordinates) at its trained weights."""
+    c = {**mlp.TINY_MLP_LESSON, **overrides}
+    data_key, init_key = jax.random.split(jax.random.key(c["seed"]))
+    x, y = mlp.make_dataset(data_key, c["dataset"], c["points"], c["noise"], c["classes"])
+    sizes = mlp.layer_sizes(2, c["hidden"], c["depth"], c["classes"])
+    params = mlp.init_params(init_key, sizes, c["init"], c["init_scale"])
+    params, _ = mlp.train_sgd(params, x, y, c["steps"], c["learning_rate"], c["activation"])
+    coordinates = mlp.sample_coordinates(params, 400, c["seed"])
+    x, y = np.asarray(x)[:32], np.asarray(y)[:32]
+    return params, x, y, c["activation"], coordinates
+
+
+@pytest.mark.parametrize(
+    "overrides, floored, relative_bug",
+    [
+        ({}, False, 1e-3),
+        # dead: gradients ~7e-9, at the finite differences' resolution; only a grossly wrong
+        # gradient (flipped) is visible there
+        ({"depth": 4, "hidden": 2}, True, None),
+        ({"dataset": "blobs", "noise": 0.0}, True, 1e-3),  # converged: gradients ~3e-6
+    ],
+)
+def test_the_lesson_gradient_check_holds_at_the_edges_and_catches_a_wrong_gradient(
+    monkeypatch, overrides, floored, relative_bug
+):
+    # issue 25: both edge settings failed (max error 1 and 6.9e-6 against 1e-6)
+    setting = _lesson_check(**overrides)
+    check = mlp.gradient_check(*setting)
+    assert check.error <= mlp.GRADIENT_TOLERANCE and check.floored == floored
+    assert len(check.grads64) > 0
+    right = mlp.gradient_float64
+    planted = [lambda g: -g] + ([lambda g: (1 + relative_bug) * g] if relative_bug else [])
+    for wrong in planted:  # a flipped gradient; one off by 0.1%
+        monkeypatch.setattr(mlp, "gradient_float64", lambda *a, w=wrong: jax.tree.map(w, right(*a)))
+        assert mlp.gradient_check(*setting).error > mlp.GRADIENT_TOLERANCE
