@@ -34,8 +34,7 @@ def token_loss_from_logits(logits_BTV, tokens_BT, weights_BT):
     """Mean next-token cross-entropy (position t predicts token t+1) over the positions
     weights_BT marks: divided by the number of marked tokens, so prompt and padding add
     nothing and dilute nothing."""
-    log_probs = jax.nn.log_softmax(logits_BTV[:, :-1], axis=-1)
-    nll = -jnp.take_along_axis(log_probs, jnp.asarray(tokens_BT)[:, 1:, None], -1)[..., 0]
+    nll = -model.gather_logprobs(logits_BTV[:, :-1], jnp.asarray(tokens_BT)[:, 1:])
     w = jnp.asarray(weights_BT)[:, :-1]
     return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
 

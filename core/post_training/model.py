@@ -147,13 +147,26 @@ def hidden_BTD(params: dict, tokens_BT):
     return logits_BTV({**params, "head": head}, tokens_BT)
 
 
+def gather_logprobs(logits_XV, ids_X):
+    """log softmax(logits_XV)[..., ids_X]: the log-probability of each chosen id, for any
+    leading shape X (the one place post-training gathers log-probs from logits: the
+    sampler, the token loss, the sequence log-probs and PPO's reference pass use it)."""
+    log_probs = jax.nn.log_softmax(logits_XV, axis=-1)
+    return jnp.take_along_axis(log_probs, jnp.asarray(ids_X)[..., None], axis=-1)[..., 0]
+
+
+@jax.jit
+def next_token_logprobs_BT(logits_BTV, tokens_BT):
+    """log softmax(logits[:, t])[tokens[:, t + 1]] at every position t (the last gets 0),
+    from logits already computed."""
+    taken = gather_logprobs(logits_BTV[:, :-1], jnp.asarray(tokens_BT)[:, 1:])
+    return jnp.pad(taken, ((0, 0), (0, 1)))
+
+
 @jax.jit
 def token_logprobs_BT(params: dict, tokens_BT, lora=None, lora_scale=0.0):
     """log p(tokens[t+1] | tokens[:t+1]) at every position t (the last position gets 0)."""
-    logits = logits_BTV(params, tokens_BT, lora, lora_scale)
-    log_probs = jax.nn.log_softmax(logits[:, :-1], axis=-1)
-    taken = jnp.take_along_axis(log_probs, jnp.asarray(tokens_BT)[:, 1:, None], axis=-1)[..., 0]
-    return jnp.pad(taken, ((0, 0), (0, 1)))
+    return next_token_logprobs_BT(logits_BTV(params, tokens_BT, lora, lora_scale), tokens_BT)
 
 
 @jax.jit

@@ -84,3 +84,28 @@ def test_train_runs_adam_steps_and_lowers_the_loss():
 def test_config_is_validated():
     with pytest.raises(ValueError, match="divide"):
         model.ModelConfig(width=30, num_heads=4)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (2, 3, 11), (4, 256)])
+def test_gather_logprobs_matches_a_float64_log_softmax_on_any_leading_shape(shape):
+    rng = np.random.default_rng(len(shape))
+    logits = rng.normal(size=shape).astype(np.float32) * 3
+    ids = rng.integers(0, shape[-1], shape[:-1])
+    z = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    expected = np.take_along_axis(z - np.log(np.exp(z).sum(-1, keepdims=True)), ids[..., None], -1)
+    ours = model.gather_logprobs(logits, ids)
+    assert ours.shape == shape[:-1]
+    assert numerics.scaled_max_error(ours, expected[..., 0]) < 1e-5
+
+
+def test_next_token_logprobs_take_each_positions_next_token_and_zero_the_last():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 6, 9)).astype(np.float32)
+    tokens = rng.integers(0, 9, (3, 6))
+    ours = np.asarray(model.next_token_logprobs_BT(logits, tokens))
+    assert np.all(ours[:, -1] == 0)
+    for b in range(3):
+        for t in range(5):
+            row = logits[b, t].astype(np.float64)
+            lse = row.max() + np.log(np.exp(row - row.max()).sum())
+            assert abs(ours[b, t] - (row[tokens[b, t + 1]] - lse)) < 1e-5

@@ -185,15 +185,6 @@ def proxy_agreement(proxy_F, pairs: preferences.Pairs) -> float:
 # --- one compiled program for R runs ---------------------------------------------------------
 
 
-@jax.jit
-def taken_logprobs_BT(logits_BTV, tokens_BT):
-    """log softmax(logits)[t, tokens[t + 1]] at every position (the last gets 0), as
-    model.token_logprobs_BT but from logits already computed."""
-    log_probs = jax.nn.log_softmax(logits_BTV[:, :-1], axis=-1)
-    taken = jnp.take_along_axis(log_probs, tokens_BT[:, 1:, None], axis=-1)[..., 0]
-    return jnp.pad(taken, ((0, 0), (0, 1)))
-
-
 def _loss(trainable, batch, h):
     """Clipped surrogate (+ the GRPO KL term, + the PPO value loss), and the clip fraction."""
     logp = model.token_logprobs_BT(trainable["policy"], batch["tokens_BT"])
@@ -228,7 +219,7 @@ def update(trainable, opt_state, frozen, sampled, h, learning_rate, group):
     ref = frozen["reference"]
     tokens, weights, old_logp = sampled["tokens_BT"], sampled["weights_BT"], sampled["old_logp_BT"]
     hidden = model.hidden_BTD(ref, tokens)  # one reference pass: log-probs and value features
-    ref_logp = taken_logprobs_BT(hidden @ ref["head"], tokens) * weights
+    ref_logp = model.next_token_logprobs_BT(hidden @ ref["head"], tokens) * weights
     features = hidden[:, task.PROMPT_TOKENS - 1]  # depends on the prompt only
     k1_B = jnp.sum((old_logp - ref_logp) * weights, axis=1)
     k3_B = jnp.sum(losses.kl_estimators(old_logp, ref_logp)["k3"] * weights, axis=1)

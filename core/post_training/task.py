@@ -189,7 +189,7 @@ def _sample_chunk(params, prompt_BP, key, temperature, greedy, lora, lora_scale)
         drawn = jax.random.categorical(jax.random.fold_in(key, i), logits)
         token = jnp.where(greedy, jnp.argmax(logits, -1), drawn)
         token = jnp.where(done, PAD_ID, token).astype(jnp.int32)
-        taken = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], -1)[:, 0]
+        taken = model.gather_logprobs(logits, token)
         tokens = tokens.at[:, pos + 1].set(token)
         weights = weights.at[:, pos].set(jnp.where(done, 0.0, 1.0))
         logp = logp.at[:, pos].set(jnp.where(done, 0.0, taken))

@@ -207,7 +207,7 @@ def check_pairs(result: Result, group: int, penalised: str, grpo: str) -> dict:
     )
     agg, clip = p_run.config.aggregation, p_run.config.clip
     ours = losses.clipped_policy_loss(
-        rlhf.taken_logprobs_BT(model.logits_BTV(p_run.policy, tokens), tokens),
+        model.next_token_logprobs_BT(model.logits_BTV(p_run.policy, tokens), tokens),
         b["old_logp_BT"],
         b["advantages_B"],
         w,
