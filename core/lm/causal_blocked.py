@@ -32,6 +32,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from core.lm import attention
 
@@ -46,6 +47,37 @@ def check_blocks(seq_len: int, num_blocks: int) -> None:
         raise ValueError(
             f"causal blocked attention needs T={seq_len} to split into {num_blocks} equal "
             f"blocks (num_blocks >= 1 dividing T)"
+        )
+
+
+def check_causal(mask_BHTS) -> None:
+    """ValueError unless a concrete (B, H, T, T) mask is causal and leaves every row a key.
+
+    The blocked path skips the keys above each query block, so a mask that lets a query see
+    a later key (a full mask, a bidirectional one) would give wrong results without a word;
+    so would a row with no key (the dense core averages all keys there, this one the kept
+    ones). A traced mask (built inside ``jit`` from the batch, as training does) has no values
+    to inspect: it is taken to be causal, and where it is not the result is the attention
+    under ``mask & block-lower-triangular``. Check such a mask outside ``jit`` when in doubt.
+    """
+    if isinstance(mask_BHTS, jax.core.Tracer):
+        return
+    mask = np.asarray(mask_BHTS, bool)
+    t = mask.shape[-1]
+    above = mask & ~np.tril(np.ones((t, t), bool))
+    if above.any():
+        batch, head, query, key = (int(i) for i in np.argwhere(above)[0])
+        raise ValueError(
+            f"causal blocked attention needs a causal mask, this one is not causal: query "
+            f"{query} sees key {key} (batch {batch}, head {head}); use "
+            "attention.dot_product_attention for non-causal masks"
+        )
+    empty = ~mask.any(axis=-1)
+    if empty.any():
+        batch, head, query = (int(i) for i in np.argwhere(empty)[0])
+        raise ValueError(
+            f"causal blocked attention needs every row to see a key: query {query} sees no "
+            f"key (batch {batch}, head {head}); keep the diagonal (tokenizer.segment_mask_BTS)"
         )
 
 
@@ -140,7 +172,9 @@ def causal_blocked_attention(q_BTHK, k_BSHK, v_BSHK, mask, num_blocks: int = DEF
     the key blocks above the diagonal skipped and the backward pass written by hand.
 
     Self-attention only (S == T): a KV cache (S > T, queries at the end) keeps the dense
-    path. ValueError for S != T or a T that ``num_blocks`` does not divide."""
+    path. ValueError for S != T, a T that ``num_blocks`` does not divide, or a concrete mask
+    that is not causal or leaves a row no key (``check_causal``; a traced mask is taken as
+    causal, see there)."""
     b, t, h, _ = q_BTHK.shape
     if k_BSHK.shape[1] != t or v_BSHK.shape[1] != t:
         raise ValueError(
@@ -155,6 +189,7 @@ def causal_blocked_attention(q_BTHK, k_BSHK, v_BSHK, mask, num_blocks: int = DEF
             f"mask {tuple(mask.shape)} must broadcast to (B={b}, H={h}, T={t}, S={t}) with "
             f"its own batch and head dims 1 or full"
         )
+    check_causal(mask)
     to_bhtk = functools.partial(jnp.transpose, axes=(0, 2, 1, 3))
     out = _attention_BHTK(to_bhtk(q_BTHK), to_bhtk(k_BSHK), to_bhtk(v_BSHK), mask, num_blocks)
     return to_bhtk(out)

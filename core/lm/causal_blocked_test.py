@@ -93,6 +93,35 @@ def test_refuses_what_it_cannot_compute():
         causal_blocked.causal_blocked_attention(q, kk, v, jnp.ones((3, 1, 12, 12), bool), 2)
 
 
+def test_a_concrete_mask_that_is_not_causal_is_refused():
+    """A full mask gave results ~1.0 away from the dense attention (the key blocks above the
+    diagonal were skipped although the mask let queries see them): refused, naming where."""
+    q, kk, v = _qkv(jax.random.key(0), 1, 12, 1, 4, jnp.float32)
+    full = jnp.ones((12, 12), bool)
+    dense = attention.dot_product_attention(q, kk, v, full)
+    with pytest.raises(ValueError, match=r"not causal: query 0 sees key 1"):
+        blocked = causal_blocked.causal_blocked_attention(q, kk, v, full, num_blocks=2)
+        print("max |blocked - dense| =", float(jnp.max(jnp.abs(blocked - dense))))
+    one_above = np.tril(np.ones((2, 1, 12, 12), bool))
+    one_above[1, 0, 7, 9] = True
+    with pytest.raises(ValueError, match=r"query 7 sees key 9 \(batch 1, head 0\)"):
+        causal_blocked.causal_blocked_attention(*_qkv(jax.random.key(0), 2, 12, 1, 4,
+                                                      jnp.float32), one_above, num_blocks=3)
+    empty_row = np.tril(np.ones((12, 12), bool))
+    empty_row[5] = False
+    with pytest.raises(ValueError, match="query 5 sees no key"):
+        causal_blocked.causal_blocked_attention(q, kk, v, empty_row, num_blocks=2)
+
+
+def test_a_traced_mask_cannot_be_inspected_and_is_taken_as_causal():
+    """Inside jit the mask is a tracer: the call runs (documented), and a causal one matches."""
+    q, kk, v = _qkv(jax.random.key(1), 1, 12, 1, 4, jnp.float32)
+    mask = attention.causal_mask_TS(12)
+    run = jax.jit(functools.partial(causal_blocked.causal_blocked_attention, num_blocks=3))
+    got, want = run(q, kk, v, mask), attention.dot_product_attention(q, kk, v, mask)
+    assert numerics.scaled_max_error(got, want) < numerics.tolerance("float32")
+
+
 def test_skipped_work_and_when_the_training_path_uses_it():
     assert causal_blocked.skipped_fraction(1) == 0.0
     assert causal_blocked.skipped_fraction(4) == pytest.approx(3 / 8)
