@@ -95,7 +95,7 @@ def _(aggregation, clip, group, group_ok, kl_coef, run_button, seed, steps):
     _ = group_ok  # runs only once the guard let this group size through
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.md("Press **Train the four runs** (about half a minute on two CPU cores)."),
+        mo.md("Press **Train the four runs** (the longest computation of this lesson)."),
     )
     with mo.status.spinner(title="base model, preference pairs, proxy reward, four RL runs"):
         result = rlhf_ppo.run(

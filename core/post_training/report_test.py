@@ -50,3 +50,12 @@ def test_the_policy_bars_never_run_their_names_into_each_other():
         "spec": {"width": 120},
     }
     assert not _labels_fit_or_are_in_a_legend(old, list(reports))
+
+
+def test_no_post_training_app_quotes_a_time_it_has_no_record_for():
+    # "about half a minute on two CPU cores" (rlhf_ppo's run button) was a measurement with
+    # no benchmark record behind it.
+    pattern = re.compile(r"\b(seconds?|minutes?|half a minute|\d+(\.\d+)? ?(s|ms|min))\b", re.I)
+    for stem in APPS:
+        source = (curriculum.APPS_DIR / f"{stem}.py").read_text(encoding="utf-8")
+        assert not pattern.search(source), (stem, pattern.search(source))
