@@ -105,6 +105,13 @@ def _(classes, examples, features, seed):
 
 @app.cell
 def _(batch_size, contract, drop_remainder, epoch, examples, seed, source):
+    # A flag that cannot work stops headless (the UI's example slider is bounded by examples).
+    if not lab.interactive() and ARGS.fault != "none" and ARGS.fault_index >= ARGS.examples:
+        lab.guard(
+            f"--fault-index {ARGS.fault_index} does not exist with --examples {ARGS.examples}: "
+            f"the examples are numbered 0 to {ARGS.examples - 1}.",
+            headline="No such example to break.",
+        )
     problem = None
     if drop_remainder.value and batch_size.value > examples.value:
         problem = (

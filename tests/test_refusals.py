@@ -37,6 +37,8 @@ REFUSALS = [
     ("grain_pipeline", ["--examples", "1"], "fewer examples than processes"),
     ("immutable_updates", ["--indices", "a, b"], "indices that are not numbers"),
     ("input_pipeline", ["--drop-remainder", "--batch-size", "20"], "no full batch to keep"),
+    # once silently broke example 9 instead (the slider's value was clamped)
+    ("input_pipeline", ["--fault", "wrong dtype", "--fault-index", "50"], "no example 50 of 10"),
     ("lax_cond", ["--x-min", "0", "--x-max", "0"], "empty grid"),
     ("losses_value_and_grad", ["--classes", "1"], "cross-entropy over one class"),
     ("masked_image", ["--patch", "3"], "3x3 patches do not tile 8x8"),
