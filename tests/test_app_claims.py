@@ -19,6 +19,7 @@ from core import curriculum, lab
 from core.data import digits
 from core.lessons.nn_training import debug_unstable
 from core.lessons.post_training import rlhf_ppo
+from core.lessons.reinforcement_learning import policy_gradients_ppo
 from core.nn import mlp, training
 
 # app stem -> the core dict holding its defaults, proven over seeds by the named test
@@ -30,6 +31,8 @@ LESSON_DEFAULTS = {
     "cnn_digits": digits.CNN_LESSON,  # core/data/digits_test.py
     # proxy over-optimisation at KL 0: core/lessons/post_training/rlhf_ppo_test.py
     "rlhf_ppo": rlhf_ppo.RLHF_PPO_LESSON,
+    # beats the untrained networks: core/lessons/reinforcement_learning/policy_gradients_ppo_test.py
+    "policy_gradients_ppo": policy_gradients_ppo.PPO_LESSON,
 }
 LIMIT_S = 120  # a hang guard, not a speed assertion
 
