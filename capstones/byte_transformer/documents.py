@@ -21,6 +21,11 @@ traceback). The models are strict (a JSON ``true`` is not a count) and keep fiel
 not know. The formats with a documented key list are exported as JSON Schema to
 docs/schemas/<name>.schema.json (``python -m capstones.byte_transformer.documents``
 rewrites them; documents_test fails while one is stale).
+
+This module holds the models of what a run leaves (from artifacts/manifest.json on), the
+writing and loading, and the schema list; bench_documents.py holds bench.json's and
+profile.json's models, plan_documents.py plan.json's and cache_report.json's, document_base.py
+the Document base they share.
 """
 
 from __future__ import annotations
@@ -31,543 +36,32 @@ from typing import Any, ClassVar, Literal
 
 import pydantic
 
-from capstones.byte_transformer import args
+# bench.json and profile.json, plan.json and cache_report.json have their models in their own
+# modules; the callers import the documents and their formats from here.
+from capstones.byte_transformer.bench_documents import (
+    BENCH_FORMAT as BENCH_FORMAT,
+)
+from capstones.byte_transformer.bench_documents import (
+    PROFILE_FORMAT as PROFILE_FORMAT,
+)
+from capstones.byte_transformer.bench_documents import BenchResult, ProfileResult
+from capstones.byte_transformer.document_base import (
+    Config,
+    Document,
+    DocumentError,
+    Precision,
+    iso,
+)
+from capstones.byte_transformer.plan_documents import (
+    CACHE_REPORT_FORMAT as CACHE_REPORT_FORMAT,
+)
+from capstones.byte_transformer.plan_documents import PLAN_SCHEMA as PLAN_SCHEMA
+from capstones.byte_transformer.plan_documents import CacheReport, Plan
 from core import documents
 
-BENCH_FORMAT = "byte_transformer bench"
-PROFILE_FORMAT = "byte_transformer profile"
-PLAN_SCHEMA = "byte_transformer plan v1"
-CACHE_REPORT_FORMAT = "byte_transformer cache report"
 EXPORT_FORMAT = "byte_transformer exported endpoints"
 RUN_MANIFEST_SCHEMA = "byte_transformer run manifest v1"
 SCHEMA_DIR = pathlib.Path(__file__).resolve().parents[2] / "docs" / "schemas"
-
-Config = dict[str, Any]  # Config.to_dict(): checked by config.Config.from_dict where it is used
-Precision = Literal["fp32", "bf16", "int8"]
-
-
-class Document(documents.Document):
-    """A capstone document: core.documents' strict model, named for its messages."""
-
-    what: ClassVar[str] = "document"
-
-
-class DocumentError(args.UsageError):
-    """A document that is not JSON or not what its model says; the message names the file
-    and the first bad field (a UsageError: exit status 2 through the CLI)."""
-
-
-def _iso(field: str):
-    return pydantic.field_validator(field)(documents.iso_time)
-
-
-# --- bench.json -------------------------------------------------------------------------------
-
-
-class Step(Document):
-    median_s: float
-    p10_s: float
-    p90_s: float
-    min_s: float
-    samples_s: list[float]
-    cpu_median_s: float
-    tokens_per_s: float
-    valid_tokens_per_s: float
-    minor_faults_per_step: float
-    system_s_per_step: float
-    mfu: float | None
-
-
-class Category(Document):
-    category: str
-    ms_per_step: float
-    share: float
-
-
-class Breakdown(Document):
-    method: str
-    wall_step_s: float
-    categories: list[Category]
-
-
-class JaxStep(Document):
-    lower_s: float
-    compile_s: float
-    step: Step
-    mfu: float | None
-    breakdown: Breakdown
-
-
-class JaxVariantStep(Document):
-    changes: list[str]
-    lower_s: float
-    compile_s: float
-    step: Step
-    mfu: float | None
-
-
-class TorchStep(Document):
-    step: Step
-    mfu: float | None
-
-
-class TorchCompiled(TorchStep):
-    first_step_s: float
-    caches: str
-    compile_s_estimate: float
-
-
-class Failed(Document):
-    error: str
-
-
-class CachedDecode(Document):
-    prefill_s: float
-    seconds: float
-    tokens_per_s: float | None
-    tokens: list[int]
-
-
-class LoopDecode(Document):
-    seconds: float
-    tokens_per_s: float
-    tokens: list[int]
-
-
-class RecomputeDecode(Document):
-    seconds: float
-    tokens_per_s: float
-    forward_len: int
-    tokens: list[int]
-
-
-class Decode(Document):
-    context: int
-    new_tokens: int
-    capacity: int
-    method: str
-    cached: dict[Precision, CachedDecode]
-    cached_device_loop: dict[Precision, LoopDecode]
-    recompute: RecomputeDecode
-    # from the fp32 cache, when it was timed
-    prefill_s: float | None = None
-    tokens: list[int] | None = None
-    speedup: float | None = None
-    speedup_device_loop: float | None = None
-    end_to_end_speedup: float | None = None
-    greedy_tokens_identical: bool | None = None
-
-
-class CacheBytes(Document):
-    closed_form: int
-    measured: float
-    ratio_vs_fp32: float
-
-
-class CacheBytesSection(Document):
-    fp32: CacheBytes
-    bf16: CacheBytes
-    int8: CacheBytes
-    formula: str
-
-
-class Target(Document):
-    value: float | None
-    target: float
-    op: Literal[">=", "<="]
-    passed: bool = pydantic.Field(alias="pass")
-
-
-class LoadAverage(Document):
-    start: list[float]
-    end: list[float]
-    other_processes_cores: float | None
-
-
-class Batch(Document):
-    batch_size: int
-    seq_len: int
-    tokens_per_step: int
-    valid_tokens_per_step: float
-
-
-class TimingMethod(Document):
-    method: str
-    rounds: int
-    warmup: int
-
-
-class PeakCandidate(Document):
-    framework: Literal["xla", "torch"]
-    m: int
-    k: int
-    n: int
-    flop_per_s: float
-
-
-class Peak(Document):
-    kernel: str
-    flops: float
-    seconds: float
-    flop_per_s: float
-    method: str
-    xla_best_flop_per_s: float
-    torch_best_flop_per_s: float
-    candidates: list[PeakCandidate]
-
-
-class Allocator(Document):
-    mechanism: Literal["mallopt", "GLIBC_TUNABLES", "none"]
-    settings: dict[str, int]
-    reason: str
-
-
-class MallocChild(Document):
-    allocator: Allocator
-    median_s: float
-    samples_s: list[float]
-    minor_faults_per_step: float
-    system_s_per_step: float
-    load_average_1m: list[float]
-
-
-class MallocComparison(Document):
-    method: str
-    glibc_defaults: MallocChild | None = None
-    tuned: MallocChild | None = None
-    speedup: float | None = None
-    error: str | None = None
-
-
-class Flops(Document):
-    formula: str
-    matmul_params: int
-    matmul: float
-    attention: float
-    total: float
-    attention_skipped: float
-    xla_cost_analysis_flops: float | None
-
-
-class JaxVsTorch(Document):
-    speedup: float
-    faster_torch: Literal["torch_eager", "torch_compile"]
-    dense_attention_speedup: float
-    median_of_round_ratios: float
-
-
-class BenchResult(Document):
-    """bench.json: the train step of JAX vs the PyTorch twin, MFU, decoding, cache bytes."""
-
-    what: ClassVar[str] = "bench.json"
-
-    format: Literal[BENCH_FORMAT]
-    version: Literal[2]
-    command: str
-    machine: str
-    cpu_model: str
-    cores: int
-    load_average: LoadAverage
-    versions: dict[str, str | None]
-    xla_flags: str
-    allocator: Allocator
-    torch_threads: int
-    jax_devices: list[str]
-    config: Config
-    batch: Batch
-    timing: TimingMethod
-    peak: Peak
-    flops: Flops
-    jax: JaxStep
-    jax_dense_attention: JaxVariantStep
-    torch_eager: TorchStep
-    torch_compile: TorchCompiled | Failed
-    jax_vs_torch: JaxVsTorch
-    decode: Decode
-    allocator_comparison: MallocComparison
-    cache_bytes: CacheBytesSection
-    targets: dict[str, Target]
-    defects: list[str]
-    warnings: list[str]
-    total_s: float
-
-
-# --- profile/profile.json ---------------------------------------------------------------------
-
-
-class OpRow(Document):
-    op: str
-    count: int
-    total_ms: float
-    ms_per_step: float
-    share: float
-    hlo: str
-    source: str
-
-
-class SourceShare(Document):
-    source: str
-    ms_per_step: float
-    share: float
-
-
-class PhaseShare(Document):
-    phase: str
-    ms_per_step: float
-    share: float
-
-
-class ProfileResult(Document):
-    """profile.json: where a warmed train step's op time goes, from a profiler trace."""
-
-    what: ClassVar[str] = "profile.json"
-
-    format: Literal[PROFILE_FORMAT]
-    version: Literal[1]
-    machine: str
-    config: Config
-    trace_dir: str
-    xplane: str
-    steps: int
-    wall_step_s: list[float]
-    wall_total_s: float
-    module: str
-    threads: int
-    op_time_total_s: float
-    op_busy_s: float
-    op_table: list[OpRow]
-    ops: int
-    by_source: list[SourceShare]
-    by_category: list[Category]
-    by_phase: list[PhaseShare]
-
-
-# --- plan.json --------------------------------------------------------------------------------
-
-
-class ParamsSection(Document):
-    parts: dict[str, int]
-    analytic: int
-    actual: int
-    matches: bool
-    formula: str
-    budget_cross_check: dict[str, int]
-
-
-class PrecisionRow(Document):
-    quantity: str
-    dtype: str
-    bytes_per_element: float
-    why: str
-
-
-class Component(Document):
-    component: str
-    bytes: float
-    formula: str
-
-
-class TensorBytes(Document):
-    tensor: str
-    bytes: float
-    formula: str
-
-
-class AnalyticMemory(Document):
-    chips: int
-    local_batch: int
-    tokens_per_chip: int
-    components: list[Component]
-    per_layer: list[TensorBytes]
-    saved_activations_bytes: float
-    saved_activations_remat_bytes: float
-    arguments_bytes: float
-    outputs_bytes: float
-    gradients_bytes: float
-    peak_liveness_bytes: float
-    peak_liveness_remat_bytes: float
-    peak_all_at_once_bytes: float
-    flops_per_step: float
-    flops_per_step_remat: float
-
-
-class KvCacheRow(Document):
-    precision: str
-    bytes_per_element: float
-    serve_batch: int
-    context: int
-    bytes: float
-    formula: str
-
-
-class ComparisonRow(Document):
-    quantity: str
-    unit: str
-    analytic: float | None
-    compiler: float | None
-    analytic_over_compiler: float | None
-
-
-class CompiledTopology(Document):
-    topology: str
-    device_kind: str
-    chips: int
-    compile_s: float
-    remat_policy: str | None
-    memory: dict[str, float]
-    peak_bytes: float | None
-    flops: float | None
-    bytes_accessed: float | None
-    comparison: list[ComparisonRow]
-
-
-class Compiler(Document):
-    available: bool
-    problem: str | None
-    topologies: dict[str, CompiledTopology]
-    remat: dict[str, CompiledTopology]
-    gap_explanation: list[str]
-
-
-class Hypothesis(Document):
-    statement: str
-    policy: str
-    topology: str | None
-    peak_bytes_before: float | None
-    peak_bytes_after: float | None
-    peak_reduction_pct: float | None
-    flops_before: float | None
-    flops_after: float | None
-    flops_increase_pct: float | None
-    cpu_step_s_before: float
-    cpu_step_s_after: float
-    cpu_step_change_pct: float | None
-    cpu_step_p10_p90_s_before: list[float]
-    cpu_step_p10_p90_s_after: list[float]
-    cpu_compile_s_before: float
-    cpu_compile_s_after: float
-    cpu_peak_bytes_before: float | None
-    cpu_peak_bytes_after: float | None
-    cpu_flops_before: float | None
-    cpu_flops_after: float | None
-    loss_before: float
-    loss_after: float
-    loss_abs_diff: float
-    max_abs_grad_diff: float
-    max_abs_grad: float
-    max_abs_param_diff_after_one_step: float
-    param_diff_note: str
-    timing_repeats: int
-    machine: str
-    verdict: str
-
-
-class Choice(Document):
-    generation: str
-    topology: str
-    accelerator_type: str
-    chips: int
-
-
-class GenerationRow(Document):
-    generation: str
-    hbm_bytes: float
-    footprint_bytes: float
-    footprint_source: str
-    hbm_used_pct: float
-    step_compute_s: float
-    step_memory_s: float
-    bound: str
-    tokens_per_s_per_chip: float
-    usd_per_chip_hour: float | None  # None: no published list price (TPU7x)
-    usd_per_million_tokens: float | None
-    chips_for_target: int
-    accelerator_type_for_target: str | None
-    max_rows_per_chip: int
-
-
-class Recommendation(Document):
-    choice: Choice
-    generations: list[GenerationRow]
-    target_tokens_per_s: float
-    reasons: list[str]
-    move_up_when: list[str]
-    price_source: str
-
-
-class Plan(Document):
-    """plan.json: TPU generation and topology, precision, memory vs the TPU compiler."""
-
-    what: ClassVar[str] = "plan.json"
-
-    schema_: Literal[PLAN_SCHEMA] = pydantic.Field(alias="schema")
-    created_utc: str
-    command: str | None = None
-    machine: str
-    config: Config
-    params: ParamsSection
-    precision: list[PrecisionRow]
-    memory_analytic: AnalyticMemory
-    kv_cache: list[KvCacheRow]
-    compiler: Compiler
-    hypothesis: Hypothesis
-    recommendation: Recommendation
-
-    _created = _iso("created_utc")
-
-
-# --- cache_report.json ------------------------------------------------------------------------
-
-
-class CacheModel(Document):
-    d_model: int
-    num_layers: int
-    num_heads: int
-    head_dim: int
-    compute_dtype: str
-    params: int
-
-
-class CacheData(Document):
-    source: str
-    files: list[str]
-    windows: int
-    window_tokens: int
-    prefill_len: int
-    scored_tokens: int
-
-
-class CacheRow(Document):
-    cache: Precision
-    bytes_per_token_per_layer: int
-    ratio_vs_fp32: float
-    target_ratio: float | None
-    meets_target: bool | None
-    max_abs_logit_error: float
-    mean_abs_logit_error: float
-    teacher_forced_top1_agreement: float
-    greedy_agreement: float
-    greedy_first_divergence: list[int | None]
-    heldout_loss: float
-    heldout_loss_delta: float
-
-
-class CacheReport(Document):
-    """cache_report.json: fp32/bf16/int8 KV caches: bytes, logit error, greedy agreement."""
-
-    what: ClassVar[str] = "cache_report.json"
-
-    format: Literal[CACHE_REPORT_FORMAT]
-    version: Literal[1]
-    model: CacheModel
-    data: CacheData
-    prompts: list[str]
-    gen_tokens: int
-    backend: str
-    full_forward_loss: float
-    fp32_cache_vs_full_forward_max_abs: float
-    targets: dict[str, float]
-    rows: list[CacheRow]
 
 
 # --- artifacts/manifest.json ------------------------------------------------------------------
@@ -735,7 +229,7 @@ class RunManifest(Document):
     is_tpu_run: bool
     verdict: str
 
-    _created = _iso("created_utc")
+    _created = iso("created_utc")
 
 
 class JobResult(Document):
@@ -757,7 +251,7 @@ class JobResult(Document):
     training: dict[str, Any]
     note: str
 
-    _created = _iso("created_utc")
+    _created = iso("created_utc")
 
 
 # --- train and eval: metrics.jsonl, corpus.json, eval.json -------------------------------------

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from capstones.byte_transformer import args, documents
+from capstones.byte_transformer import args, bench_documents, documents
 
 EVAL = {
     "loss": 5.04,
@@ -113,8 +113,8 @@ def test_an_invalid_document_is_never_written(tmp_path):
 
 def test_aliased_fields_keep_their_json_names():
     target = {"value": 1.2, "target": 1.15, "op": ">=", "pass": True}
-    assert documents.problem(documents.Target, target) is None
-    assert documents.problem(documents.Target, _with(target, op="=")) is not None
+    assert documents.problem(bench_documents.Target, target) is None
+    assert documents.problem(bench_documents.Target, _with(target, op="=")) is not None
     schema = json.loads(documents.schema_text(documents.BenchResult))
     assert "pass" in schema["$defs"]["Target"]["properties"]
     assert "schema" in json.loads(documents.schema_text(documents.Plan))["properties"]
