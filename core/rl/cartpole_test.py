@@ -1,3 +1,5 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,3 +62,18 @@ def test_params_validate():
         cartpole.Params(tau=0.0)
     with pytest.raises(ValueError, match="max_steps"):
         cartpole.Params(max_steps=0)
+
+
+@pytest.mark.parametrize("seed", [0, 9999])
+def test_reset_states_are_distributed_like_gymnasiums(seed):
+    resets = gymnasium_parity.resets_vs_gymnasium(seed)
+    assert resets["min_p_value"] >= gymnasium_parity.RESET_ALPHA, resets
+    assert resets["max_abs"] <= cartpole.DEFAULT.reset_bound
+
+
+@pytest.mark.parametrize("bound", [0.065, 0.5, 0.04])
+def test_a_wrong_reset_range_is_caught(bound):
+    # the step-by-step parity sets gymnasium's state from ours, so it cannot see this
+    wrong = dataclasses.replace(cartpole.DEFAULT, reset_bound=bound)
+    resets = gymnasium_parity.resets_vs_gymnasium(0, params=wrong)
+    assert resets["min_p_value"] < gymnasium_parity.RESET_ALPHA, resets

@@ -120,6 +120,43 @@ def side_by_side(seed: int, steps: int, policy: str = "mixed") -> Parity:
     )
 
 
+RESET_SAMPLES = 2000
+RESET_ALPHA = 1e-6  # per state variable: a correct reset fails with probability ~4e-6
+
+
+def resets_vs_gymnasium(
+    seed: int, samples: int = RESET_SAMPLES, params: cartpole.Params = cartpole.DEFAULT
+) -> dict:
+    """Our reset states against gymnasium's: ``samples`` of each (ours from
+    ``jax.vmap(cartpole.reset)``, gymnasium's ``env.unwrapped.state`` after ``env.reset()``),
+    compared per state variable by the two-sample Kolmogorov-Smirnov test. The randomness
+    differs (JAX keys vs NumPy's generator), so the distributions are compared, not values.
+    Returns the smallest p-value over the 4 variables and both sides' largest |state|."""
+    import gymnasium as gym
+    from scipy import stats
+
+    if samples < 2:
+        raise ValueError(f"samples must be >= 2, got {samples}")
+    env = gym.make("CartPole-v1")
+    env.reset(seed=seed)
+    theirs = []
+    for _ in range(samples):
+        env.reset()
+        theirs.append(np.array(env.unwrapped.state, np.float64))
+    theirs = np.stack(theirs)
+    env.close()
+    keys = jax.random.split(jax.random.key(seed), samples)
+    with jax.enable_x64(True):
+        ours = np.asarray(jax.jit(jax.vmap(lambda k: cartpole.reset(k, params)[1]))(keys))
+    p_values = [stats.ks_2samp(ours[:, j], theirs[:, j]).pvalue for j in range(4)]
+    return {
+        "min_p_value": float(min(p_values)),
+        "max_abs": float(np.max(np.abs(ours))),
+        "gymnasium_max_abs": float(np.max(np.abs(theirs))),
+        "samples": samples,
+    }
+
+
 def rollout_vs_gymnasium(seed: int, num_envs: int, num_steps: int) -> dict:
     """Our vmapped, scanned random-action rollout (float64) against ``num_envs`` gymnasium
     envs given the same actions, each running free within an episode (its state is set from

@@ -71,6 +71,29 @@ def states_frame(states_S4: np.ndarray) -> pd.DataFrame:
     )
 
 
+def states_chart(states_S4: np.ndarray):
+    """The four state variables against the frame, one line each. One row per frame, folded
+    into (variable, value) by Vega-Lite: the 1500-step run has ~1,600 frames, and four rows
+    per frame would pass Altair's 5,000-row limit (it raised at the steps slider's top)."""
+    import altair as alt
+
+    states = np.asarray(states_S4, np.float64)
+    wide = pd.DataFrame(states, columns=list(cartpole.OBS_NAMES))
+    wide.insert(0, "frame", np.arange(states.shape[0]))
+    return (
+        alt.Chart(wide)
+        .transform_fold(list(cartpole.OBS_NAMES), as_=["variable", "value"])
+        .mark_line()
+        .encode(
+            x=alt.X("frame:Q"),
+            y=alt.Y("value:Q", title=None),
+            color=alt.Color("variable:N"),
+            tooltip=["frame:Q", "variable:N", "value:Q"],
+        )
+        .properties(width=520, height=160, title="The four state variables, frame by frame")
+    )
+
+
 def parity_rows(parity: gymnasium_parity.Parity) -> list[dict]:
     """The side-by-side run as table rows."""
     return [

@@ -23,3 +23,10 @@ def test_frame_chart_and_rows():
     parity = gymnasium_parity.side_by_side(0, 30, "random")
     rows = functional_env.parity_rows(parity)
     assert rows[0]["value"] == 30
+
+
+def test_states_chart_holds_the_longest_run():
+    # 1500 steps of random actions end ~70 episodes: ~1,570 frames (the app's slider top)
+    chart = functional_env.states_chart(np.zeros((1600, 4)))
+    spec = chart.to_dict()  # raised MaxRowsError with four rows per frame
+    assert spec["transform"][0]["fold"] == list(cartpole.OBS_NAMES)
