@@ -12,7 +12,6 @@ import jax
 import numpy as np
 import pytest
 import schemathesis
-import scipy.special
 from hypothesis import strategies
 from schemathesis import checks as schemathesis_checks
 from schemathesis.generation import feedback
@@ -20,6 +19,8 @@ from schemathesis.specs.openapi import checks as openapi_checks
 
 from capstones.byte_transformer import cli, export, kv_cache, serve
 from capstones.byte_transformer import config as config_lib
+from capstones.byte_transformer.service import app as service_app
+from capstones.byte_transformer.service import models as service_models
 from core.lm import tokenizer, transformer
 
 TINY = config_lib.Config(
@@ -132,7 +133,7 @@ def test_prefill_decode_session_follows_generate(server):
         server, "POST", "/prefill", {"tokens": [100, 101, 102, 32], "cache": "int8"}
     )
     assert status == 200, first
-    assert first["length"] == 4 and len(first["next_token_logits_top"]) == serve.TOP_K
+    assert first["length"] == 4 and len(first["next_token_logits_top"]) == service_models.TOP_K
     top = first["next_token_logits_top"]
     assert top[0]["token"] == first["next_token"]
     assert all(a["logit"] >= b["logit"] for a, b in zip(top, top[1:], strict=False))
@@ -210,7 +211,7 @@ def test_validation_errors_are_400_with_a_message(server, path, body, message):
 
 def test_body_limits_and_token_range_in_decode(server):
     for headers, message in (
-        ({"Content-Length": str(serve.MAX_BODY_BYTES + 1)}, "the limit is 65536"),  # not sent
+        ({"Content-Length": str(service_app.MAX_BODY_BYTES + 1)}, "the limit is 65536"),  # not sent
         ({"Content-Length": "many"}, "bad Content-Length"),
         ({}, "Content-Length header required"),
     ):
@@ -314,36 +315,6 @@ def test_unencodable_prompt_is_a_400(server):
         assert "prompt must be valid Unicode text" in payload["error"]
 
 
-# --- sampling -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "size,temperature,top_k",
-    [(256, 1.0, None), (256, 0.3, 5), (7, 2.5, 3), (50, 100.0, 50), (256, 1e-3, None), (9, 7.0, 1)],
-)
-def test_sampling_probabilities_match_a_softmax_reference(size, temperature, top_k):
-    logits = np.random.default_rng(size).normal(0, 4, size).astype(np.float32)
-    got = serve.next_token_probabilities(logits, temperature, top_k)
-    wide = logits.astype(np.float64)
-    kept = wide >= np.sort(wide)[-(top_k or size)]  # the top_k largest (no ties here)
-    want = np.zeros(size)
-    want[kept] = scipy.special.softmax(wide[kept] / temperature)
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
-
-
-def test_sampling_limits_are_finite():
-    logits = np.array([1.0, 3.0, 3.0, -1e30, 0.0], np.float32)
-    for temperature in (5e-324, 1e-310, 1e-30):  # ties at the max share, the rest get 0
-        np.testing.assert_array_equal(
-            serve.next_token_probabilities(logits, temperature), [0, 0.5, 0.5, 0, 0]
-        )
-    np.testing.assert_array_equal(serve.next_token_probabilities(logits, 0.0), [0, 1, 0, 0, 0])
-    top_1 = serve.next_token_probabilities(logits, 1e-310, top_k=1)  # ties: the lower id
-    np.testing.assert_array_equal(top_1, [0, 1, 0, 0, 0])
-    huge = serve.next_token_probabilities(np.array([1e38, -1e38], np.float32), 100.0)
-    np.testing.assert_array_equal(huge, [1.0, 0.0])
-
-
 def test_top_k_one_samples_like_greedy(server):
     body = {"prompt": "def ", "max_new_tokens": 6, "cache": "bf16"}
     greedy = request(server, "POST", "/generate", body)
@@ -371,7 +342,7 @@ def test_request_ids_kept_when_well_formed_else_replaced(server):
     for given in ("bad id", "x" * 65, "semi;colon", "", "é"):
         status, response, _ = _raw(server, "GET", "/healthz", headers={"X-Request-ID": given})
         echoed = response.getheader("X-Request-ID")
-        assert status == 200 and echoed != given and serve.REQUEST_ID.fullmatch(echoed)
+        assert status == 200 and echoed != given and service_app.REQUEST_ID.fullmatch(echoed)
         assert sum(f"id={echoed} " in f"{line} " for line in server.lines) == 1
     kept = "A-z_0.9" + "x" * 57  # 64 characters of the allowed set
     assert (
@@ -422,7 +393,7 @@ NASTY_BODIES = [
 ]
 
 
-@pytest.mark.parametrize("path", serve.BODY_ROUTES)
+@pytest.mark.parametrize("path", service_app.BODY_ROUTES)
 def test_no_request_is_a_server_error(server, path):
     """Hostile bodies through the real HTTP stack: each a 2xx or a 4xx with a message."""
     for data in NASTY_BODIES:
@@ -457,14 +428,14 @@ def test_openapi_document_states_the_contract(server):
     status, _, document = _raw(server, "GET", "/openapi.json")
     assert status == 200
     assert {path: list(item) for path, item in document["paths"].items()} == {
-        path: [method.lower()] for path, method in serve.ROUTES.items()
+        path: [method.lower()] for path, method in service_app.ROUTES.items()
     }
     schemas = document["components"]["schemas"]
     prompt = schemas["GenerateRequest"]["properties"]
     assert prompt["tokens"]["maxItems"] == PREFILL_LEN and prompt["prompt"]["maxLength"] == 8
     assert prompt["max_new_tokens"]["maximum"] == CAPACITY - 1
     assert prompt["temperature"]["minimum"] == 0 and prompt["temperature"]["maximum"] == 100
-    assert schemas["DecodeRequest"]["properties"]["session"]["pattern"] == serve.SESSION_ID
+    assert schemas["DecodeRequest"]["properties"]["session"]["pattern"] == service_models.SESSION_ID
     assert schemas["GenerateRequest"]["additionalProperties"] is False
     for item in document["paths"].values():
         for operation in item.values():
@@ -495,8 +466,8 @@ POSITIVE_CHECKS = [
     openapi_checks.response_schema_conformance,
     openapi_checks.response_headers_conformance,
 ]
-FUZZ_RUNS = [(path, "positive") for path in serve.ROUTES]
-FUZZ_RUNS += [(path, "negative") for path in serve.BODY_ROUTES]  # GETs have no invalid input
+FUZZ_RUNS = [(path, "positive") for path in service_app.ROUTES]
+FUZZ_RUNS += [(path, "negative") for path in service_app.BODY_ROUTES]  # GETs have no invalid input
 
 
 @pytest.fixture(scope="module")
@@ -510,7 +481,7 @@ def api_schema(server):
 def test_fuzz_every_operation(server, api_schema, path, mode):
     """Schema-valid requests (positive) get a documented status and a response matching the
     document, never a 5xx; schema-invalid ones (negative) are refused with a 4xx."""
-    operation = api_schema[path][serve.ROUTES[path]]
+    operation = api_schema[path][service_app.ROUTES[path]]
     negative = [openapi_checks.negative_data_rejection] if mode == "negative" else []
     checks = POSITIVE_CHECKS + negative
     live = request(server, "POST", "/prefill", {"prompt": "ab"})[1]["session"]
@@ -536,3 +507,7 @@ def test_fuzz_every_operation(server, api_schema, path, mode):
         assert 200 in statuses  # the fuzz reached the model, not only the validation
     else:
         assert all(400 <= s < 500 for s in statuses)
+
+
+def test_the_service_offers_the_caches_kv_cache_makes():
+    assert service_models.PRECISIONS == kv_cache.PRECISIONS
