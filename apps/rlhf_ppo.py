@@ -157,12 +157,13 @@ def _(aggregation, group, penalised, result):
     _z = _pairs.pop("k3 minus exact KL (mean, standard errors)")
     check = lab.Check(
         f"GRPO advantages (G = {group.value}), proxy and true rewards, per-token KL k3 and the "
-        "exact KL, PPO's clipped loss and the gradient weights of both aggregations (float32) "
-        "vs NumPy float64 references and closed forms; k3's mean minus the exact KL is "
-        f"{_z:+.2f} standard errors",
+        "exact KL, k3's expectation over the vocabulary (unbiased: its closed form is the "
+        "exact KL), PPO's clipped loss and the gradient weights of both aggregations "
+        "(float32) vs NumPy float64 references and closed forms; on the sampled tokens, k3's "
+        f"mean minus the exact KL is {_z:+.2f} standard errors (heavy-tailed far from the "
+        "reference)",
         {name: numerics.scaled_max_error(ours, ref) for name, (ours, ref) in _pairs.items()},
         numerics.tolerance("float32"),
-        facts={"k3 is unbiased: |mean k3 - exact KL| < 5 standard errors": abs(_z) < 5},
     )
     check
     return (check,)

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from core import numerics
 from core.lessons.post_training import rlhf_ppo
 from core.post_training import losses, model, rlhf
 
@@ -91,3 +92,50 @@ def test_the_app_calls_it_hacking_nowhere_below_its_title():
     title_end = source.index("@app.cell", source.index("{lab.phase_line"))
     setup = source[: source.index("@app.cell")]
     assert "hack" not in setup.lower() and "hack" not in source[title_end:].lower()
+
+
+def _far_apart_logits(rng, shape=(16, 8, 256)):
+    # a policy far from its reference: logits of scale 3 apart (as after PPO without a KL)
+    return (rng.normal(size=shape) * 3).astype(np.float32), (rng.normal(size=shape) * 3)
+
+
+def test_k3s_expectation_is_its_closed_form_even_where_a_sample_z_test_fails():
+    rng = np.random.default_rng(0)
+    policy, ref = _far_apart_logits(rng)
+    ref = ref.astype(np.float32)
+    ours, closed = rlhf_ppo.k3_expectation_pair(policy, ref, policy, ref)
+    exact = losses.exact_kl_reference(policy, ref)
+    assert numerics.scaled_max_error(ours, closed) < numerics.tolerance("float32")
+    assert numerics.scaled_max_error(closed, exact) < 1e-9  # nothing left out here
+    # the sample z statistic the check used to judge (|z| < 5): far from the reference it is
+    # not a standard normal draw (k3 heavy-tailed: the sample mean mostly falls short)
+    p = np.exp(policy - policy.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    zs = []
+    for draw in range(20):
+        u = np.random.default_rng(draw).random(p.shape[:-1] + (1,))
+        tokens = np.minimum((np.cumsum(p, -1) < u).sum(-1), p.shape[-1] - 1)
+        lp = np.log(np.take_along_axis(p, tokens[..., None], -1)[..., 0])
+        q = np.exp(ref - ref.max(-1, keepdims=True))
+        q /= q.sum(-1, keepdims=True)
+        lq = np.log(np.take_along_axis(q, tokens[..., None], -1)[..., 0])
+        k3 = losses.kl_estimators_reference(lp, lq)["k3"]
+        zs.append(rlhf_ppo._bias_in_standard_errors(k3, exact, np.ones_like(k3)))
+    assert np.median(zs) < -2  # a standard normal's median of 20 draws is about 0
+
+
+def test_a_biased_k3_is_caught_by_the_expectation(monkeypatch):
+    rng = np.random.default_rng(1)
+    policy, ref = _far_apart_logits(rng, (2, 3, 32))
+    ref = ref.astype(np.float32)
+    real = losses.kl_estimators
+
+    def k3_with_the_ratio_upside_down(logp, ref_logp):  # exp(r) - 1 - r: biased
+        out = dict(real(logp, ref_logp))
+        r = logp - ref_logp
+        out["k3"] = np.exp(r) - 1 - r
+        return out
+
+    monkeypatch.setattr(losses, "kl_estimators", k3_with_the_ratio_upside_down)
+    ours, closed = rlhf_ppo.k3_expectation_pair(policy, ref, policy, ref)
+    assert numerics.scaled_max_error(ours, closed) > 1.0
