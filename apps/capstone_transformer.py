@@ -17,7 +17,7 @@ with app.setup:
     import pandas as pd
 
     from capstones.byte_transformer import config as config_lib
-    from capstones.byte_transformer import data, kv_cache, report, training
+    from capstones.byte_transformer import cache_report, data, kv_cache, report, training
     from core import curriculum, lab, numerics
     from core.lm import transformer
     from core.state import checkpoint
@@ -381,7 +381,7 @@ def _(config, new_tokens, resumed):
     _model = training.model_from_params(config, resumed.state["params"])
     _documents = data.load_corpus(config).heldout
     _window = min(48, config.max_len - 1 - new_tokens.value)
-    cache_comparison = kv_cache.cache_report(
+    cache_comparison = cache_report.cache_report(
         _model,
         _documents,
         prompts=("def ", "import "),

@@ -22,7 +22,10 @@ REGISTRY = {
         "kv_cache",
         "generate bytes from a trained run with an fp32, bf16 or int8 KV cache",
     ),
-    "cache-report": ("kv_cache", "fp32/bf16/int8 KV cache: bytes, logit error, greedy agreement"),
+    "cache-report": (
+        "cache_report",
+        "fp32/bf16/int8 KV cache: bytes, logit error, greedy agreement",
+    ),
     "export": ("export", "serialize prefill + decode for each cache precision (jax.export)"),
     "serve": ("serve", "serve exported artifacts over HTTP on 127.0.0.1"),
     "profile": ("bench", "a warmed profiler trace of the train step and its top ops"),

@@ -3,7 +3,7 @@
     bench.json              BenchResult        bench          (bench/__init__.py lists its keys)
     profile/profile.json    ProfileResult      profile        (bench/__init__.py)
     plan.json               Plan               plan           (plan/__init__.py)
-    cache_report.json       CacheReport        cache-report   (kv_cache.py)
+    cache_report.json       CacheReport        cache-report   (cache_report.py)
     artifacts/manifest.json ExportManifest     export         (export.py; with its own sha256)
     run_manifest.json       RunManifest        run-manifest   (run_manifest.py)
     metrics.jsonl (a line)  MetricsRecord      train          (training.py)

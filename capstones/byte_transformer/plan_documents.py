@@ -1,5 +1,5 @@
 """The models of the plan and the cache report: plan.json (Plan, plan/__init__.py) and
-cache_report.json (CacheReport, kv_cache.py). Written and read through documents.py's ``write``
+cache_report.json (CacheReport, cache_report.py). Written and read through documents.py's ``write``
 and ``load``; documents.py re-exports Plan, CacheReport and their formats."""
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""cache_report: the cache-report command's rows against the closed-form bytes and an
+independent float64 cross-entropy of the full forward pass."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from capstones.byte_transformer import cache_report, cli, data, kv_cache
+from capstones.byte_transformer import config as config_lib
+from core.lm import transformer
+
+TINY = config_lib.Config(
+    d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,
+    max_files=4, max_bytes=2048,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model():
+    return transformer.TinyLM(TINY.model_config(), jax.random.key(TINY.seed))
+
+
+def test_cache_report_command(model, monkeypatch, tmp_path, capsys):
+    documents = data.load_corpus(TINY).heldout  # what the command reads (the run's split)
+    monkeypatch.setattr(kv_cache, "_load_model", lambda run_dir: (TINY, model))
+    out = tmp_path / "report.json"
+    # windows of (2, 20) prefilled 5 and capacity 20: the teacher-forcing tests' programs
+    argv = ["cache-report", "run_dir=unused", "n_tokens=19", "max_windows=2", "prefill_len=5"]
+    status = cli.main([*argv, "gen_tokens=5", "prompts=def |class ", f"out={out}"])
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert "int8" in capsys.readouterr().out
+    rows = {r["cache"]: r for r in report["rows"]}
+    assert list(rows) == ["fp32", "bf16", "int8"]
+    assert rows["fp32"]["max_abs_logit_error"] == 0 and rows["fp32"]["greedy_agreement"] == 1
+    assert rows["int8"]["bytes_per_token_per_layer"] == 2 * 32 + 8 * 4
+    assert rows["bf16"]["ratio_vs_fp32"] == 0.5 and rows["bf16"]["meets_target"] is True
+    assert rows["int8"]["meets_target"] is False  # head_dim 8: 0.375 > 0.27 (see the test above)
+    assert report["fp32_cache_vs_full_forward_max_abs"] < 1e-4
+    assert report["data"]["scored_tokens"] == 2 * 19
+    # the loss is an independent float64 cross-entropy of the full forward pass
+    tokens = cache_report.heldout_windows(documents, 20, 2)
+    logits = np.asarray(transformer.forward(model, tokens), np.float64)[:, :-1]
+    log_probs = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
+    nll = -np.take_along_axis(log_probs, tokens[:, 1:, None], -1).mean()
+    assert report["full_forward_loss"] == pytest.approx(nll, rel=1e-9)
+    assert rows["fp32"]["heldout_loss"] == pytest.approx(nll, abs=1e-5)
+    for r in rows.values():
+        assert r["heldout_loss_delta"] == pytest.approx(
+            r["heldout_loss"] - rows["fp32"]["heldout_loss"]
+        )
