@@ -209,6 +209,85 @@ class JaxVsTorch(Document):
     median_of_round_ratios: float
 
 
+class Spread(Document):
+    median: float
+    p10: float
+    p90: float
+    min: float | None = None
+    max: float | None = None
+
+
+class SweepStep(Document):
+    median_s: float
+    p10_s: float
+    p90_s: float
+    samples_s: list[float]
+
+
+class SweepRow(Document):
+    blocks: Literal["dense"] | int
+    skipped_fraction: float
+    step: SweepStep
+    vs_dense: Spread | None = None
+
+
+class BlockSweep(Document):
+    """block_sweep=...: the train step per attention core (bench/variants.py)."""
+
+    method: str
+    rounds: int
+    warmup: int
+    seq_len: int
+    default_blocks: int
+    rows: list[SweepRow]
+    fastest: Literal["dense"] | int
+
+
+class Bf16Row(SweepStep):
+    loss_curve: list[float]
+
+
+class Ratio(Document):
+    of_medians: float
+    rounds: Spread
+
+
+class Bf16Policy(Document):
+    """bf16=true: float32 vs the bf16 compute policy, JAX and torch (bench/variants.py)."""
+
+    method: str
+    rounds: int
+    warmup: int
+    rows: dict[Literal["jax_f32", "jax_bf16", "torch_f32", "torch_bf16"], Bf16Row]
+    jax_bf16_vs_torch_bf16: Ratio
+    jax_f32_vs_torch_f32: Ratio
+    jax_bf16_vs_jax_f32: Ratio
+    torch_bf16_vs_torch_f32: Ratio
+    loss_gap_jax_bf16_vs_f32: float
+    loss_gap_torch_bf16_vs_f32: float
+    loss_gap_jax_vs_torch_f32: float
+
+
+class DecodeRounds(Document):
+    tokens_per_s: dict[str, Spread]
+    ratio_vs_recompute: dict[str, Spread]
+    loop_eigen_off_vs_on: Spread | None = None
+
+
+class DecodeAB(Document):
+    """decode_ab=N: the decode loop's Eigen A/B and arena_max=1 vs default (bench/decode_ab.py);
+    ``arena`` is {mode: {"glibc_tunables", "children", "per_token_ratio", "loop_ratio"},
+    "<way>_arena_max_1_vs_default": float} or {"error": str}."""
+
+    method: str
+    context: int
+    new_tokens: int
+    rounds: int
+    in_process: DecodeRounds
+    arena: dict[str, dict | float | str]
+    faster: dict[str, bool]
+
+
 class BenchResult(Document):
     """bench.json: the train step of JAX vs the PyTorch twin, MFU, decoding, cache bytes."""
 
@@ -243,6 +322,9 @@ class BenchResult(Document):
     defects: list[str]
     warnings: list[str]
     total_s: float
+    block_sweep: BlockSweep | None = None  # the optional parts, present when they ran
+    bf16: Bf16Policy | None = None
+    decode_ab: DecodeAB | None = None
 
 
 # --- profile/profile.json ---------------------------------------------------------------------

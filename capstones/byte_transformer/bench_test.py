@@ -18,7 +18,7 @@ from capstones.byte_transformer import bench, cli, data, training
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer import report as capstone_report
 from core.lm import generate, tokenizer
-from core.perf import allocator
+from core.perf import allocator, records
 
 TINY = dict(
     d_model=32, num_layers=2, num_heads=2, seq_len=32, batch_size=2, max_files=4, max_bytes=2048
@@ -130,11 +130,19 @@ def test_bench_end_to_end_writes_consistent_json(tmp_path, monkeypatch, capsys):
     out = tmp_path / "bench.json"
     argv = ["bench", f"out={out}", "steps=2", "warmup=1", "decode_context=8"]
     argv += ["decode_tokens=3", "matmul_n=64", "malloc_steps=0"]  # malloc: its own test
-    argv += [f"{k}={v}" for k, v in TINY.items()]
+    argv += [f"{k}={v}" for k, v in TINY.items()] + ["record=true"]
+    monkeypatch.setenv(records.ROOT_ENV, str(tmp_path / "records"))
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
-    assert set(report) == BENCH_KEYS
+    assert set(report) == BENCH_KEYS  # the optional parts only when asked for
+    kept = records.latest("byte_transformer_bench")  # the record: validated, the same figures
+    assert f"wrote the benchmark record {records.latest_path('byte_transformer_bench')}" in printed
+    assert kept.command == report["command"] and "load average" in kept.notes
+    assert kept.figures["jax_step_median_s"] == round(report["jax"]["step"]["median_s"], 4)
+    assert kept.figures["decode_speedup"] == round(report["decode"]["speedup"], 4)
+    assert kept.figures["jax_mfu"] == round(report["jax"]["mfu"], 4)
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == ["byte_transformer_bench"]
     assert report["format"] == bench.BENCH_FORMAT
     assert "jax_vs_torch_speedup" in printed and str(out) in printed
     assert len(report["load_average"]["start"]) == len(report["load_average"]["end"]) == 3
@@ -241,6 +249,10 @@ def test_load_warning_only_on_a_shared_machine():
 def test_bench_rejects_bad_options(capsys):
     assert cli.main(["bench", "decode_tokens=1"]) == 2
     assert "decode_tokens" in capsys.readouterr().err
+    for bad, says in (("dense,3", "T=256 to split into 3"), ("2,2", "twice"), ("four", "four")):
+        assert cli.main(["bench", f"block_sweep={bad}"]) == 2
+        assert says in capsys.readouterr().err
+    assert cli.main(["bench", "decode_ab=-1"]) == 2
     assert cli.main(["bench", "d_model=30", "num_heads=4"]) == 2
 
 
@@ -278,3 +290,83 @@ def test_profile_categories_find_the_blocked_attention_and_dropout_by_scope():
     assert bench.category_of("fusion", [softmax, bits]) == bench.CATEGORIES[3]
     assert bench.category_of(weight, [weight]) == bench.CATEGORIES[0]
     assert bench.phase_of(bits) == "dropout RNG"
+
+
+def test_the_block_sweep_times_the_same_function_at_each_block_count():
+    """Every sweep row is the train step of the dense core (the reference) with another
+    attention core: one step from the same state gives the dense loss and gradient norm."""
+    config = tiny(seq_len=32, dropout=0.0)
+    state = training.init_state(config)
+    batch = data.training_stream(config, data.load_corpus(config)).next_batch()
+    metrics = {}
+    for row in ("dense", 2, 4):
+        _, metrics[row] = bench.variants.sweep_step_fn(config, row)(state, batch)
+    for row in (2, 4):
+        for name in ("loss", "grad_norm"):
+            assert float(metrics[row][name]) == pytest.approx(
+                float(metrics["dense"][name]), rel=1e-5
+            ), (row, name)
+    sweep = bench.variants.block_sweep(config, state, batch, ["dense", 2, 4], 2, 0, lambda _: 0)
+    assert [row["blocks"] for row in sweep["rows"]] == ["dense", 2, 4]
+    assert [row["skipped_fraction"] for row in sweep["rows"]] == [0.0, 1 / 4, 3 / 8]
+    assert sweep["rows"][0]["vs_dense"]["median"] == 1.0
+    fastest = min(sweep["rows"], key=lambda r: r["step"]["median_s"])
+    assert sweep["fastest"] == fastest["blocks"]
+    assert all(len(row["step"]["samples_s"]) == 2 for row in sweep["rows"])
+    figures = bench.record.sweep_figures(sweep)
+    assert figures["blocks"] == ["dense", "2", "4"] and figures["default_blocks"] == 4
+
+
+def test_bf16_rows_follow_the_float32_curves_of_both_frameworks():
+    """Without dropout the JAX and torch float32 losses are the same numbers (the twin is the
+    reference); each bf16 policy changes them (it took effect) by far less than the loss."""
+    pytest.importorskip("torch")
+    config = tiny(dropout=0.0)
+    state = training.init_state(config)
+    batch = data.training_stream(config, data.load_corpus(config)).next_batch()
+    result = bench.variants.bf16_policy(config, state, batch, 2, 1, lambda _: 0)
+    curves = {name: row["loss_curve"] for name, row in result["rows"].items()}
+    assert all(len(curve) == 3 for curve in curves.values())  # warm-up step + 2 rounds
+    np.testing.assert_allclose(curves["jax_f32"], curves["torch_f32"], rtol=2e-4)
+    for framework in ("jax", "torch"):
+        gap = np.abs(np.subtract(curves[f"{framework}_bf16"], curves[f"{framework}_f32"]))
+        assert 0 < gap.max() < 0.05, (framework, gap)
+        assert result[f"loss_gap_{framework}_bf16_vs_f32"] == pytest.approx(gap.max())
+    rows = result["rows"]
+    assert result["jax_bf16_vs_torch_bf16"]["of_medians"] == pytest.approx(
+        rows["torch_bf16"]["median_s"] / rows["jax_bf16"]["median_s"]
+    )
+    figures = bench.record.bf16_figures(result)
+    assert figures["jax_bf16_loss_curve"] == [round(v, 4) for v in curves["jax_bf16"]]
+
+
+def test_decode_ab_rounds_and_the_arena_children_settings():
+    config = tiny(d_model=32, num_heads=4, max_len=64)
+    params = training.init_state(config)["params"]
+    prompt = np.asarray(tokenizer.encode("def main(argv):\n"), np.int32)[None]
+    ab = bench.decode_ab.interleaved_rounds(config, params, prompt, 4, 2, True)
+    rates = ab["tokens_per_s"]
+    assert set(rates) == {"recompute", "per_token", "loop", "loop_eigen_off"}
+    for way in ("per_token", "loop", "loop_eigen_off"):
+        spread = ab["ratio_vs_recompute"][way]
+        assert spread["min"] <= spread["median"] <= spread["max"]
+    assert bench.decode_ab.EIGEN_OFF == {"xla_cpu_multi_thread_eigen": False}
+    tuned = bench.decode_ab._child_env("arena_max_1")["GLIBC_TUNABLES"]
+    default = bench.decode_ab._child_env("arena_default")["GLIBC_TUNABLES"]
+    assert tuned == allocator.TUNABLES
+    assert "arena_max" not in default and "mmap_max=0" in default
+    report = {
+        "decode_ab": {
+            "method": "m",
+            "context": 17,
+            "new_tokens": 4,
+            "rounds": 2,
+            "in_process": ab,
+            "arena": {"error": "x: failed"},
+            "faster": {"loop_multi_thread_eigen": True},
+        }
+    }
+    lines = "\n".join(bench.report.variant_lines(report))
+    assert "arena A/B failed: x: failed" in lines and "loop Eigen off / on" in lines
+    figures = bench.record.decode_ab_figures(report["decode_ab"])
+    assert figures["arena_error"] == "x: failed"

@@ -87,7 +87,22 @@ bench.json schema (keys; model documents.BenchResult, docs/schemas/bench.schema.
      "cache_bytes": {"fp32"|"bf16"|"int8": {"closed_form", "measured", "ratio_vs_fp32"},
                      "formula": str},
      "targets": {name: {"value", "target", "op": ">="|"<=", "pass": bool}},
-     "defects": [str], "warnings": [str] (e.g. a shared machine), "total_s": float}
+     "defects": [str], "warnings": [str] (e.g. a shared machine), "total_s": float,
+     optional parts, present when their option ran them (variants.py, decode_ab.py):
+     "block_sweep": {"method", "rounds", "warmup", "seq_len", "default_blocks", "rows":
+                     [{"blocks": "dense"|int, "skipped_fraction", "step": {"median_s",
+                     "p10_s", "p90_s", "samples_s"}, "vs_dense": SPREAD}], "fastest"},
+     "bf16": {"method", "rounds", "warmup", "rows": {"jax_f32"|"jax_bf16"|"torch_f32"|
+              "torch_bf16": {"median_s", "p10_s", "p90_s", "samples_s", "loss_curve"}},
+              "<a>_vs_<b>": {"of_medians", "rounds": SPREAD} (b's seconds / a's: > 1 means
+              a is faster), "loss_gap_...": float (largest |loss difference| on the curves)},
+     "decode_ab": {"method", "context", "new_tokens", "rounds", "in_process":
+                   {"tokens_per_s", "ratio_vs_recompute": {way: SPREAD},
+                   "loop_eigen_off_vs_on": SPREAD}, "arena": {"arena_max_1"|"arena_default":
+                   {"glibc_tunables", "children", "per_token_ratio", "loop_ratio"},
+                   "per_token_arena_max_1_vs_default", "loop_arena_max_1_vs_default"} or
+                   {"error"}, "faster": {"loop_multi_thread_eigen", "arena_max_1": bool}}}
+    SPREAD = {"median", "p10", "p90", "min"?, "max"?} (over rounds)
     STEP = {"median_s", "p10_s", "p90_s", "min_s", "samples_s": [..], "cpu_median_s",
             "tokens_per_s" (B*T / median), "valid_tokens_per_s", "minor_faults_per_step",
             "system_s_per_step" (medians over the timed steps), "mfu"}
@@ -113,6 +128,9 @@ The package, one module per job:
                  interleaved timing (core.perf.timing.interleaved)
     profile.py   profiler traces: op table, categories, phases (``profile``, step_breakdown)
     decode.py    KV-cache decoding vs recompute
+    variants.py  the optional block-count sweep and bf16 compute-policy rows
+    decode_ab.py the optional decode A/Bs (loop Eigen on/off; arena_max=1 vs default)
+    record.py    record=true: the key figures as benchmark records (core.perf.records)
     cache.py     KV-cache bytes per token
     load.py      machine load during the run
     report.py    the text of bench.json and profile.json

@@ -14,8 +14,9 @@ from capstones.byte_transformer import args, data, documents, training
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.bench import cache as cache_lib
 from capstones.byte_transformer.bench import decode as decode_lib
+from capstones.byte_transformer.bench import decode_ab as decode_ab_lib
 from capstones.byte_transformer.bench import flops as flops_lib
-from capstones.byte_transformer.bench import load, profile, report, steppers
+from capstones.byte_transformer.bench import load, profile, record, report, steppers, variants
 from capstones.byte_transformer.bench import malloc as malloc_lib
 from capstones.byte_transformer.bench import peak as peak_lib
 from core.perf import allocator, machine
@@ -245,6 +246,9 @@ def run_bench(
     malloc_steps: int = 6,
     command: str = "",
     progress=steppers.stderr_progress,
+    block_sweep: tuple = (),
+    bf16: bool = False,
+    decode_ab: int = 0,
 ) -> dict:
     """Every figure of bench.json (see the package docstring); ``params`` default: fresh."""
     import torch
@@ -290,6 +294,16 @@ def run_bench(
         "targets": target_rows(target_values(sections, decode, cache)),
         "defects": find_defects(sections, decode),
     }
+    if block_sweep:  # the optional parts (variants.py, decode_ab.py), after the default ones
+        result["block_sweep"] = variants.block_sweep(
+            config, state, batch, list(block_sweep), steps, warmup, progress
+        )
+    if bf16:
+        result["bf16"] = variants.bf16_policy(config, state, batch, steps, warmup, progress)
+    if decode_ab:
+        result["decode_ab"] = decode_ab_lib.decode_ab(
+            config, state["params"], corpus, decode_context, decode_tokens, decode_ab, progress
+        )
     result["load_average"]["end"] = list(os.getloadavg())
     result["load_average"]["other_processes_cores"] = load.other_processes_cores(
         counters_start, load.cpu_counters()
@@ -330,7 +344,13 @@ def bench_command(parsed: args.Parsed) -> int:
             raise args.UsageError(f"{name} must be >= 1, got {parsed[name]}")
     if parsed["warmup"] < 0 or parsed["decode_context"] < 1 or parsed["decode_tokens"] < 2:
         raise args.UsageError("need warmup >= 0, decode_context >= 1 and decode_tokens >= 2")
+    if parsed["decode_ab"] < 0:
+        raise args.UsageError(f"decode_ab must be >= 0, got {parsed['decode_ab']}")
     config, params = _config_and_params(parsed)
+    try:
+        block_sweep = variants.parse_block_sweep(parsed["block_sweep"], config.seq_len)
+    except ValueError as exc:
+        raise args.UsageError(f"block_sweep: {exc}") from None
     out = _out_path(parsed, "bench.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     given = {**parsed.options, **parsed.overrides}
@@ -348,10 +368,16 @@ def bench_command(parsed: args.Parsed) -> int:
         matmul_n=parsed["matmul_n"],
         malloc_steps=parsed["malloc_steps"],
         command=command,
+        block_sweep=tuple(block_sweep),
+        bf16=parsed["bf16"],
+        decode_ab=parsed["decode_ab"],
     )
     documents.write(out, documents.BenchResult, result)
     print(report.format_bench(result))
     print(f"\nwrote {out}")
+    if parsed["record"]:
+        for path in record.write_records(result, command):
+            print(f"wrote the benchmark record {path}")
     return 0
 
 
@@ -389,6 +415,26 @@ COMMANDS = {
             "matmul_n": args.Option(int, 2048, "n of the n x n float32 GEMM in the peak"),
             "malloc_steps": args.Option(
                 int, 6, "JAX steps in each fresh process of the malloc before/after (0: skip)"
+            ),
+            "block_sweep": args.Option(
+                str,
+                "",
+                "attention cores to time against each other, e.g. dense,2,4,8 "
+                "(causal blocks; '': skip)",
+            ),
+            "bf16": args.Option(
+                bool,
+                False,
+                "also time the bf16 compute policy, JAX and torch autocast, with loss curves",
+            ),
+            "decode_ab": args.Option(
+                int,
+                0,
+                "rounds of the decode A/Bs: loop Eigen on/off, arena_max=1 vs glibc's "
+                "default in fresh processes (0: skip)",
+            ),
+            "record": args.Option(
+                bool, False, "keep the key figures as benchmark records in benchmarks/records/"
             ),
         },
         bench_command,

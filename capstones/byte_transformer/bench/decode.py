@@ -25,8 +25,9 @@ def decode_prompt(corpus, length: int) -> np.ndarray:
     return np.asarray(tokens, np.int32)[None]
 
 
-def _programs(graphdef, capacity: int) -> dict:
-    """The jitted prefill, decode step, on-device decode loop and recompute step."""
+def _programs(graphdef, capacity: int, loop_options: dict | None = None) -> dict:
+    """The jitted prefill, decode step, on-device decode loop and recompute step;
+    ``loop_options``: XLA compiler options of the loop program only (decode_ab.py)."""
 
     def prefill_fn(state, tokens, precision):
         m = nnx.merge(graphdef, state)
@@ -60,7 +61,9 @@ def _programs(graphdef, capacity: int) -> dict:
     return {
         "prefill": jax.jit(prefill_fn, static_argnums=2),
         "decode": jax.jit(decode_fn, donate_argnums=2),
-        "decode_loop": jax.jit(decode_loop_fn, static_argnums=3, donate_argnums=2),
+        "decode_loop": jax.jit(
+            decode_loop_fn, static_argnums=3, donate_argnums=2, compiler_options=loop_options
+        ),
         "recompute": jax.jit(recompute_fn, donate_argnums=1),
     }
 
@@ -69,7 +72,14 @@ class Decoders:
     """Greedy decoding of ``new_tokens`` after ``prompt_1P``, three ways, each run blocked
     once at the end and timed; compile on the first call of each."""
 
-    def __init__(self, config: config_lib.Config, params: dict, prompt_1P, new_tokens: int):
+    def __init__(
+        self,
+        config: config_lib.Config,
+        params: dict,
+        prompt_1P,
+        new_tokens: int,
+        loop_options: dict | None = None,
+    ):
         graphdef, self.state = nnx.split(training.model_from_params(config, params))
         self.prompt_len = prompt_1P.shape[1]
         self.new_tokens = new_tokens
@@ -78,7 +88,7 @@ class Decoders:
             raise args.UsageError(
                 f"decode_context + decode_tokens = {self.capacity} exceeds max_len={config.max_len}"
             )
-        self.jit = _programs(graphdef, self.capacity)
+        self.jit = _programs(graphdef, self.capacity, loop_options)
         self.prompt = jnp.asarray(prompt_1P)
 
     def _prefill(self, precision):

@@ -119,9 +119,80 @@ def target_lines(report: dict) -> list[str]:
     return lines
 
 
+def _spread(row: dict) -> str:
+    return f"{row['median']:.2f}x ({row['min']:.2f}-{row['max']:.2f})"
+
+
+def variant_lines(report: dict) -> list[str]:
+    """The optional parts: block sweep, bf16 policy, decode A/Bs (only those that ran)."""
+    lines = []
+    sweep = report.get("block_sweep")
+    if sweep:
+        lines += [
+            "",
+            f"attention block sweep (T={sweep['seq_len']}, {sweep['rounds']} "
+            f"interleaved rounds; default {sweep['default_blocks']} blocks):",
+        ]
+        for row in sweep["rows"]:
+            step = row["step"]
+            vs = f", {row['vs_dense']['median']:.2f}x dense" if "vs_dense" in row else ""
+            lines.append(
+                f"  {str(row['blocks']):<6} {step['median_s']:.3f}s/step "
+                f"({step['p10_s']:.3f}-{step['p90_s']:.3f}; skips "
+                f"{row['skipped_fraction']:.0%} of the scores{vs})"
+            )
+        lines.append(f"  fastest: {sweep['fastest']}")
+    bf16 = report.get("bf16")
+    if bf16:
+        lines += ["", f"bf16 compute policy ({bf16['rounds']} interleaved rounds):"]
+        for name, row in bf16["rows"].items():
+            curve = row["loss_curve"]
+            lines.append(
+                f"  {name:<11} {row['median_s']:.3f}s/step, loss {curve[0]:.4f} -> {curve[-1]:.4f}"
+            )
+        for key in (
+            "jax_bf16_vs_torch_bf16",
+            "jax_f32_vs_torch_f32",
+            "jax_bf16_vs_jax_f32",
+            "torch_bf16_vs_torch_f32",
+        ):
+            rounds = bf16[key]["rounds"]
+            lines.append(
+                f"  {key}: {bf16[key]['of_medians']:.2f}x (per-round {rounds['median']:.2f}x, "
+                f"p10-p90 {rounds['p10']:.2f}-{rounds['p90']:.2f})"
+            )
+        lines.append(
+            f"  largest loss gap along the curves: JAX bf16 vs f32 "
+            f"{bf16['loss_gap_jax_bf16_vs_f32']:.4f}, torch bf16 vs f32 "
+            f"{bf16['loss_gap_torch_bf16_vs_f32']:.4f}"
+        )
+    ab = report.get("decode_ab")
+    if ab:
+        here = ab["in_process"]
+        ratios = here["ratio_vs_recompute"]
+        lines += [
+            "",
+            f"decode A/B ({ab['rounds']} interleaved rounds; ratio vs recompute, "
+            "median (min-max)):",
+        ]
+        lines.append("  " + ", ".join(f"{way} {_spread(r)}" for way, r in ratios.items()))
+        lines.append(f"  loop Eigen off / on: {_spread(here['loop_eigen_off_vs_on'])}")
+        arena = ab["arena"]
+        if "error" in arena:
+            lines.append(f"  arena A/B failed: {arena['error'][:200]}")
+        else:
+            for mode in ("arena_max_1", "arena_default"):
+                lines.append(
+                    f"  {mode}: per-token {_spread(arena[mode]['per_token_ratio'])}, loop "
+                    f"{_spread(arena[mode]['loop_ratio'])}"
+                )
+        lines.append("  faster: " + ", ".join(f"{k}={v}" for k, v in ab["faster"].items()))
+    return lines
+
+
 def format_bench(report: dict) -> str:
     """The readable table of a bench report."""
-    sections = (machine_lines, step_lines, decode_lines, target_lines)
+    sections = (machine_lines, step_lines, decode_lines, variant_lines, target_lines)
     return "\n".join(line for section in sections for line in section(report))
 
 
