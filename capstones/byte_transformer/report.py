@@ -538,6 +538,10 @@ def _bench_section(bench: dict, report: dict) -> list[str]:
             f"- {d}" for d in bench["defects"]
         ]
     lines += ["", *_bench_story(bench)]
+    from capstones.byte_transformer.bench import report as bench_text  # the optional parts
+
+    if extra := bench_text.variant_lines(bench):
+        lines += ["", "```text", *extra[1:], "```"]
     if "throughput" in report["charts"]:
         lines += ["", "![throughput](throughput.png)"]
     return lines
