@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from capstones.byte_transformer import cli, export, training
+from capstones.byte_transformer import artifact_files, cli, training
 from capstones.byte_transformer import config as config_lib
 from core import curriculum, runtime
 from core.lm import corpus as corpus_lib
@@ -82,8 +82,8 @@ def test_eval_generate_cache_report_export_report(run_dir, capsys):
         )
         == 0
     )
-    loaded = export.load_artifacts(artifacts)
-    assert sorted(loaded.manifest["artifacts"]) == sorted(export.ENDPOINTS)
+    loaded = artifact_files.load_artifacts(artifacts)
+    assert sorted(loaded.manifest["artifacts"]) == sorted(artifact_files.ENDPOINTS)
 
     assert cli.main(["report", f"run_dir={run_dir}"]) == 0
     report = json.loads((run_dir / "report" / "report.json").read_text())

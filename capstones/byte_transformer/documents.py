@@ -100,7 +100,7 @@ class Shapes(Document):
 
 class ExportManifest(Document):
     """artifacts/manifest.json: the exported endpoints, each file's size and sha256, and
-    manifest_sha256 over the rest (export.read_manifest checks it)."""
+    manifest_sha256 over the rest (artifact_files.read_manifest checks it)."""
 
     what: ClassVar[str] = "manifest"
 

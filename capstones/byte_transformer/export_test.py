@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from capstones.byte_transformer import cli, export, kv_cache
+from capstones.byte_transformer import artifact_files, cli, export, kv_cache
 from capstones.byte_transformer import config as config_lib
 from core import runtime
 from core.lm import transformer
@@ -68,7 +68,7 @@ def _copy(exported, tmp_path) -> pathlib.Path:
 
 
 def _edit_manifest(directory: pathlib.Path, edit, fix_hash: bool = True) -> None:
-    path = directory / export.MANIFEST
+    path = directory / artifact_files.MANIFEST
     manifest = json.loads(path.read_text())
     edit(manifest)
     if fix_hash:  # keep the manifest self-consistent so the check under test is reached
@@ -87,14 +87,18 @@ def _edit_manifest(directory: pathlib.Path, edit, fix_hash: bool = True) -> None
 
 def test_manifest_lists_every_file_with_its_hash(exported, model):
     directory, stdout = exported
-    manifest = json.loads((directory / export.MANIFEST).read_text())
-    assert set(manifest["artifacts"]) == set(export.ENDPOINTS) and len(export.ENDPOINTS) == 6
+    manifest = json.loads((directory / artifact_files.MANIFEST).read_text())
+    assert (
+        set(manifest["artifacts"]) == set(artifact_files.ENDPOINTS)
+        and len(artifact_files.ENDPOINTS) == 6
+    )
     for entry in [manifest["weights"], *manifest["artifacts"].values()]:
         data = (directory / entry["file"]).read_bytes()
         assert entry["bytes"] == len(data)
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
     assert sorted(p.name for p in directory.iterdir()) == sorted(
-        [export.MANIFEST, export.WEIGHTS] + [f"{n}.jax_exported" for n in export.ENDPOINTS]
+        [artifact_files.MANIFEST, artifact_files.WEIGHTS]
+        + [f"{n}.jax_exported" for n in artifact_files.ENDPOINTS]
     )  # no temporary files left behind
     assert manifest["versions"]["jax"] == jax.__version__
     assert manifest["config"] == TINY.to_dict()
@@ -112,7 +116,7 @@ def test_manifest_lists_every_file_with_its_hash(exported, model):
         "dtype": "float32",
     } in prefill["outputs"]
     # the weights file, read independently, holds the model's parameters
-    with np.load(directory / export.WEIGHTS, allow_pickle=False) as archive:
+    with np.load(directory / artifact_files.WEIGHTS, allow_pickle=False) as archive:
         np.testing.assert_array_equal(
             archive["blocks.1.attn.wq"], np.asarray(model.blocks[1].attn.wq[...])
         )
@@ -141,7 +145,7 @@ def test_fresh_process_reproduces_outputs_bitwise(exported, in_process, tmp_path
     assert result.returncode == 0, result.stderr[-2000:]
     replayed = export.load_outputs(out)
     assert set(replayed) == set(in_process)
-    for name in export.ENDPOINTS:  # every endpoint, logits and every cache array
+    for name in artifact_files.ENDPOINTS:  # every endpoint, logits and every cache array
         assert any(k.startswith(name + "/") and k.endswith("logits_BV") for k in replayed)
     for key, ours in in_process.items():
         theirs = replayed[key]
@@ -152,7 +156,7 @@ def test_fresh_process_reproduces_outputs_bitwise(exported, in_process, tmp_path
 
 
 def test_loaded_endpoints_match_kv_cache(exported, model):
-    artifacts = export.load_artifacts(exported[0])
+    artifacts = artifact_files.load_artifacts(exported[0])
     tokens, lengths = export.probe_inputs(artifacts.shapes)
     logits, cache = artifacts.prefill("int8", tokens, lengths)
     ours, our_cache = kv_cache.prefill(model, tokens, lengths, "int8", CAPACITY)
@@ -170,22 +174,22 @@ def test_tampered_artifact_bytes(exported, tmp_path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(export.ChecksumError, match="decode_int8.jax_exported"):
-        export.load_artifacts(directory)
+    with pytest.raises(artifact_files.ChecksumError, match="decode_int8.jax_exported"):
+        artifact_files.load_artifacts(directory)
 
 
 def test_wrong_hash_in_manifest(exported, tmp_path):
     directory = _copy(exported, tmp_path)
     _edit_manifest(directory, lambda m: m["artifacts"]["prefill_fp32"].update(sha256="0" * 64))
-    with pytest.raises(export.ChecksumError, match="sha256 of prefill_fp32"):
-        export.load_artifacts(directory)
+    with pytest.raises(artifact_files.ChecksumError, match="sha256 of prefill_fp32"):
+        artifact_files.load_artifacts(directory)
 
 
 def test_edited_manifest_without_its_hash(exported, tmp_path):
     directory = _copy(exported, tmp_path)
     _edit_manifest(directory, lambda m: m["shapes"].update(capacity=99), fix_hash=False)
-    with pytest.raises(export.ChecksumError, match="manifest was edited"):
-        export.load_artifacts(directory)
+    with pytest.raises(artifact_files.ChecksumError, match="manifest was edited"):
+        artifact_files.load_artifacts(directory)
 
 
 def test_manifest_shapes_not_matching_the_artifact(exported, tmp_path):
@@ -197,22 +201,24 @@ def test_manifest_shapes_not_matching_the_artifact(exported, tmp_path):
                 leaf["shape"] = [BATCH, PREFILL_LEN + 1]
 
     _edit_manifest(directory, edit)
-    with pytest.raises(export.SignatureMismatchError, match=r"prefill_bf16 inputs .*tokens_BP"):
-        export.load_artifacts(directory)
+    with pytest.raises(
+        artifact_files.SignatureMismatchError, match=r"prefill_bf16 inputs .*tokens_BP"
+    ):
+        artifact_files.load_artifacts(directory)
 
 
 def test_unsupported_platform(exported, tmp_path, model):
     with pytest.raises(
-        export.UnsupportedPlatformError, match=r"built for \['cpu'\], this process runs tpu"
+        artifact_files.UnsupportedPlatformError, match=r"built for \['cpu'\], this process runs tpu"
     ):
-        export.load_artifacts(exported[0], expected_platform="tpu")
+        artifact_files.load_artifacts(exported[0], expected_platform="tpu")
     # a real TPU-only export (lowered for TPU on this CPU host) is refused here
     tpu_dir = tmp_path / "tpu"
     export.export_artifacts(
         model, TINY.to_dict(), tpu_dir, 4, 8, platforms=("tpu",), precisions=("fp32",)
     )
-    with pytest.raises(export.UnsupportedPlatformError) as error:
-        export.load_artifacts(tpu_dir)
+    with pytest.raises(artifact_files.UnsupportedPlatformError) as error:
+        artifact_files.load_artifacts(tpu_dir)
     message = str(error.value)
     assert message.startswith("unsupported platform: artifact ")
     assert "built for ['tpu'], this process runs cpu" in message
@@ -221,24 +227,26 @@ def test_unsupported_platform(exported, tmp_path, model):
 def test_missing_files(exported, tmp_path):
     directory = _copy(exported, tmp_path)
     (directory / "decode_bf16.jax_exported").unlink()
-    with pytest.raises(export.MissingArtifactError, match="decode_bf16.jax_exported .*missing"):
-        export.load_artifacts(directory)
-    (directory / export.MANIFEST).unlink()
-    with pytest.raises(export.MissingArtifactError, match="no manifest.json"):
-        export.load_artifacts(directory)
+    with pytest.raises(
+        artifact_files.MissingArtifactError, match="decode_bf16.jax_exported .*missing"
+    ):
+        artifact_files.load_artifacts(directory)
+    (directory / artifact_files.MANIFEST).unlink()
+    with pytest.raises(artifact_files.MissingArtifactError, match="no manifest.json"):
+        artifact_files.load_artifacts(directory)
 
 
 def test_malformed_manifest(exported, tmp_path):
     directory = _copy(exported, tmp_path)
     _edit_manifest(directory, lambda m: m.pop("weights"))
-    with pytest.raises(export.ManifestSchemaError, match="lacks 'weights'"):
-        export.load_artifacts(directory)
+    with pytest.raises(artifact_files.ManifestSchemaError, match="lacks 'weights'"):
+        artifact_files.load_artifacts(directory)
     _edit_manifest(directory, lambda m: m.update(weights={"file": "../w.npz"}))
-    with pytest.raises(export.ManifestSchemaError, match="lacks 'sha256'"):
-        export.load_artifacts(directory)
-    (directory / export.MANIFEST).write_text("{not json")
-    with pytest.raises(export.ManifestSchemaError, match="not valid JSON"):
-        export.load_artifacts(directory)
+    with pytest.raises(artifact_files.ManifestSchemaError, match="lacks 'sha256'"):
+        artifact_files.load_artifacts(directory)
+    (directory / artifact_files.MANIFEST).write_text("{not json")
+    with pytest.raises(artifact_files.ManifestSchemaError, match="not valid JSON"):
+        artifact_files.load_artifacts(directory)
 
 
 def test_weights_not_matching_the_manifest(exported, tmp_path):
@@ -246,42 +254,45 @@ def test_weights_not_matching_the_manifest(exported, tmp_path):
     buffer = io.BytesIO()
     np.savez(buffer, head=np.zeros((32, 256), np.float32))  # a different set of leaves
     data = buffer.getvalue()
-    (directory / export.WEIGHTS).write_bytes(data)
+    (directory / artifact_files.WEIGHTS).write_bytes(data)
     digest = hashlib.sha256(data).hexdigest()
     _edit_manifest(directory, lambda m: m["weights"].update(sha256=digest, bytes=len(data)))
-    with pytest.raises(export.WeightsMismatchError, match="lacks"):
-        export.load_artifacts(directory)
+    with pytest.raises(artifact_files.WeightsMismatchError, match="lacks"):
+        artifact_files.load_artifacts(directory)
 
 
 def test_wrong_inputs_at_call_time(exported):
-    artifacts = export.load_artifacts(exported[0])
+    artifacts = artifact_files.load_artifacts(exported[0])
     tokens, lengths = export.probe_inputs(artifacts.shapes)
     with pytest.raises(
-        export.InputMismatchError, match=r"tokens_BP must be int32\[2, 8\], got int64\[2, 8\]"
+        artifact_files.InputMismatchError,
+        match=r"tokens_BP must be int32\[2, 8\], got int64\[2, 8\]",
     ):
         artifacts.prefill("fp32", tokens.astype(np.int64), lengths)
     with pytest.raises(
-        export.InputMismatchError, match=r"tokens_BP must be int32\[2, 8\], got int32\[2, 9\]"
+        artifact_files.InputMismatchError,
+        match=r"tokens_BP must be int32\[2, 8\], got int32\[2, 9\]",
     ):
         artifacts.prefill("fp32", np.zeros((2, 9), np.int32), lengths)
-    with pytest.raises(export.InputMismatchError, match="lengths_B must be int32"):
+    with pytest.raises(artifact_files.InputMismatchError, match="lengths_B must be int32"):
         artifacts.prefill("fp32", tokens, lengths.astype(np.float32))
     cache = kv_cache.init_cache(TINY.model_config(), BATCH, CAPACITY, "fp32").as_dict()
-    with pytest.raises(export.InputMismatchError, match="expected inputs"):
+    with pytest.raises(artifact_files.InputMismatchError, match="expected inputs"):
         artifacts.decode("int8", np.zeros((2,), np.int32), cache)  # no scales: an fp32 cache
-    with pytest.raises(export.InputMismatchError, match=r"cache/k_LBSHK must be bfloat16"):
+    with pytest.raises(artifact_files.InputMismatchError, match=r"cache/k_LBSHK must be bfloat16"):
         artifacts.decode("bf16", np.zeros((2,), np.int32), cache)
-    with pytest.raises(export.ArtifactError, match="no endpoint"):
+    with pytest.raises(artifact_files.ArtifactError, match="no endpoint"):
         artifacts.call("prefill_fp8", tokens, lengths)
 
 
 def test_error_classes_share_one_base():
     for error in (
-        export.MissingArtifactError, export.ManifestSchemaError, export.ChecksumError,
-        export.SignatureMismatchError, export.UnsupportedPlatformError,
-        export.WeightsMismatchError, export.InputMismatchError, export.InputOutOfRangeError,
+        artifact_files.MissingArtifactError, artifact_files.ManifestSchemaError,
+        artifact_files.ChecksumError, artifact_files.SignatureMismatchError,
+        artifact_files.UnsupportedPlatformError, artifact_files.WeightsMismatchError,
+        artifact_files.InputMismatchError, artifact_files.InputOutOfRangeError,
     ):  # fmt: skip
-        assert issubclass(error, export.ArtifactError)
+        assert issubclass(error, artifact_files.ArtifactError)
 
 
 def test_export_command_rejects_bad_shapes(model, monkeypatch, tmp_path, capsys):
@@ -297,11 +308,11 @@ def test_export_command_rejects_bad_shapes(model, monkeypatch, tmp_path, capsys)
 def test_values_outside_the_contract_are_refused(exported):
     """Shapes and dtypes right, values wrong: the loader's check names endpoint, field, bound
     (prefill once clipped lengths [0, 4] to [1, 4] silently)."""
-    artifacts = export.load_artifacts(exported[0])
+    artifacts = artifact_files.load_artifacts(exported[0])
     tokens, lengths = export.probe_inputs(artifacts.shapes)
     for bad_lengths in ([0, 4], [4, PREFILL_LEN + 1], [-2, 1]):
         with pytest.raises(
-            export.InputOutOfRangeError,
+            artifact_files.InputOutOfRangeError,
             match=rf"prefill_fp32: lengths_B must lie in \[1, {PREFILL_LEN}\] \(prompt lengths",
         ):
             artifacts.prefill("fp32", tokens, np.array(bad_lengths, np.int32))
@@ -309,18 +320,19 @@ def test_values_outside_the_contract_are_refused(exported):
         wrong = tokens.copy()
         wrong[1, 3] = bad
         with pytest.raises(
-            export.InputOutOfRangeError,
+            artifact_files.InputOutOfRangeError,
             match=rf"prefill_bf16: tokens_BP must lie in \[0, 255\].*got \[{bad}\]",
         ):
             artifacts.prefill("bf16", wrong, lengths)
     logits, cache = artifacts.prefill("int8", tokens, lengths)
     with pytest.raises(
-        export.InputOutOfRangeError, match=r"decode_int8: token_B must lie in \[0, 255\].*\[256\]"
+        artifact_files.InputOutOfRangeError,
+        match=r"decode_int8: token_B must lie in \[0, 255\].*\[256\]",
     ):
         artifacts.decode("int8", np.array([3, 256], np.int32), cache)
     full = {**cache, "length_B": np.array([1, CAPACITY], np.int32)}
     with pytest.raises(
-        export.InputOutOfRangeError,
+        artifact_files.InputOutOfRangeError,
         match=rf"decode_int8: cache/length_B must lie in \[0, {CAPACITY - 1}\]",
     ):
         artifacts.decode("int8", np.array([3, 4], np.int32), full)

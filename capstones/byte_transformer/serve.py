@@ -3,16 +3,16 @@ the model service (the service package) to its exported artifacts and to its com
 
     python -m capstones.byte_transformer serve artifacts=ART [port=8000 host=127.0.0.1]
 
-The artifacts (export.py) are verified (sha256, schema, platform, signatures) by this
-module's Engine before they are served; the endpoints, their validation and the server's
-behaviour are described in service/__init__.py.
+The artifacts (export.py writes them, artifact_files.py reads them back) are verified
+(sha256, schema, platform, signatures) by this module's Engine before they are served; the
+endpoints, their validation and the server's behaviour are described in service/__init__.py.
 """
 
 import socket
 import sys
 import threading
 
-from capstones.byte_transformer import args, export
+from capstones.byte_transformer import args, artifact_files
 from capstones.byte_transformer.service import app as service_app
 from capstones.byte_transformer.service import engine as service_engine
 from capstones.byte_transformer.service.app import LOCAL_HOSTS, Server, check_host
@@ -23,7 +23,7 @@ DESCRIPTION = "Exported prefill/decode endpoints of the byte-level Transformer c
 
 
 class Engine(service_engine.Engine):
-    """The service's engine over the artifacts in ``artifacts_dir`` (export.py).
+    """The service's engine over the artifacts in ``artifacts_dir`` (artifact_files.py).
 
     ``contract``: the manifest's shapes read (and hash-checked) at construction, which bound
     the request models; None when the manifest cannot be read yet (load() then says why)."""
@@ -32,21 +32,21 @@ class Engine(service_engine.Engine):
         super().__init__(max_sessions)
         self.artifacts_dir = artifacts_dir
         try:
-            self.contract = export.read_manifest(artifacts_dir)["shapes"]
-        except (export.ArtifactError, OSError):
+            self.contract = artifact_files.read_manifest(artifacts_dir)["shapes"]
+        except (artifact_files.ArtifactError, OSError):
             self.contract = None
 
-    def open(self) -> export.Artifacts:
+    def open(self) -> artifact_files.Artifacts:
         """The verified artifacts (an ArtifactError names the problem), exported with batch=1
         and with the shapes the request models were built for."""
-        artifacts = export.load_artifacts(self.artifacts_dir)
+        artifacts = artifact_files.load_artifacts(self.artifacts_dir)
         if artifacts.shapes["batch"] != 1:
-            raise export.ArtifactError(
+            raise artifact_files.ArtifactError(
                 "serve needs artifacts exported with batch=1, got "
                 f"batch={artifacts.shapes['batch']}"
             )
         if self.contract is not None and artifacts.shapes != self.contract:
-            raise export.ArtifactError(
+            raise artifact_files.ArtifactError(
                 f"the artifacts changed since the server started: shapes {artifacts.shapes}, "
                 f"its request models were built for {self.contract}; restart the server"
             )

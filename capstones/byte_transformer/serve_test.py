@@ -17,7 +17,7 @@ from schemathesis import checks as schemathesis_checks
 from schemathesis.generation import feedback
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from capstones.byte_transformer import cli, export, kv_cache, serve
+from capstones.byte_transformer import artifact_files, cli, export, kv_cache, serve
 from capstones.byte_transformer import config as config_lib
 from capstones.byte_transformer.service import app as service_app
 from capstones.byte_transformer.service import models as service_models
@@ -85,7 +85,7 @@ def test_not_ready_until_loaded_and_refused_artifacts(artifact_dir, tmp_path):
     for srv in (pending, broken):
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(export.MissingArtifactError):
+        with pytest.raises(artifact_files.MissingArtifactError):
             broken.engine.load()
         assert request(pending, "GET", "/healthz")[0] == 200
         status, payload = request(pending, "GET", "/readyz")
