@@ -12,9 +12,9 @@ command that produces it, never invented):
     DIR/plan.json                                               plan
     DIR/run_manifest.json                                       run-manifest
 
-and re-checks two things on the trained model itself (point 1 of the capstone): no logit
-depends on a later byte (gradients through the whole model on a held-out window) and the
-valid-token loss of a held-out batch equals a numpy float64 forward pass + loss.
+and re-checks two things on the trained model itself (point 1 of the capstone; live_checks.py):
+no logit depends on a later byte (gradients through the whole model on a held-out window) and
+the valid-token loss of a held-out batch equals a numpy float64 forward pass + loss.
 
 Writes DIR/report/report.md, DIR/report/report.json and PNG charts beside them.
 """
@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from capstones.byte_transformer import args, data, documents, rundir, training
-from core import numerics
-from core.lm import tokenizer, transformer
+from capstones.byte_transformer.live_checks import causality_check, loss_check
+from core.documents import write_text_atomic
+from core.lm import transformer
 from core.state import checkpoint
 
 REPORT_DIR = "report"
@@ -71,84 +72,6 @@ def load_metrics(run_dir: pathlib.Path) -> list[dict]:
     for number, record in enumerate(records, start=1):
         documents.check(documents.MetricsRecord, record, f"{path} (record {number})")
     return records
-
-
-# --- live checks on the trained model ------------------------------------------------------
-
-
-def causality_check(config, params, batch: dict, window: int = 32, seed: int = 0) -> dict:
-    """Largest |d (logits[t] . r) / d embedding[s]| over s > t (must be exactly 0) and the
-    smallest over s <= t in the same document (must be > 0), on the first ``window``
-    positions of a held-out row, by reverse-mode autodiff through the whole model.
-
-    r is a random direction over the 256 byte logits: a zero Jacobian block gives exactly 0
-    for every r, a non-zero one gives non-zero for almost every r, and it costs T backward
-    passes instead of T * 256.
-    """
-    import jax
-    import jax.numpy as jnp
-
-    model = training.model_from_params(config, params)
-    t = min(window, config.seq_len)
-    tokens = jnp.asarray(batch["tokens_BT"][:1, :t])
-    segments = np.asarray(batch["segment_ids_BT"][0, :t])
-    positions = jnp.asarray(batch["positions_BT"][:1, :t])
-    mask = tokenizer.segment_mask_BTS(jnp.asarray(segments[None]), causal=True)[:, None]
-    direction_V = jax.random.normal(jax.random.key(seed), (model.config.vocab_size,))
-
-    def projected_logits_T(x):
-        return model.unembed(model.backbone(x[None], mask))[0] @ direction_V
-
-    jacobian_TSD = jax.jacrev(projected_logits_T)(model.embed(tokens, positions)[0])
-    norms = np.asarray(jnp.sqrt(jnp.sum(jacobian_TSD**2, axis=-1)), np.float64)
-    later = np.triu(np.ones((t, t), bool), 1)
-    same = (segments[:, None] == segments[None, :]) & (segments[:, None] != 0)
-    return {
-        "window": t,
-        "max_norm_later": float(norms[later].max()),
-        "min_norm_allowed": float(norms[~later & same].min()),
-        "passed": bool(norms[later].max() == 0.0 and norms[~later & same].min() > 0),
-    }
-
-
-# The held-out loss vs numpy float64, relative. Not the dtype table's float32 1e-5: the
-# loss is a mean over every valid token of a log-softmax of 256 logits, each the end of a
-# whole forward pass, so float32 is allowed 1e-4; bfloat16 gets the table's bound.
-LOSS_TOLERANCE = {"float32": 1e-4, "bfloat16": numerics.tolerance("bfloat16")}
-
-
-def loss_check(config, params, packed: tokenizer.Packed, rows: int = 2) -> dict:
-    """The valid-token loss of the first ``rows`` held-out rows: JAX vs numpy float64
-    (forward pass and loss written out independently, counting placed document bytes)."""
-    rows = min(rows, packed.tokens_BT.shape[0])
-    small = tokenizer.Packed(
-        packed.tokens_BT[:rows],
-        packed.segment_ids_BT[:rows],
-        packed.positions_BT[:rows],
-        tuple(p for p in packed.placements if p.row < rows),
-    )
-    model = training.model_from_params(config, params)
-    batch = transformer.batch_from_packed(small)
-    logits = transformer.forward(
-        model, batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"]
-    )
-    loss, count = transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
-    reference_logits = transformer.lm_reference(
-        model, small.tokens_BT, small.segment_ids_BT, small.positions_BT
-    )
-    reference, reference_count = transformer.token_loss_reference(reference_logits, small)
-    error = abs(float(loss) - reference) / max(abs(reference), 1e-12)
-    tolerance = LOSS_TOLERANCE[config.compute_dtype]
-    return {
-        "rows": rows,
-        "jax_loss": float(loss),
-        "numpy_float64_loss": reference,
-        "valid_tokens": int(count),
-        "numpy_valid_tokens": reference_count,
-        "relative_error": error,
-        "tolerance": tolerance,
-        "passed": bool(int(count) == reference_count and error <= tolerance),
-    }
 
 
 # --- charts --------------------------------------------------------------------------------
@@ -675,11 +598,7 @@ def write_report(run_dir: pathlib.Path, live_checks: bool = True) -> pathlib.Pat
     report = build_report(run_dir, live_checks)
     out = pathlib.Path(run_dir) / REPORT_DIR
     documents.write(out / "report.json", documents.Report, report)
-    markdown = out / "report.md"
-    tmp = markdown.with_suffix(".md.tmp")
-    tmp.write_text(render_markdown(report))
-    tmp.replace(markdown)
-    return markdown
+    return write_text_atomic(out / "report.md", render_markdown(report))
 
 
 def report_command(parsed: args.Parsed) -> int:
