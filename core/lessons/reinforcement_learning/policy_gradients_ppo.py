@@ -12,10 +12,11 @@ from core.rl import ppo, references
 
 # The app's flag defaults (tests/test_app_claims.py checks they are the app's). The claim of
 # the default run, proven over seeds in policy_gradients_ppo_test.py: the greedy return
-# averaged over the seeds is at least TRAINED_RETURN_CLAIM and above the same seeds'
-# untrained networks. An untrained network's greedy return is heavy-tailed: its median over
-# many seeds is below UNTRAINED_GREEDY_MEDIAN (a random policy averages ~22), though about one
-# initial network in six balances past 100 steps by luck.
+# averaged over the seeds is at least TRAINED_RETURN_CLAIM, over 3x the median of untrained
+# networks' and above the same seeds' untrained networks. An untrained network's greedy
+# return is heavy-tailed: its median over many seeds is below UNTRAINED_GREEDY_MEDIAN (a
+# random policy averages ~22), though about one initial network in six balances past 100
+# steps by luck.
 PPO_LESSON = {
     "algorithm": "ppo",
     "total_steps": 8192,
@@ -63,16 +64,17 @@ def untrained_greedy_returns(config: ppo.Config, keys_S: jax.Array) -> np.ndarra
         network = ppo.init_network(init_key, config.hidden)
         return ppo.evaluate(network, eval_key, config.eval_episodes).mean()
 
-    return np.asarray(jax.jit(jax.vmap(one))(keys_S))
+    compiled = jax.jit(jax.vmap(one)).lower(keys_S).compile(compiler_options=ppo.FAST_COMPILE)
+    return np.asarray(compiled(keys_S))
 
 
-def claim_holds(values: dict, eval_mean_S, untrained_S) -> bool | None:
-    """The default run's claim on its measured returns; None away from the defaults (no
-    claim is made there: a short or badly tuned run may not beat anything)."""
+def claim_holds(values: dict, eval_mean_S) -> bool | None:
+    """The default run's claim on its measured greedy returns (mean over the seeds at least
+    TRAINED_RETURN_CLAIM); None away from the defaults (no claim is made there: a short or
+    badly tuned run may not beat anything)."""
     if values != PPO_LESSON:
         return None
-    trained = float(np.mean(eval_mean_S))
-    return trained >= TRAINED_RETURN_CLAIM and trained > float(np.mean(untrained_S))
+    return float(np.mean(eval_mean_S)) >= TRAINED_RETURN_CLAIM
 
 
 def gae_errors(seed: int, steps: int, envs: int, gamma: float, lam: float) -> dict:

@@ -49,13 +49,13 @@ def test_the_default_run_beats_the_untrained_network_over_seeds():
     assert np.median(untrained_all) < lesson.UNTRAINED_GREEDY_MEDIAN, np.median(untrained_all)
     assert lesson.TRAINED_RETURN_CLAIM >= 3 * lesson.UNTRAINED_GREEDY_MEDIAN
     assert np.all(eval_mean.mean(axis=1) >= 1.2 * lesson.TRAINED_RETURN_CLAIM), eval_mean
+    assert np.all(eval_mean.mean(axis=1) > untrained.mean(axis=1)), (eval_mean, untrained)
     for pair in range(pairs):
-        assert lesson.claim_holds(lesson.PPO_LESSON, eval_mean[pair], untrained[pair])
+        assert lesson.claim_holds(lesson.PPO_LESSON, eval_mean[pair])
 
 
 def test_the_claim_is_made_at_the_defaults_only():
     values = dict(lesson.PPO_LESSON)
-    assert lesson.claim_holds(values, [150.0, 90.0], [20.0, 50.0]) is True
-    assert lesson.claim_holds(values, [60.0, 90.0], [20.0, 10.0]) is False  # below the claim
-    assert lesson.claim_holds(values, [150.0, 150.0], [400.0, 10.0]) is False  # untrained won
-    assert lesson.claim_holds(values | {"total_steps": 1024}, [9.0], [20.0]) is None
+    assert lesson.claim_holds(values, [150.0, 90.0]) is True
+    assert lesson.claim_holds(values, [60.0, 90.0]) is False  # an untrained pair's ~40 fails
+    assert lesson.claim_holds(values | {"total_steps": 1024}, [9.0]) is None
