@@ -155,3 +155,14 @@ def test_byte_lm_loss_and_gradients_equal_the_dense_path(dropout_rate):
     assert numerics.scaled_max_error(values["blocked"][0], values["dense"][0]) < 1e-6
     for got, want in zip(values["blocked"][1], values["dense"][1], strict=True):
         assert numerics.scaled_max_error(got, want) < numerics.tolerance("float32")
+
+
+def test_the_default_block_count_is_what_the_kept_sweep_measured_fastest():
+    """DEFAULT_BLOCKS cites the bench's block sweep record (benchmarks/records/
+    byte_transformer_block_sweep/): the newest one has DEFAULT_BLOCKS as its fastest row."""
+    from core.perf import records
+
+    sweep = records.latest("byte_transformer_block_sweep")
+    assert sweep.figures["default_blocks"] == causal_blocked.DEFAULT_BLOCKS
+    assert sweep.figures["fastest"] == str(causal_blocked.DEFAULT_BLOCKS)
+    assert {"dense", str(causal_blocked.DEFAULT_BLOCKS)} <= set(sweep.figures["blocks"])

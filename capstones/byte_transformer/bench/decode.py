@@ -25,9 +25,18 @@ def decode_prompt(corpus, length: int) -> np.ndarray:
     return np.asarray(tokens, np.int32)[None]
 
 
+# The on-device loop compiles without XLA:CPU's multi-threaded Eigen: faster in the bench's
+# interleaved A/B (decode_ab=N; benchmarks/records/byte_transformer_decode_ab/): one token's
+# small matmuls pay more in thread hand-offs than they gain from a second thread.
+LOOP_COMPILER_OPTIONS = {"xla_cpu_multi_thread_eigen": False}
+
+
 def _programs(graphdef, capacity: int, loop_options: dict | None = None) -> dict:
     """The jitted prefill, decode step, on-device decode loop and recompute step;
-    ``loop_options``: XLA compiler options of the loop program only (decode_ab.py)."""
+    ``loop_options``: XLA compiler options of the loop program only ({}: XLA's defaults;
+    None: LOOP_COMPILER_OPTIONS)."""
+    if loop_options is None:
+        loop_options = LOOP_COMPILER_OPTIONS
 
     def prefill_fn(state, tokens, precision):
         m = nnx.merge(graphdef, state)
@@ -62,7 +71,10 @@ def _programs(graphdef, capacity: int, loop_options: dict | None = None) -> dict
         "prefill": jax.jit(prefill_fn, static_argnums=2),
         "decode": jax.jit(decode_fn, donate_argnums=2),
         "decode_loop": jax.jit(
-            decode_loop_fn, static_argnums=3, donate_argnums=2, compiler_options=loop_options
+            decode_loop_fn,
+            static_argnums=3,
+            donate_argnums=2,
+            compiler_options=loop_options or None,
         ),
         "recompute": jax.jit(recompute_fn, donate_argnums=1),
     }

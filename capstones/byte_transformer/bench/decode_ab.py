@@ -1,9 +1,10 @@
 """``decode_ab=N``: the open questions of the decode target, as interleaved A/Bs in one run.
 
 1. XLA:CPU's multi-threaded Eigen for the on-device decode loop: the loop program compiled
-   as usual and with ``xla_cpu_multi_thread_eigen=False`` (a per-program compiler option,
-   nothing else changes), timed in N interleaved rounds in this process together with the
-   per-token decoder and the recompute baseline, so every round gives a decode ratio
+   with XLA's defaults and with ``xla_cpu_multi_thread_eigen=False`` (a per-program compiler
+   option, nothing else changes; the bench's own loop uses the faster, decode.py), timed
+   in N interleaved rounds in this process together with the per-token decoder and the
+   recompute baseline, so every round gives a decode ratio
    (cached tokens/s / recompute tokens/s) and the ratios' spread is reported.
 2. glibc's ``arena_max=1`` for decoding: malloc settings are fixed when a process starts,
    so fresh child processes alternate (A B A B ..., N of each): the capstone's settings
@@ -22,7 +23,7 @@ import sys
 
 import numpy as np
 
-EIGEN_OFF = {"xla_cpu_multi_thread_eigen": False}
+EIGEN_OFF = {"xla_cpu_multi_thread_eigen": False}  # decode.LOOP_COMPILER_OPTIONS: kept
 ARENA_MODES = ("arena_max_1", "arena_default")
 CHILD_ROUNDS = 3
 CHILD_TIMEOUT_S = 600
@@ -50,7 +51,7 @@ def interleaved_rounds(
 ) -> dict:
     """Per round: recompute, per-token cached decode, the loop, (the loop with Eigen off):
     tokens/s of each and per-round decode ratios vs that round's recompute."""
-    base = _decoders(config, params, prompt, new_tokens)
+    base = _decoders(config, params, prompt, new_tokens, {})  # the loop with XLA's defaults
     ways = {
         "recompute": base.recompute,
         "per_token": lambda: base.cached("fp32"),

@@ -33,8 +33,9 @@ def _load_note(result: dict) -> str:
     load = result["load_average"]
     others = load.get("other_processes_cores")
     return (
-        f"interleaved rounds in one process on a shared machine: load average {load['start']} "
-        f"at the start, {load['end']} at the end, "
+        "interleaved rounds in one process on a shared machine: load average "
+        f"{[round(v, 2) for v in load['start']]} at the start, "
+        f"{[round(v, 2) for v in load['end']]} at the end, "
         + ("n/a" if others is None else f"{others:.2f}")
         + " cores busy with other processes on average"
     )
