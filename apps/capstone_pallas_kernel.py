@@ -221,8 +221,8 @@ def _():
     here; `python -m capstones.pallas_kernel profile` runs a larger one): XLA ops by self
     time, in categories from the HLO's op_name metadata. The attention core (the T x T
     matmuls, mask and softmax, forward and backward) is what the kernel replaces. The
-    profiler slows what it traces ({profile.PROFILER_INFLATION} on this stack): these are
-    shares of **op time**, not of wall time.
+    profiler slows what it traces (this run measures by how much, traced vs untraced
+    medians, below): these are shares of **op time**, not of wall time.
     """
             ),
             profile_button,

@@ -55,3 +55,12 @@ def test_synchronized_timing_and_memory(section):
     assert closed["scores per layer"] == 2 * 2 * 64 * 64 * 4  # B * H * T * T * 4
     assert section["memory"]["compiled"]["temp"] > 0
     assert "not of wall time" in section["caveat"]
+
+
+def test_profiler_inflation_is_this_runs_measurement_not_a_quoted_range(section):
+    # the caveat quotes the run's own traced / untraced ratio, never a range without a record
+    timing = section["timing"]
+    measured = timing["traced_median_step_s"] / timing["median_step_s"] - 1
+    assert timing["profiler_inflation"] == pytest.approx(measured)
+    assert f"{measured:+.0%}" in section["caveat"]
+    assert "25-60" not in section["caveat"] and not hasattr(profile, "PROFILER_INFLATION")
