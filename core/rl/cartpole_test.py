@@ -1,4 +1,5 @@
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -77,3 +78,18 @@ def test_a_wrong_reset_range_is_caught(bound):
     wrong = dataclasses.replace(cartpole.DEFAULT, reset_bound=bound)
     resets = gymnasium_parity.resets_vs_gymnasium(0, params=wrong)
     assert resets["min_p_value"] < gymnasium_parity.RESET_ALPHA, resets
+
+
+@pytest.mark.parametrize("shift, n, m", [(0.0, 2000, 2000), (0.05, 300, 500), (0.3, 50, 80)])
+def test_ks_two_sample_matches_scipy(shift, n, m):
+    from scipy import stats
+
+    rng = np.random.default_rng(int(shift * 100) + n)
+    a, b = rng.normal(size=n), rng.normal(shift, 1.0, size=m)
+    d, p = gymnasium_parity.ks_two_sample(a, b)
+    ref = stats.ks_2samp(a, b, method="asymp")
+    assert d == pytest.approx(ref.statistic, abs=1e-12)
+    # the p-value is Kolmogorov's limit law at sqrt(n m / (n + m)) D (scipy's kstwobign)
+    limit = stats.kstwobign.sf(math.sqrt(n * m / (n + m)) * ref.statistic)
+    assert p == pytest.approx(limit, rel=1e-9, abs=1e-12)
+    assert p == pytest.approx(ref.pvalue, abs=0.02)  # ks_2samp's finite-n "asymp" variant
