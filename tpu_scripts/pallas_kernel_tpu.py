@@ -3,15 +3,21 @@
 when JAX really runs on a TPU.
 
     python tpu_scripts/pallas_kernel_tpu.py --out DIR [--ts 1024,2048,4096] [--heads 8]
-        [--d 128] [--block 512] [--dtype bfloat16] [--repeats 10] [--allow-cpu-rehearsal]
+        [--d 128] [--blocks 128,256,512] [--dtype bfloat16] [--repeats 10]
+        [--allow-cpu-rehearsal]
 
-What it measures, for each sequence length T (q, k, v, dO of shape (1, heads, T, d), causal):
+What it measures, for each sequence length T and each block size in --blocks (block_q =
+block_k; the block sweep brings the measured block-size curve home; q, k, v, dO of shape
+(1, heads, T, d), causal):
 the kernel (core.kernels.flash_attention: forward, and forward + Pallas backward) and XLA's
 attention (mha_reference and jax.vjp of it), each lowered and compiled ahead of time
 (core.perf.timing.lower_and_compile: seconds apart), then the median of --repeats blocked
 calls after one warm-up (core.perf.timing.time_calls); and agreement of the kernel's O, dQ,
 dK, dV with mha_reference's (max scaled error, within twice the dtype's tolerance: the two
-round to the dtype on their own).
+round to the dtype on their own); and each program's compiled memory_analysis (arguments,
+outputs, temporaries, generated code: on a TPU the Mosaic compile's HBM figures for that
+block; XLA's memory_analysis carries no VMEM figure for a Mosaic kernel, so VMEM is not
+claimed). "block_sweep" lists, per T, every block's kernel medians side by side.
 
 What it writes into DIR:
     tpu_result.json            only when jax.default_backend() == "tpu" and every device is
@@ -52,7 +58,7 @@ v5litepod-4; v6e-4 works the same with --zone us-east5-b):
 Rehearse everything but the TPU on this machine (interpret mode, small sizes):
 
     python tpu_scripts/pallas_kernel_tpu.py --out /tmp/pk_rehearsal --ts 64 --heads 1 \\
-        --d 32 --block 32 --repeats 2 --allow-cpu-rehearsal
+        --d 32 --blocks 16,32 --repeats 2 --allow-cpu-rehearsal
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ class Result(core_documents.Document):
     kernel_mode: str
     settings: dict[str, Any]
     rows: list[dict[str, Any]]
+    block_sweep: dict[str, list[dict[str, Any]]]
     agree: bool
     note: str
 
@@ -99,7 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ts", default="1024,2048,4096", help="sequence lengths, comma-separated")
     parser.add_argument("--heads", type=int, default=8, help="attention heads H (batch 1)")
     parser.add_argument("--d", type=int, default=128, help="head dimension D")
-    parser.add_argument("--block", type=int, default=512, help="block_q = block_k along T")
+    parser.add_argument(
+        "--blocks",
+        default="128,256,512",
+        help="block sizes to sweep (block_q = block_k along T), comma-separated",
+    )
     parser.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="q, k, v dtype")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls (median)")
     parser.add_argument(
@@ -118,14 +129,25 @@ def problems(args) -> list[str]:
         args.t_values = tuple(int(t) for t in args.ts.split(",") if t.strip())
     except ValueError:
         return [f"--ts takes comma-separated integers, got {args.ts!r}"]
+    try:
+        args.block_values = tuple(int(b) for b in args.blocks.split(",") if b.strip())
+    except ValueError:
+        return [f"--blocks takes comma-separated integers, got {args.blocks!r}"]
     if not args.t_values:
         found.append("--ts needs at least one sequence length")
-    for name in ("heads", "d", "block", "repeats"):
+    if not args.block_values:
+        found.append("--blocks needs at least one block size")
+    if len(set(args.block_values)) != len(args.block_values):
+        found.append(f"--blocks lists a block twice: {args.blocks!r}")
+    for name in ("heads", "d", "repeats"):
         if getattr(args, name) < 1:
             found.append(f"--{name} must be >= 1, got {getattr(args, name)}")
     for t in args.t_values:
-        if not 1 <= t <= MAX_T or args.block < 1 or t % args.block:
-            found.append(f"--block {args.block} must divide every T (1..{MAX_T}), got T={t}")
+        if not 1 <= t <= MAX_T:
+            found.append(f"every T must be in 1..{MAX_T}, got T={t}")
+        for block in args.block_values:
+            if block < 1 or t % block:
+                found.append(f"--blocks: block {block} must be >= 1 and divide T={t}")
     return found
 
 
@@ -133,8 +155,9 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def measure(t: int, args, interpret) -> dict:
-    """Compile seconds, median blocked seconds and agreement of kernel vs XLA at one T."""
+def measure(t: int, block: int, args, interpret) -> dict:
+    """Compile seconds and memory, median blocked seconds and agreement of kernel vs XLA
+    at one T and one block size."""
     import jax
     import numpy as np
 
@@ -146,7 +169,7 @@ def measure(t: int, args, interpret) -> dict:
     rng = np.random.default_rng(t)
     dtype = jax.numpy.dtype(args.dtype)
     q, k, v, do = (jax.numpy.asarray(x) for x in rng.standard_normal((4, *shape)).astype(dtype))
-    blocks = (args.block, args.block)
+    blocks = (block, block)
     kernel_fwd = jax.jit(
         functools.partial(
             flash_attention.flash_attention,
@@ -195,7 +218,17 @@ def measure(t: int, args, interpret) -> dict:
         times = timing.time_calls(compiled.executable, *operands, repeats=args.repeats)
         outputs[name] = compiled.executable(*operands)
         summary = times.summary
+        memory = compiled.executable.memory_analysis()
         rows[name] = {
+            "compiled memory (bytes)": {
+                field: int(getattr(memory, field, 0) or 0)
+                for field in (
+                    "argument_size_in_bytes",
+                    "output_size_in_bytes",
+                    "temp_size_in_bytes",
+                    "generated_code_size_in_bytes",
+                )
+            },
             "lower_s": compiled.lower_s,
             "compile_s": compiled.compile_s,
             "median_s": summary.median,
@@ -203,7 +236,10 @@ def measure(t: int, args, interpret) -> dict:
             "p90_s": summary.p90,
             "samples_s": list(times.samples),
         }
-        _say(f"  T={t} {name}: compile {compiled.compile_s:.2f} s, median {summary.median:.4g} s")
+        _say(
+            f"  T={t} block={block} {name}: compile {compiled.compile_s:.2f} s, "
+            f"median {summary.median:.4g} s"
+        )
     o_k, grads_k = outputs["kernel forward+backward"]
     o_x, grads_x = outputs["XLA forward+backward"]
     errors = {
@@ -213,9 +249,14 @@ def measure(t: int, args, interpret) -> dict:
     for name, g_k, g_x in zip(("dQ", "dK", "dV"), grads_k, grads_x, strict=True):
         errors[name] = numerics.scaled_max_error(g_k, g_x)
     tolerance = 2 * numerics.tolerance(args.dtype)  # kernel and XLA each round on their own
+    on_tpu = interpret is False
     return {
         "T": t,
+        "block": block,
         "shape (B,H,T,D)": list(shape),
+        "compiled memory from": "the TPU compile (Mosaic for the kernel): HBM bytes of one chip"
+        if on_tpu
+        else "this CPU host's compile (interpret mode): not a TPU memory figure",
         "programs": rows,
         "speedup forward (XLA / kernel)": rows["XLA forward"]["median_s"]
         / rows["kernel forward"]["median_s"],
@@ -261,7 +302,26 @@ def main(argv: list[str] | None = None) -> int:
     interpret = False if on_tpu else matmul.interpret_params()
     kind = run_manifest.TPU_RESULT_KIND if on_tpu else run_manifest.REHEARSAL_KIND
     _say(f"mode: {kind} ({'compiled by Mosaic' if on_tpu else 'Pallas TPU interpret mode'})")
-    rows = [measure(t, args, interpret) for t in args.t_values]
+    rows = [
+        measure(t, block, args, interpret) for t in args.t_values for block in args.block_values
+    ]
+    sweep = {
+        f"T={t}": [
+            {
+                "block": row["block"],
+                "kernel forward median_s": row["programs"]["kernel forward"]["median_s"],
+                "kernel forward+backward median_s": row["programs"]["kernel forward+backward"][
+                    "median_s"
+                ],
+                "speedup forward+backward (XLA / kernel)": row[
+                    "speedup forward+backward (XLA / kernel)"
+                ],
+            }
+            for row in rows
+            if row["T"] == t
+        ]
+        for t in args.t_values
+    }
     # the guard again, right before a TPU result is written: the file must never say TPU
     # unless JAX says so now
     on_tpu = on_tpu and jax.default_backend() == "tpu"
@@ -279,12 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             "heads": args.heads,
             "d": args.d,
-            "block": args.block,
+            "blocks": list(args.block_values),
             "dtype": args.dtype,
             "causal": True,
             "repeats": args.repeats,
         },
         "rows": rows,
+        "block_sweep": sweep,
         "agree": all(r["agree"] for r in rows),
         "note": "measured on a TPU"
         if on_tpu

@@ -11,7 +11,7 @@ from capstones.byte_transformer import run_manifest
 from core import curriculum, runtime
 
 SCRIPT = pathlib.Path(curriculum.REPO_ROOT) / "tpu_scripts" / "pallas_kernel_tpu.py"
-TINY = ["--ts", "32", "--heads", "1", "--d", "16", "--block", "16", "--repeats", "2"]
+TINY = ["--ts", "32", "--heads", "1", "--d", "16", "--blocks", "16,32", "--repeats", "2"]
 
 
 def run(*argv, timeout=240):
@@ -47,7 +47,10 @@ def test_bad_arguments_exit_2(tmp_path):
     from tpu_scripts import pallas_kernel_tpu
 
     out = tmp_path / "bad"
-    assert pallas_kernel_tpu.main(["--out", str(out), "--ts", "48", "--block", "32"]) == 2
+    assert pallas_kernel_tpu.main(["--out", str(out), "--ts", "48", "--blocks", "32"]) == 2
+    assert pallas_kernel_tpu.main(["--out", str(out), "--ts", "64", "--blocks", "16,48"]) == 2
+    assert pallas_kernel_tpu.main(["--out", str(out), "--ts", "64", "--blocks", "0"]) == 2
+    assert pallas_kernel_tpu.main(["--out", str(out), "--ts", "64", "--blocks", "16,16"]) == 2
     assert pallas_kernel_tpu.main(["--out", str(out), "--ts", "x"]) == 2
     assert not out.exists()
 
@@ -69,13 +72,18 @@ def test_cpu_rehearsal_is_marked_not_a_tpu_result(tmp_path):
     assert document["kind"] == "cpu rehearsal — not a TPU result"
     assert document["is_tpu_result"] is False and document["backend"] == "cpu"
     assert "interpret mode" in document["kernel_mode"] and document["agree"] is True
-    (row,) = document["rows"]
-    assert row["T"] == 32 and set(row["errors vs mha_reference"]) == {
-        "O (forward)", "O", "dQ", "dK", "dV"
-    }  # fmt: skip
-    assert all(e <= row["tolerance"] for e in row["errors vs mha_reference"].values())
-    for timing in row["programs"].values():
-        assert timing["compile_s"] > 0 and len(timing["samples_s"]) == 2
+    # the block sweep: one row per (T, block), each with its own timings and compile memory
+    assert [(row["T"], row["block"]) for row in document["rows"]] == [(32, 16), (32, 32)]
+    assert document["settings"]["blocks"] == [16, 32]
+    assert [p["block"] for p in document["block_sweep"]["T=32"]] == [16, 32]
+    for row in document["rows"]:
+        assert set(row["errors vs mha_reference"]) == {"O (forward)", "O", "dQ", "dK", "dV"}
+        assert all(e <= row["tolerance"] for e in row["errors vs mha_reference"].values())
+        for name, timing in row["programs"].items():
+            assert timing["compile_s"] > 0 and len(timing["samples_s"]) == 2
+            memory = timing["compiled memory (bytes)"]
+            assert memory["argument_size_in_bytes"] > 0, name
+        assert "not a TPU" in row["compiled memory from"]
     runtime_record = json.loads((out / run_manifest.RUNTIME_FILE).read_text())
     assert runtime_record["backend"] == "cpu" and not run_manifest.is_tpu_run(runtime_record)
     again = run("--out", str(out), *TINY, "--allow-cpu-rehearsal", timeout=120)
