@@ -297,7 +297,11 @@ def test_the_block_sweep_times_the_same_function_at_each_block_count():
     attention core: one step from the same state gives the dense loss and gradient norm."""
     config = tiny(seq_len=32, dropout=0.0)
     state = training.init_state(config)
-    batch = data.training_stream(config, data.load_corpus(config)).next_batch()
+    batch = dict(data.training_stream(config, data.load_corpus(config)).next_batch())
+    # three documents per row (the stream's tiny rows hold one): the mask is not just causal
+    batch["segment_ids_BT"] = np.repeat([[1] * 10 + [2] * 13 + [3] * 9], 2, axis=0).astype(
+        batch["segment_ids_BT"].dtype
+    )
     metrics = {}
     for row in ("dense", 2, 4):
         _, metrics[row] = bench.variants.sweep_step_fn(config, row)(state, batch)
