@@ -161,7 +161,10 @@ def _(config):
             f"the rows are 0..{config.seq_len - 1}."
         )
     lab.guard(picker_problem, headline="Nothing to show.")
-    return head, row
+    # The check and the Jacobian cells take `pickers_ok`, so a refused pick stops them too
+    # (headless only; it changes with config, as they do, never with the sliders).
+    pickers_ok = True
+    return head, pickers_ok, row
 
 
 @app.function
@@ -408,7 +411,8 @@ def _(config, pieces):
 
 
 @app.cell
-def _(config, k_BTHK, pieces, q_BTHK, v_BTHK):
+def _(config, k_BTHK, pickers_ok, pieces, q_BTHK, v_BTHK):
+    assert pickers_ok  # used in the body, so marimo orders this after the pickers' guard
     # Independent references on the same q, k, v: PyTorch in float64, and XLA's own
     # attention (jax.nn.dot_product_attention) in the lesson's dtype.
     check = lab.Check(
@@ -440,7 +444,8 @@ def _(config, k_BTHK, pieces, q_BTHK, v_BTHK):
 
 
 @app.cell
-def _(config, projections, x_BTD):
+def _(config, pickers_ok, projections, x_BTD):
+    assert pickers_ok  # after the pickers' guard, like the check
     # d out[t] / d x[s] for every pair: Jacobian of the whole layer (x -> q, k, v -> out).
     def _layer(x_TD):
         return attention.self_attention_BTHK(projections, x_TD[None], causal=config.causal)[0]
