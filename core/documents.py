@@ -136,7 +136,13 @@ def json_schema(model: type[pydantic.BaseModel]) -> dict:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
-    """Write ``text`` (UTF-8) so a reader sees the old file or the new one, never half of one.
+    """Write ``text`` (UTF-8) so a reader sees the old file or the new one, never half of one
+    (``write_bytes_atomic`` of its UTF-8 bytes)."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> pathlib.Path:
+    """Write ``data`` so a reader sees the old file or the new one, never half of one.
 
     A unique temporary file beside ``path``, flushed to disk, renamed over it; the folder is
     made if missing and synced after the rename; the temporary file never outlives a failure.
@@ -145,8 +151,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -67,3 +67,24 @@ def test_write_text_atomic_replaces_whole_and_leaves_no_temporary_file(tmp_path,
         documents.write_text_atomic(path, "third")
     assert path.read_text(encoding="utf-8") == "second"
     assert sorted(p.name for p in path.parent.iterdir()) == ["doc.json"]
+
+
+def test_write_bytes_atomic_writes_the_bytes_and_leaves_nothing_on_failure(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "new" / "weights.npz"
+    data = bytes(range(256)) * 3 + b"\r\n\x00"  # no text translation, no encoding
+    assert documents.write_bytes_atomic(path, data) == path
+    assert path.read_bytes() == data
+    text = "d\u00e9j\u00e0 vu\n"
+    documents.write_text_atomic(path, text)
+    assert path.read_bytes() == text.encode("utf-8")
+
+    def fail(*_args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        documents.write_bytes_atomic(path, b"half")
+    assert path.read_bytes() == text.encode("utf-8")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["weights.npz"]

@@ -16,9 +16,8 @@ import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 
-from core import runtime
+from core import documents, runtime
 
 
 class NotAMarimoApp(ValueError):
@@ -134,16 +133,8 @@ def export_app(app_path: str | os.PathLike, out_path: str | os.PathLike) -> path
         "# A multi-host run joins its job first (tpu_scripts/export.py, JOIN_PRELUDE):",
         JOIN_PRELUDE,
     ]
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target and rename: a crash never leaves a half-written script.
-    fd, tmp_name = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(header) + "\n" + source)
-        os.replace(tmp_name, out_path)
-    except BaseException:
-        pathlib.Path(tmp_name).unlink(missing_ok=True)
-        raise
+    # Written beside the target and renamed: a crash never leaves a half-written script.
+    documents.write_text_atomic(out_path, "\n".join(header) + "\n" + source)
     return out_path
 
 

@@ -4,7 +4,7 @@ only after checking every byte against a manifest.
     python -m capstones.byte_transformer export run_dir=RUN out=ART
         [prefill_len=64 capacity=256 batch=1]
 
-writes into ART (each file atomically: tmp + os.replace; manifest.json last):
+writes into ART (each file atomically: core.documents.write_bytes_atomic; manifest.json last):
 
     weights.npz                the model's parameters, once (np.savez; loaded with
                                allow_pickle=False)
@@ -41,7 +41,6 @@ their outputs in another process (replay) and holds the ``export`` command.
 from __future__ import annotations
 
 import datetime
-import os
 import pathlib
 import platform as platform_lib
 import sys
@@ -67,6 +66,7 @@ from capstones.byte_transformer.artifact_files import (
     sha256_bytes,
     storable,
 )
+from core.documents import write_bytes_atomic
 
 # --- weights as a flat {name: array} dict -------------------------------------------------
 
@@ -137,15 +137,6 @@ def input_specs(model, precision: str, batch: int, prefill_len: int, capacity: i
 # --- writing ------------------------------------------------------------------------------
 
 
-def _write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def versions() -> dict:
     import flax
     import jaxlib
@@ -183,7 +174,7 @@ def export_artifacts(
     (out / MANIFEST).unlink(missing_ok=True)  # a half-rewritten directory has no manifest
     weights = {n: np.asarray(a) for n, a in flat_weights(model).items()}
     buffer = _npz_bytes({n: storable(a) for n, a in weights.items()})
-    _write_bytes_atomic(out / WEIGHTS, buffer)
+    write_bytes_atomic(out / WEIGHTS, buffer)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -218,7 +209,7 @@ def export_artifacts(
             exported = jax.export.export(jax.jit(functions[kind]), platforms=platforms)(*arg_specs)
             data = bytes(exported.serialize())
             timings[name] = time.perf_counter() - start
-            _write_bytes_atomic(out / f"{name}{SUFFIX}", data)
+            write_bytes_atomic(out / f"{name}{SUFFIX}", data)
             out_shapes = jax.eval_shape(functions[kind], *arg_specs)
             manifest["artifacts"][name] = {
                 "file": f"{name}{SUFFIX}",
@@ -281,7 +272,7 @@ def save_outputs(path, results: dict) -> None:
     """np.savez of raw bits (bf16 as uint16) plus each array's dtype name."""
     arrays = {k: storable(v) for k, v in results.items()}
     arrays |= {f"{k}#dtype": np.array(np.asarray(v).dtype.name) for k, v in results.items()}
-    _write_bytes_atomic(pathlib.Path(path), _npz_bytes(arrays))
+    write_bytes_atomic(path, _npz_bytes(arrays))
 
 
 def load_outputs(path) -> dict:

@@ -50,6 +50,7 @@ from flax import nnx
 
 from capstones.byte_transformer import args, data, documents, rundir
 from capstones.byte_transformer import config as config_lib
+from core.documents import write_text_atomic
 from core.lm import causal_blocked, transformer
 from core.lm import corpus as corpus_lib
 from core.state import checkpoint
@@ -245,9 +246,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
 def _truncate_metrics(path: pathlib.Path, last_step: int) -> None:
     """Keep the records of steps <= last_step (the steps after it will be trained again)."""
     kept = [r for r in read_metrics(path.parent) if r.get("step", 0) <= last_step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 def _check_corpus(run_dir: pathlib.Path, identity: dict, record: bool = True) -> None:

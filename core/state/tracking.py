@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from core import documents
+
 DB_NAME = "mlflow.db"
 EXPERIMENT = "jax-tpu-lab"
 
@@ -67,9 +69,8 @@ def _empty_store(target: pathlib.Path) -> None:
         build_dir = pathlib.Path(tempfile.mkdtemp(prefix="mlflow-template-"))
         try:
             mlflow.MlflowClient(tracking_uri=tracking_uri(build_dir)).search_experiments()
-            partial = template.with_name(f"{template.name}.{os.getpid()}.tmp")
-            shutil.copyfile(build_dir / DB_NAME, partial)
-            os.replace(partial, template)  # atomic: concurrent builders both succeed
+            # atomic: concurrent builders both succeed, a reader never sees half of one
+            documents.write_bytes_atomic(template, (build_dir / DB_NAME).read_bytes())
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
     shutil.copyfile(template, target)

@@ -119,3 +119,35 @@ def test_git_revision_matches_git_and_outside_a_repository(tmp_path):
     ).stdout.strip()
     assert tracking.git_revision(curriculum.REPO_ROOT).split("+")[0] == head
     assert tracking.git_revision(tmp_path) == "unknown"
+
+
+def test_the_empty_store_template_is_built_once_atomically(tmp_path, monkeypatch):
+    """A missing template is built, written whole (core.documents.write_bytes_atomic: no
+    temporary file beside it) and copied byte for byte into each new store. MLflow's
+    migrations (~15 s) are stood in for by a client that makes one SQLite table."""
+    built = []
+
+    class Client:
+        def __init__(self, tracking_uri):
+            self.path = tracking_uri.removeprefix("sqlite:///")
+
+        def search_experiments(self):
+            built.append(self.path)
+            with sqlite3.connect(self.path) as db:
+                db.execute("create table runs (name text)")
+
+    class FakeMlflow:
+        __version__ = "0"
+        MlflowClient = Client
+
+    template = tmp_path / "templates" / "empty.db"
+    monkeypatch.setattr(tracking, "_mlflow", lambda: FakeMlflow)
+    monkeypatch.setattr(tracking, "_template_path", lambda: template)
+    first, second = tmp_path / "a.db", tmp_path / "b.db"
+    tracking._empty_store(first)
+    assert sorted(p.name for p in template.parent.iterdir()) == ["empty.db"]
+    tracking._empty_store(second)  # from the template now: built once
+    assert len(built) == 1
+    assert first.read_bytes() == second.read_bytes() == template.read_bytes()
+    with sqlite3.connect(first) as db:  # an independent reader of the copied file
+        assert db.execute("select count(*) from runs").fetchone() == (0,)
