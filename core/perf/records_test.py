@@ -55,8 +55,7 @@ def test_torch_version_is_kept_when_torch_is_imported():
         ("demo", "cmd", {"x": {"nested": 1}}, r"'figures\.x'"),
     ],
 )
-def test_bad_input_is_refused_before_anything_is_written(tmp_path, name, command, figures,
-                                                         message):
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, name, command, figures, message):
     with pytest.raises(ValueError, match=message):
         records.write_record(name, command, figures, root=tmp_path)
     assert list(tmp_path.iterdir()) == []
