@@ -99,7 +99,25 @@ def _():
 
 
 @app.cell
-def _(keep_period, max_to_keep, save_every, step_ms, steps):
+def _():
+    # A headless --kill-at-save past the last save is refused before the runs, which take
+    # `kill_ok`, so a refused run trains nothing. It reads only ARGS (in the UI the kill
+    # slider stays within the steps), so no control change reruns it or the runs.
+    _problem = None
+    if not lab.interactive() and ARGS.kill_at_save * ARGS.save_every > ARGS.steps:
+        _problem = (
+            f"--kill-at-save {ARGS.kill_at_save} with --save-every {ARGS.save_every} is step "
+            f"{ARGS.kill_at_save * ARGS.save_every}, past --steps {ARGS.steps}: that save never "
+            "happens."
+        )
+    lab.guard(_problem)
+    kill_ok = True
+    return (kill_ok,)
+
+
+@app.cell
+def _(keep_period, kill_ok, max_to_keep, save_every, step_ms, steps):
+    assert kill_ok  # used in the body, so marimo orders the runs after the guard above
     config = recovery_demo.TrainConfig()
     run_dir = tempfile.TemporaryDirectory(prefix="async_checkpoints-")
     runs = {}
@@ -287,14 +305,6 @@ def _(save_every, steps):
 
 @app.cell
 def _(config, kill_at_save, kill_button, run_dir, save_every, steps):
-    problem = None
-    if not lab.interactive() and ARGS.kill_at_save * ARGS.save_every > ARGS.steps:
-        problem = (
-            f"--kill-at-save {ARGS.kill_at_save} with --save-every {ARGS.save_every} is step "
-            f"{ARGS.kill_at_save * ARGS.save_every}, past --steps {ARGS.steps}: that save never "
-            "happens."
-        )
-    lab.guard(problem)
     mo.stop(
         lab.interactive() and not kill_button.value,
         mo.callout(
