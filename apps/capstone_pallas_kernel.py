@@ -232,7 +232,8 @@ def _():
 
 
 @app.cell
-def _(profile_button):
+def _(profile_button, shape):
+    _ = shape  # depends on the guard: a refused run stops here too
     mo.stop(
         lab.interactive() and not profile_button.value,
         mo.callout(mo.md("Press **Profile the train step** (~10 s)."), kind="info"),
@@ -311,7 +312,8 @@ def _():
 
 
 @app.cell
-def _(partition_button):
+def _(partition_button, shape):
+    _ = shape  # depends on the guard: a refused run stops here too
     mo.stop(
         lab.interactive() and not partition_button.value,
         mo.callout(mo.md("Press **Shard the kernel** (~10 s)."), kind="info"),
@@ -372,7 +374,8 @@ def _():
 
 
 @app.cell
-def _(compile_button):
+def _(compile_button, shape):
+    _ = shape  # depends on the guard: a refused run stops here too
     mo.stop(
         lab.interactive() and not compile_button.value,
         mo.callout(mo.md("Press **Compile** (~30 s for three generations)."), kind="info"),
