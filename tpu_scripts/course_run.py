@@ -20,9 +20,9 @@ failure on one worker only is visible. ``<run>`` is ``runs/tpu/<vm>/<YYYY-MM-DD>
 
 ``run.json`` there records the run (VM identity, accelerator type, runtime version, the
 versions the lessons resolved, per-lesson status with exit code, seconds and output tail),
-validated (``RunRecord``) and written atomically after every lesson. The first lesson that
-fails stops the run: its output is printed, the record says "failed", exit 1. The command
-never deletes the VM: it prints ``launch delete`` (which checks that ``describe`` then
+validated (``RunRecord``, run_record.py) and written atomically after every lesson. The first
+lesson that fails stops the run: its output is printed, the record says "failed", exit 1. The
+command never deletes the VM: it prints ``launch delete`` (which checks that ``describe`` then
 fails) as the explicit next step. Running the same command again resumes: a lesson whose
 bundle came back and verifies (``results.load``) is not rerun; a failed one is; ``--force``
 reruns all. ``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU
@@ -45,21 +45,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Literal
 
-import pydantic
-
-from core import curriculum, documents, runtime
+from core import curriculum, runtime
 from core.lab import results
 from core.tpu import cloud_tpu
 from tpu_scripts import export, launch
+from tpu_scripts.run_record import (
+    DONE,
+    RECORD,
+    lesson_outcome,
+    load_record,
+    merge_record,
+    now_utc,
+    pending_lesson,
+    save_record,
+    to_run,
+)
 
-SCHEMA = "jax-tpu-lab/course-run"
-RECORD = "run.json"
 STAGED = "staged"  # <run>/staged/: the exported scripts and the wheel, as copied
 REMOTE_SCRIPTS = "scripts"  # ~/jax-tpu-lab/scripts/ on every worker
 REMOTE_RESULTS = "results"  # ~/jax-tpu-lab/results/<slug>/ on every worker
-DONE = ("passed", "stopped")  # a bundle with this status came back: not rerun
 TAIL_CHARS = 4000  # the output kept in run.json and printed on a failure
 RUN_TIMEOUT_S = 3600.0  # one lesson on every worker
 
@@ -165,175 +170,6 @@ def remote_run_command(slug: str, multi_host: bool) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# The record: runs/<...>/run.json
-
-
-class WorkerRecord(documents.Document):
-    worker: int
-    status: str  # that worker's results status, "missing" or "invalid"
-    results: str | None  # its results.json, relative to the run folder
-
-
-class LessonRecord(documents.Document):
-    slug: str
-    status: Literal["pending", "passed", "failed", "stopped", "error"]
-    exit_code: int | None
-    seconds: float | None
-    finished_utc: str | None
-    results: str | None  # process 0's results.json, relative to the run folder
-    workers: list[WorkerRecord]
-    output_tail: str
-
-
-class VmRecord(documents.Document):
-    name: str
-    zone: str
-    project: str
-    accelerator_type: str
-    runtime_version: str
-    hosts: int
-    state: str
-    described: dict[str, Any]  # what `gcloud ... describe --format=json` printed
-
-
-class RunRecord(documents.Document):
-    """run.json: one course run (TPU VM or local), lesson by lesson."""
-
-    schema_: Literal["jax-tpu-lab/course-run"] = pydantic.Field(alias="schema")
-    version: Literal[1]
-    backend: Literal["tpu", "local"]
-    vm: VmRecord | None
-    created_utc: str
-    updated_utc: str
-    command: list[str]
-    wheel: str | None
-    wheel_sha256: str | None
-    versions: dict[str, str]  # as the lessons resolved them (process 0's receipt)
-    status: Literal["running", "passed", "failed"]
-    lessons: list[LessonRecord]
-
-    @pydantic.field_validator("created_utc", "updated_utc")
-    @classmethod
-    def _time(cls, value: str) -> str:
-        return documents.iso_time(value)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def load_record(path: pathlib.Path) -> dict:
-    """A run.json, validated (ValueError naming the bad field)."""
-    try:
-        doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    return documents.validate(RunRecord, doc, "course run record")
-
-
-def save_record(path: pathlib.Path, record: dict) -> None:
-    """Validate and write atomically (a crash leaves the previous record whole)."""
-    record["updated_utc"] = _now()
-    documents.validate(RunRecord, record, "course run record")
-    documents.write_text_atomic(path, json.dumps(record, indent=2) + "\n")
-
-
-def pending_lesson(slug: str) -> dict:
-    return {
-        "slug": slug,
-        "status": "pending",
-        "exit_code": None,
-        "seconds": None,
-        "finished_utc": None,
-        "results": None,
-        "workers": [],
-        "output_tail": "",
-    }
-
-
-def merge_record(existing: dict | None, slugs: list[str], backend: str, argv) -> dict:
-    """The record for this call: the existing one's lessons kept, new ones pending."""
-    if existing is None:
-        existing = {
-            "schema": SCHEMA,
-            "version": 1,
-            "backend": backend,
-            "vm": None,
-            "created_utc": _now(),
-            "updated_utc": _now(),
-            "command": [],
-            "wheel": None,
-            "wheel_sha256": None,
-            "versions": {},
-            "status": "running",
-            "lessons": [],
-        }
-    known = {lesson["slug"]: lesson for lesson in existing["lessons"]}
-    others = [lesson for lesson in existing["lessons"] if lesson["slug"] not in slugs]
-    existing["lessons"] = [known.get(slug) or pending_lesson(slug) for slug in slugs] + others
-    existing["command"] = list(argv)
-    existing["status"] = "running"
-    return existing
-
-
-def bundle_problem(run_dir: pathlib.Path, slug: str) -> str | None:
-    """Why ``<run>/<slug>/results.json`` is not a finished bundle, or None when it is."""
-    path = run_dir / slug / "results.json"
-    if not path.is_file():
-        return f"no {path}"
-    try:
-        doc = results.load(path)
-    except ValueError as exc:
-        return str(exc)
-    if doc["lesson"] != slug:
-        return f"{path} is of lesson {doc['lesson']!r}"
-    if doc["status"] not in DONE:
-        return f"its status is {doc['status']}"
-    return None
-
-
-def to_run(record: dict, run_dir: pathlib.Path, force: bool) -> list[str]:
-    """The lessons of ``record`` this call runs: all with ``force``, else those not done."""
-    slugs = []
-    for lesson in record["lessons"]:
-        if force or lesson["status"] not in DONE or bundle_problem(run_dir, lesson["slug"]):
-            slugs.append(lesson["slug"])
-    return slugs
-
-
-def lesson_outcome(run_dir: pathlib.Path, slug: str, workers: int, exit_code: int | None):
-    """(status, results path, worker records, problem) from the bundles that came back."""
-    records, problems = [], []
-    for worker in range(workers):
-        folder = run_dir / slug if worker == 0 else run_dir / slug / "workers" / str(worker)
-        path = folder / "results.json"
-        if not path.is_file():
-            status = "missing"
-        else:
-            try:
-                status = results.load(path)["status"]
-            except ValueError as exc:
-                status, path = "invalid", None
-                problems.append(f"worker {worker}: {exc}")
-        rel = str(path.relative_to(run_dir)) if path is not None and path.is_file() else None
-        records.append({"worker": worker, "status": status, "results": rel})
-    first = records[0]["status"]
-    bad = [r for r in records if r["status"] not in DONE]
-    if first in ("missing", "invalid"):
-        status = "error"
-    elif first not in DONE:
-        status = first
-    elif bad or exit_code != 0:
-        status = "failed"
-    else:
-        status = first
-    problems += [f"worker {r['worker']}: {r['status']}" for r in bad]
-    if exit_code != 0:
-        problems.append(f"exit code {exit_code}")
-    return status, records[0]["results"], records, "; ".join(problems)
-
-
-# ----------------------------------------------------------------------------------------
 # Local steps: export, wheel
 
 
@@ -349,15 +185,19 @@ def export_scripts(slugs: list[str], apps_dir: pathlib.Path, staged: pathlib.Pat
 
 
 def _source_tree(target: pathlib.Path) -> None:
-    """The files the wheel is built from, copied: pyproject.toml, README.md and the packages
-    pyproject's [tool.setuptools.packages.find] includes. A build in the checkout would reuse
-    its build/ folder, where a module deleted since the last build still sits."""
+    """The files the wheel is built from, copied: pyproject.toml, README.md, the modules of the
+    build commands pyproject names ([tool.setuptools] cmdclass: wheel_contents.py, which
+    leaves the tests out) and the packages [tool.setuptools.packages.find] includes. A build
+    in the checkout would reuse its build/ folder, where a module deleted since the last
+    build still sits."""
     import tomllib
 
     root = curriculum.REPO_ROOT
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     includes = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    for name in ("pyproject.toml", "README.md"):
+    commands = config["tool"]["setuptools"].get("cmdclass", {}).values()
+    modules = sorted({f"{name.rpartition('.')[0]}.py" for name in commands})
+    for name in ("pyproject.toml", "README.md", *modules):
         shutil.copy2(root / name, target / name)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "__marimo__")
     for pattern in includes:
@@ -648,7 +488,7 @@ def course_run(options: Options) -> int:
             status=status,
             exit_code=code,
             seconds=round(time.perf_counter() - started, 2),
-            finished_utc=_now(),
+            finished_utc=now_utc(),
             results=results_path,
             workers=workers,
             output_tail=_tail(output),

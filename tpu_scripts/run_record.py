@@ -1,0 +1,186 @@
+"""The record of a course run, ``<run>/run.json``: its pydantic models (``RunRecord``), loading
+and saving it validated and atomically, merging a new call's lessons into it, and reading
+which lessons' bundles came back (course_run.py runs the lessons and keeps this record).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+from typing import Any, Literal
+
+import pydantic
+
+from core import documents
+from core.lab import results
+
+SCHEMA = "jax-tpu-lab/course-run"
+RECORD = "run.json"
+DONE = ("passed", "stopped")  # a bundle with this status came back: not rerun
+
+
+class WorkerRecord(documents.Document):
+    worker: int
+    status: str  # that worker's results status, "missing" or "invalid"
+    results: str | None  # its results.json, relative to the run folder
+
+
+class LessonRecord(documents.Document):
+    slug: str
+    status: Literal["pending", "passed", "failed", "stopped", "error"]
+    exit_code: int | None
+    seconds: float | None
+    finished_utc: str | None
+    results: str | None  # process 0's results.json, relative to the run folder
+    workers: list[WorkerRecord]
+    output_tail: str
+
+
+class VmRecord(documents.Document):
+    name: str
+    zone: str
+    project: str
+    accelerator_type: str
+    runtime_version: str
+    hosts: int
+    state: str
+    described: dict[str, Any]  # what `gcloud ... describe --format=json` printed
+
+
+class RunRecord(documents.Document):
+    """run.json: one course run (TPU VM or local), lesson by lesson."""
+
+    schema_: Literal["jax-tpu-lab/course-run"] = pydantic.Field(alias="schema")
+    version: Literal[1]
+    backend: Literal["tpu", "local"]
+    vm: VmRecord | None
+    created_utc: str
+    updated_utc: str
+    command: list[str]
+    wheel: str | None
+    wheel_sha256: str | None
+    versions: dict[str, str]  # as the lessons resolved them (process 0's receipt)
+    status: Literal["running", "passed", "failed"]
+    lessons: list[LessonRecord]
+
+    @pydantic.field_validator("created_utc", "updated_utc")
+    @classmethod
+    def _time(cls, value: str) -> str:
+        return documents.iso_time(value)
+
+
+def now_utc() -> str:
+    """This moment in UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def load_record(path: pathlib.Path) -> dict:
+    """A run.json, validated (ValueError naming the bad field)."""
+    try:
+        doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    return documents.validate(RunRecord, doc, "course run record")
+
+
+def save_record(path: pathlib.Path, record: dict) -> None:
+    """Validate and write atomically (a crash leaves the previous record whole)."""
+    record["updated_utc"] = now_utc()
+    documents.validate(RunRecord, record, "course run record")
+    documents.write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def pending_lesson(slug: str) -> dict:
+    return {
+        "slug": slug,
+        "status": "pending",
+        "exit_code": None,
+        "seconds": None,
+        "finished_utc": None,
+        "results": None,
+        "workers": [],
+        "output_tail": "",
+    }
+
+
+def merge_record(existing: dict | None, slugs: list[str], backend: str, argv) -> dict:
+    """The record for this call: the existing one's lessons kept, new ones pending."""
+    if existing is None:
+        existing = {
+            "schema": SCHEMA,
+            "version": 1,
+            "backend": backend,
+            "vm": None,
+            "created_utc": now_utc(),
+            "updated_utc": now_utc(),
+            "command": [],
+            "wheel": None,
+            "wheel_sha256": None,
+            "versions": {},
+            "status": "running",
+            "lessons": [],
+        }
+    known = {lesson["slug"]: lesson for lesson in existing["lessons"]}
+    others = [lesson for lesson in existing["lessons"] if lesson["slug"] not in slugs]
+    existing["lessons"] = [known.get(slug) or pending_lesson(slug) for slug in slugs] + others
+    existing["command"] = list(argv)
+    existing["status"] = "running"
+    return existing
+
+
+def bundle_problem(run_dir: pathlib.Path, slug: str) -> str | None:
+    """Why ``<run>/<slug>/results.json`` is not a finished bundle, or None when it is."""
+    path = run_dir / slug / "results.json"
+    if not path.is_file():
+        return f"no {path}"
+    try:
+        doc = results.load(path)
+    except ValueError as exc:
+        return str(exc)
+    if doc["lesson"] != slug:
+        return f"{path} is of lesson {doc['lesson']!r}"
+    if doc["status"] not in DONE:
+        return f"its status is {doc['status']}"
+    return None
+
+
+def to_run(record: dict, run_dir: pathlib.Path, force: bool) -> list[str]:
+    """The lessons of ``record`` this call runs: all with ``force``, else those not done."""
+    slugs = []
+    for lesson in record["lessons"]:
+        if force or lesson["status"] not in DONE or bundle_problem(run_dir, lesson["slug"]):
+            slugs.append(lesson["slug"])
+    return slugs
+
+
+def lesson_outcome(run_dir: pathlib.Path, slug: str, workers: int, exit_code: int | None):
+    """(status, results path, worker records, problem) from the bundles that came back."""
+    records, problems = [], []
+    for worker in range(workers):
+        folder = run_dir / slug if worker == 0 else run_dir / slug / "workers" / str(worker)
+        path = folder / "results.json"
+        if not path.is_file():
+            status = "missing"
+        else:
+            try:
+                status = results.load(path)["status"]
+            except ValueError as exc:
+                status, path = "invalid", None
+                problems.append(f"worker {worker}: {exc}")
+        rel = str(path.relative_to(run_dir)) if path is not None and path.is_file() else None
+        records.append({"worker": worker, "status": status, "results": rel})
+    first = records[0]["status"]
+    bad = [r for r in records if r["status"] not in DONE]
+    if first in ("missing", "invalid"):
+        status = "error"
+    elif first not in DONE:
+        status = first
+    elif bad or exit_code != 0:
+        status = "failed"
+    else:
+        status = first
+    problems += [f"worker {r['worker']}: {r['status']}" for r in bad]
+    if exit_code != 0:
+        problems.append(f"exit code {exit_code}")
+    return status, records[0]["results"], records, "; ".join(problems)
