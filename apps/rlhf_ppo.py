@@ -50,8 +50,8 @@ def _():
 
     - train the policy with **PPO** (the KL penalty in the reward, per token, and a value
       head as baseline) and watch proxy reward, true reward and KL over training;
-    - see **reward hacking** at KL coefficient 0: longer and longer responses of prompt
-      letters that never end with "." and a KL that runs away;
+    - see the proxy **over-optimised** at KL coefficient 0: longer and longer responses of
+      prompt letters that never end with "." and a KL that runs away, for no true reward;
     - train **GRPO**, the default of today's post-training libraries: advantages normalised
       within a group of G samples per prompt, no value network;
     - measure how the **loss aggregation** (per sequence or per token) weighs long and short

@@ -33,7 +33,8 @@ def _():
     {lab.phase_line("sft")}
 
     A **base model** (the course's byte Transformer, {task.MODEL.num_layers} layers of width
-    {task.MODEL.width}) was pretrained here, in this process, on prompts like `cab=` followed
+    {task.MODEL.width}) was pretrained by the course (in this process, or loaded from the
+    verified on-disk cache of an earlier run of the same code) on prompts like `cab=` followed
     by *random* letters and a `.`: it knows the format, not the task. The task: answer with
     the prompt reversed (`cab=` -> `bac.`). In this lesson you will
 
