@@ -9,7 +9,8 @@ dim, D width, F MLP width, V vocabulary, L layers).
 Precision is a policy, not a global switch (``Precision``): parameters are stored in
 ``params``, activations and matmul inputs are cast to ``compute``, and every sum that can be
 long (matmul accumulators via ``preferred_element_type``, softmax and LayerNorm statistics,
-the loss) runs in float32. The KV cache is a pytree (``KVCache``) passed in and returned.
+the loss) runs in float32 (precision.py holds the policies and shows where bf16 loses
+precision). The KV cache is a pytree (``KVCache``) passed in and returned.
 """
 
 from __future__ import annotations
@@ -24,63 +25,15 @@ import numpy as np
 import optax
 from flax import nnx
 
-from core import numerics
 from core.lm import attention, causal_blocked, tokenizer
+from core.lm.precision import F32, Precision
 
-DTYPES = ("float32", "bfloat16")
-F32 = jnp.float32
-
-
-@dataclasses.dataclass(frozen=True)
-class Precision:
-    """Which dtype each kind of number lives in.
-
-    params:     stored weights (what the optimizer updates);
-    compute:    activations and matmul inputs (bf16 halves memory traffic; the TPU MXU
-                multiplies bf16 natively);
-    accumulate: matmul accumulators, softmax and LayerNorm statistics, the loss. Only float32
-                is accepted: a long sum in bf16 stops growing once the increment falls
-                below half a step of bf16's 8-bit mantissa (see ``running_sums``);
-    cache:      storage of the KV cache (None: the compute dtype).
-    """
-
-    params: str = "float32"
-    compute: str = "float32"
-    accumulate: str = "float32"
-    cache: str | None = None
-
-    def __post_init__(self):
-        for field in ("params", "compute"):
-            if getattr(self, field) not in DTYPES:
-                raise ValueError(
-                    f"precision {field} must be one of {DTYPES}, got {getattr(self, field)!r}"
-                )
-        if self.accumulate != "float32":
-            raise ValueError(
-                f"accumulate must be float32, got {self.accumulate!r}: a bf16 accumulator "
-                "loses every increment smaller than half its spacing"
-            )
-        if self.cache is not None and self.cache not in DTYPES:
-            raise ValueError(f"cache dtype must be one of {DTYPES} or None, got {self.cache!r}")
-
-    @property
-    def cache_dtype(self) -> str:
-        return self.cache or self.compute
-
-
-POLICIES = {
-    "f32": Precision(),
-    "bf16 compute": Precision(compute="bfloat16"),
-    "bf16 params + compute": Precision(params="bfloat16", compute="bfloat16"),
-}
-
-
-def policy_tolerance(precision: Precision) -> float:
-    """Relative error (max |diff| / max(max |reference|, 1)) a block run under ``precision``
-    may show against the same block in float64: float32's 1e-5 when weights and activations
-    are float32, bf16's 2e-2 (a few roundings of unit roundoff 2^-9) when either is bf16."""
-    coarsest = "bfloat16" if "bfloat16" in (precision.params, precision.compute) else "float32"
-    return numerics.tolerance(coarsest)
+# the precision policies and bf16's accumulation limits live in precision.py; the lessons
+# and the capstone still reach them here
+from core.lm.precision import POLICIES as POLICIES
+from core.lm.precision import dot_prefix_errors as dot_prefix_errors
+from core.lm.precision import policy_tolerance as policy_tolerance
+from core.lm.precision import running_sums as running_sums
 
 
 @dataclasses.dataclass(frozen=True)
@@ -726,33 +679,3 @@ def _backbone_jacobian(model, tokens_T, segment_ids_T, positions_T):
     mask = tokenizer.segment_mask_BTS(segment_ids_T[None], causal=True)[:, None]
     x_TD = model.embed(tokens_T[None], positions_T[None])[0]
     return attention.jacobian(lambda x: model.backbone(x[None], mask)[0].astype(F32), x_TD)
-
-
-
-# --- where bf16 loses precision ----------------------------------------------------------
-
-
-def running_sums(values, dtype: str) -> np.ndarray:
-    """Sequential running sum s_i = s_{i-1} + v_i with the accumulator in ``dtype``
-    (lax.scan forces one rounding per addition, as a naive accumulator would)."""
-    values = jnp.asarray(values, F32).astype(dtype)
-
-    def add(total, value):
-        total = (total + value).astype(dtype)
-        return total, total
-
-    _, sums = jax.lax.scan(add, jnp.zeros((), dtype), values)
-    return np.asarray(sums.astype(F32), np.float64)
-
-
-def dot_prefix_errors(key, length: int, dtype: str = "bfloat16") -> dict[str, np.ndarray]:
-    """Relative error of the dot products a[:n] . b[:n] for every n <= length, of ``dtype``
-    vectors with entries in [0, 1), accumulated sequentially in ``dtype`` and in float32,
-    against float64 (the products of two bf16 numbers are exact in float32 and float64)."""
-    a, b = jax.random.uniform(key, (2, length), F32).astype(dtype)
-    products = np.asarray(a.astype(F32) * b.astype(F32), np.float64)
-    exact = np.cumsum(products)
-    return {
-        accumulator: np.abs(running_sums(products, accumulator) - exact) / exact
-        for accumulator in (dtype, "float32")
-    }
