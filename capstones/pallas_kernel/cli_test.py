@@ -44,3 +44,15 @@ def test_usage_and_help(capsys):
     assert cli.main(["profile", "--help"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"usage: {cli.PROG} profile") and "d_model" in text
+
+
+def test_interpret_flag_maps_through_the_one_kernel_mapping():
+    import jax
+
+    from capstones.pallas_kernel import common
+
+    if jax.default_backend() != "tpu":
+        assert common.interpret_mode("tpu").detect_races  # TPU interpret mode
+        assert common.interpret_mode("hlo") is True
+    with pytest.raises(ValueError, match="'mosaic'"):
+        common.interpret_mode("mosaic")

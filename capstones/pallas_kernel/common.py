@@ -20,15 +20,12 @@ def interpret_mode(name: str):
     """The ``interpret=`` value of a Pallas call: "tpu" (pltpu.InterpretParams that detect
     races and poison uninitialized memory) or "hlo" (jax's plain HLO interpreter, ~2x
     cheaper per kernel, no race detector). On a TPU backend both compile through Mosaic."""
-    import jax
-
     from core.kernels import matmul
 
     if name not in INTERPRETS:
         raise ValueError(f"interpret must be one of {INTERPRETS}, got {name!r}")
-    if jax.default_backend() == "tpu":
-        return False
-    return matmul.interpret_params() if name == "tpu" else True
+    # this flag's "tpu" is TPU interpret mode, matmul's "interpret" (its "tpu" is Mosaic)
+    return matmul.default_interpret("interpret" if name == "tpu" else "hlo")
 
 
 def hardware() -> dict[str, Any]:

@@ -44,11 +44,10 @@ hypothesis.settings.register_profile(
 CI = hypothesis.settings.get_profile("ci")
 
 
-def interpret_for(mode):
-    """ "interpret": TPU interpret mode (races, NaN-poisoned memory); "hlo": jax's plain HLO
-    interpreter (the same kernel semantics, no race detector, ~2x cheaper per case: lowering,
-    compiling and running 3 kernels costs ~1.7 s of CPU vs ~3.5 s); "tpu": compiled by Mosaic."""
-    return {"interpret": matmul.interpret_params(), "hlo": True, "tpu": False}[mode]
+# "interpret": TPU interpret mode (races, NaN-poisoned memory); "hlo": jax's plain HLO
+# interpreter (the same kernel semantics, no race detector, ~2x cheaper per case); "tpu":
+# compiled by Mosaic. The one mapping lives in core.kernels.matmul.
+interpret_for = matmul.interpret_for
 
 
 # The property's breadth runs in the HLO interpreter; the classes below run every kernel in

@@ -36,9 +36,23 @@ def interpret_params():
     )
 
 
-def default_interpret():
-    """Interpret mode off a TPU, compiled Mosaic on one."""
-    return False if jax.default_backend() == "tpu" else interpret_params()
+INTERPRET_MODES = ("interpret", "hlo", "tpu")
+
+
+def interpret_for(mode: str):
+    """The ``interpret=`` value of a Pallas call for ``mode`` (the one mapping every caller
+    uses): "interpret", TPU interpret mode (interpret_params: races detected, uninitialized
+    memory NaN); "hlo", jax's plain HLO interpreter (True: the same kernel semantics, no race
+    detector, ~2x cheaper per kernel); "tpu", compiled by Mosaic (False)."""
+    if mode not in INTERPRET_MODES:
+        raise ValueError(f"interpret mode must be one of {INTERPRET_MODES}, got {mode!r}")
+    return {"interpret": interpret_params, "hlo": lambda: True, "tpu": lambda: False}[mode]()
+
+
+def default_interpret(mode: str = "interpret"):
+    """``interpret_for(mode)`` off a TPU, compiled Mosaic (False) on one."""
+    value = interpret_for(mode)
+    return False if jax.default_backend() == "tpu" else value
 
 
 # --- vector add -------------------------------------------------------------------------------

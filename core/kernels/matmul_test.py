@@ -25,8 +25,22 @@ MODES = [
 ]
 
 
-def interpret_for(mode):
-    return matmul.interpret_params() if mode == "interpret" else False
+interpret_for = matmul.interpret_for  # the one mapping (flash_attention_test, the capstone)
+
+
+def test_one_interpret_mapping():
+    params = matmul.interpret_for("interpret")
+    assert params.detect_races and params.uninitialized_memory == "nan"
+    assert matmul.interpret_for("hlo") is True and matmul.interpret_for("tpu") is False
+    with pytest.raises(ValueError, match="'mosaic'"):
+        matmul.interpret_for("mosaic")
+    on_tpu = jax.default_backend() == "tpu"
+    assert (
+        (matmul.default_interpret("hlo") is False)
+        if on_tpu
+        else matmul.default_interpret("hlo") is True
+    )
+    assert matmul.default_interpret().detect_races or on_tpu
 
 
 def operands(m, k, n, seed=0, dtype=jnp.float32):
