@@ -414,6 +414,20 @@ def _(
 ):
     # In the UI: True until Train has run on the current settings (changing any of them
     # re-runs this cell, as it re-runs training, with the button unpressed).
+    # Named in the body: marimo links a cell only to names its body uses, not its signature.
+    _settings = (
+        batch,
+        eval_every,
+        files,
+        heads,
+        layers,
+        learning_rate,
+        max_bytes,
+        seed,
+        seq_len,
+        steps,
+        width,
+    )
     untrained = lab.interactive() and not train_button.value
     return (untrained,)
 
