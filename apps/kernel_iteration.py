@@ -329,7 +329,38 @@ def _(blocks, causal, compile_button, dtype, long_t, shape):
             "column counts q, k, v, O (and the T x T f32 scores for XLA)",
         )
     )
-    return (compiled_rows,)
+    return compiled_rows, libtpu_problem
+
+
+@app.cell
+def _(causal, compile_button, dtype, libtpu_problem, long_t, shape):
+    # The block sweep of the same compile: one chip's compile-time memory per block size,
+    # when the button is pressed (headless stays cheap: the lesson test runs the sweep).
+    _sweep = kernel_iteration.BLOCK_SWEEP if compile_button.value else ()
+    block_memory_rows = (
+        []
+        if libtpu_problem
+        else kernel_iteration.block_compile_rows(
+            shape[1], int(long_t.value), shape[3], dtype.value, causal.value, _sweep
+        )
+    )
+    _itemsize = jax.numpy.dtype(dtype.value).itemsize
+    _qkv_mib = 3 * shape[1] * int(long_t.value) * shape[3] * _itemsize / 2**20
+    for _row in block_memory_rows:  # the compiler's argument bytes are q, k, v (closed form)
+        assert _row["HBM arguments (MiB), compiled"] == _qkv_mib, _row
+    (
+        lab.table(
+            block_memory_rows,
+            caption=f"Compile-time memory per block size for {kernel_iteration.TOPOLOGY} (one "
+            "chip; the TPU compiler's HBM figures; VMEM from the block specs, a model: "
+            "memory_analysis has no VMEM figure for a Mosaic kernel). Nothing ran on a TPU.",
+        )
+        if block_memory_rows
+        else mo.md(
+            f"Press **Compile** to compile the kernel at blocks {kernel_iteration.BLOCK_SWEEP}."
+        )
+    )
+    return (block_memory_rows,)
 
 
 @app.cell(hide_code=True)

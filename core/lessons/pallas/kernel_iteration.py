@@ -160,3 +160,40 @@ def compile_rows(
                 }
             )
     return rows
+
+
+BLOCK_SWEEP = (128, 256, 512)  # block sizes (bq = bk) the compile sweep tries at one T
+
+
+def block_compile_rows(
+    n: int, t: int, d: int, dtype: str, causal: bool, blocks: tuple[int, ...] = BLOCK_SWEEP
+) -> list[dict]:
+    """The Mosaic compile of the forward kernel for TOPOLOGY at each block size (bq = bk) that
+    the tiling rule allows at T: one chip's compile-time memory (HBM bytes the compiler
+    reports: arguments, temporaries, peak; the kernel's generated code) beside the VMEM the
+    block specs ask for (forward_cost's model: XLA's memory_analysis carries no VMEM figure
+    for a Mosaic kernel). Compile-time evidence, nothing runs."""
+    rows = []
+    for block in blocks:
+        if t % block or tiling.block_problem("q and O", (t, d), (block, d), dtype) is not None:
+            continue
+        cfg = flash_attention.Config(block, block, causal)
+        report, has_call = flash_attention.compile_for_topology(
+            TOPOLOGY, (1, n, t, d), cfg, jnp.dtype(dtype), kernel=True
+        )
+        memory = report.memory
+        rows.append(
+            {
+                "block (bq = bk)": block,
+                "T": t,
+                "Mosaic kernel in HLO": "yes" if has_call else "no",
+                "HBM arguments (MiB), compiled": memory["argument_size_in_bytes"] / 2**20,
+                "HBM temporaries (MiB), compiled": memory["temp_size_in_bytes"] / 2**20,
+                "HBM peak (MiB), compiled": memory["peak_memory_in_bytes"] / 2**20,
+                "generated code (KiB), compiled": memory["generated_code_size_in_bytes"] / 2**10,
+                "VMEM (KiB), block-spec model": forward_cost(n, t, d, block, block, dtype, causal)[
+                    "VMEM (KiB)"
+                ],
+            }
+        )
+    return rows

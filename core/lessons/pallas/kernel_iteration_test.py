@@ -85,3 +85,17 @@ def test_compile_rows_kernel_memory_below_xla():
     assert xla["peak (MiB)"] >= 1024 * 1024 * 4 / 2**20 + xla["arguments (MiB)"]
     assert kernel["peak (MiB)"] < xla["peak (MiB)"]
     assert np.isfinite(kernel["model, at least (MiB)"])
+
+
+@pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
+def test_block_compile_rows_per_block_from_the_mosaic_compile():
+    n, t, d = 2, 1024, 128
+    rows = kernel_iteration.block_compile_rows(n, t, d, "bfloat16", True, blocks=(128, 512, 384))
+    assert [r["block (bq = bk)"] for r in rows] == [128, 512]  # 384 does not divide 1024
+    q_k_v = 3 * n * t * d * 2  # bf16 operands, a closed form
+    for row in rows:
+        assert row["Mosaic kernel in HLO"] == "yes"
+        assert row["HBM arguments (MiB), compiled"] * 2**20 == q_k_v
+        assert row["generated code (KiB), compiled"] > 0
+    # the block-spec VMEM model grows with the block (double-buffered q, k, v, O blocks)
+    assert rows[1]["VMEM (KiB), block-spec model"] > rows[0]["VMEM (KiB), block-spec model"]
