@@ -339,6 +339,20 @@ def _(
 ):
     # In the UI: True until "Train, crash, resume" has run on the current settings (changing
     # any of them re-runs this cell, as it re-runs training, with the button unpressed).
+    # Named in the body: marimo links a cell only to names its body uses, not its signature.
+    _settings = (
+        batch,
+        ckpt_every,
+        compute,
+        crash_at,
+        d_model,
+        files,
+        heads,
+        layers,
+        seed,
+        seq_len,
+        steps,
+    )
     untrained = lab.interactive() and not train_button.value
     return (untrained,)
 
