@@ -175,7 +175,6 @@ def _(
     clipped_S,
     learning_rates,
     norm_after_S,
-    norm_before_S,
     optax_S,
     optax_clipped_S,
     ours_S,
