@@ -126,7 +126,9 @@ def _(accelerator_type, kill_after, name, spot, steps, zone):
 
 @app.cell
 def _(job, run_button):
-    # `job` orders this cell after the launch guard: a refused job starts no subprocess.
+    # Reading `job` orders this cell after the launch guard (marimo links cells by the names a
+    # body reads): a refused job starts no subprocess.
+    assert job
     mo.stop(
         lab.interactive() and not run_button.value,
         mo.md("*Press **Run** to export and run the job here.*"),

@@ -17,9 +17,6 @@ import pytest
 
 from core import curriculum
 
-# Owned by other engineers, reported to them; strict, so the entry must go once fixed.
-KNOWN = {"stage_launch_jobs": "the export cell takes `job` without reading it (commit 8fdb14c)"}
-
 
 def _is_cell(node: ast.FunctionDef) -> bool:
     for decorator in node.decorator_list:
@@ -52,15 +49,6 @@ def test_the_scan_finds_an_unused_parameter():
 APPS = sorted(curriculum.APPS_DIR.glob("*.py"))
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(reason=KNOWN[p.stem], strict=True))
-        if p.stem in KNOWN
-        else p
-        for p in APPS
-    ],
-    ids=[p.stem for p in APPS],
-)
+@pytest.mark.parametrize("path", APPS, ids=[p.stem for p in APPS])
 def test_cell_parameters_are_read(path):
     assert unused_parameters(path.read_text()) == [], path.name

@@ -38,14 +38,13 @@ import os
 import pathlib
 import platform
 import sys
-import tempfile
 from collections.abc import Callable
 
 import jax
 import numpy as np
 import pydantic
 
-from core.documents import write_text_atomic
+from core.documents import write_bytes_atomic, write_text_atomic
 from core.post_training import model
 
 ENV_VAR = "JAX_LAB_CACHE_DIR"
@@ -188,19 +187,6 @@ def _unflatten(items: list[tuple[list, np.ndarray]]):
     return root
 
 
-def _write_bytes_atomic(path: pathlib.Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # --- load and store --------------------------------------------------------------------------
 
 
@@ -263,7 +249,7 @@ def store(kind: str, key: str, tree, spec: dict, env: dict, folder=None) -> path
     )
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_bytes_atomic(folder / f"{key}.npz", data)
+        write_bytes_atomic(folder / f"{key}.npz", data)
         write_text_atomic(folder / f"{key}.json", manifest.model_dump_json(indent=1))
     except OSError:
         return None
