@@ -63,6 +63,7 @@ SOURCES = (
     "core/post_training/lora.py",
     "core/post_training/rlhf.py",
     "core/lm/transformer.py",
+    "core/lm/precision.py",
     "core/lm/attention.py",
     "core/lm/tokenizer.py",
 )

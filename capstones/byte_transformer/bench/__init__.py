@@ -8,10 +8,11 @@
 1. the JAX train step (training.make_train_step, as ``train`` runs it): lower and compile
    time (``jit(...).lower(state, batch)`` then ``.compile()``, timed separately), then the
    steady-state step time, and where its op time goes (a 2-step profiler trace, by
-   category; the profiler slows ops by 25-60% on XLA:CPU, so its shares are read, not its
-   milliseconds); also "JAX dense attention": the same step with the dense attention core
-   (DENSE_ATTENTION_CHANGES), the program before the causal blocked core, timed in the
-   same rounds: the before/after of that change on this machine;
+   category; the profiler slows the traced steps, by how much the printout says from this
+   run's own figures, so its shares are read, not its milliseconds); also "JAX dense
+   attention": the same step with the dense attention core (DENSE_ATTENTION_CHANGES), the
+   program before the causal blocked core, timed in the same rounds: the before/after of that
+   change on this machine;
 2. the PyTorch twin (torch_twin.py: the same model, loss, dropout placement, clipping and
    AdamW) eager and under ``torch.compile`` (its first step, which compiles, is reported
    apart) on the same batch, ``torch.set_num_threads(os.cpu_count())``;
