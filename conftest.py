@@ -52,8 +52,9 @@ if "PYTEST_XDIST_WORKER" not in os.environ and _WEIGHTS_CACHE_ENV not in os.envi
 
 
 def pytest_report_header(config):
-    weights = f"trained-weights cache: {os.environ.get(_WEIGHTS_CACHE_ENV)} (this session's)"
-    return [_CACHE_STATUS, weights] if _SESSION_WEIGHTS_CACHE else [_CACHE_STATUS]
+    # xdist workers inherit both decisions and report neither (None: no header line).
+    weights = _SESSION_WEIGHTS_CACHE and f"trained-weights cache: {_SESSION_WEIGHTS_CACHE}"
+    return [line for line in (_CACHE_STATUS, weights) if line]
 
 
 def pytest_unconfigure(config):
