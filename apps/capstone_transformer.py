@@ -323,36 +323,11 @@ def _():
 
 
 @app.cell
-def _(
-    batch,
-    ckpt_every,
-    compute,
-    crash_at,
-    d_model,
-    files,
-    heads,
-    layers,
-    seed,
-    seq_len,
-    steps,
-    train_button,
-):
-    # In the UI: True until "Train, crash, resume" has run on the current settings (changing
-    # any of them re-runs this cell, as it re-runs training, with the button unpressed).
-    # Named in the body: marimo links a cell only to names its body uses, not its signature.
-    _settings = (
-        batch,
-        ckpt_every,
-        compute,
-        crash_at,
-        d_model,
-        files,
-        heads,
-        layers,
-        seed,
-        seq_len,
-        steps,
-    )
+def _(config, train_button):
+    # In the UI: True until "Train, crash, resume" has run on the current settings. `config`
+    # is built from every training control, so changing any of them re-runs this cell (as it
+    # re-runs training) with the button unpressed; marimo links cells by the names a body reads.
+    assert config is not None
     untrained = lab.interactive() and not train_button.value
     return (untrained,)
 
