@@ -163,13 +163,13 @@ def _(beta, heldout_pairs, policy, reference):
             params, task.MODEL, getattr(_p, f"tokens_{side}_BT"), getattr(_p, f"weights_{side}_BT")
         )
 
-    _ref_loss, _ref_margins = losses.dpo_reference(
+    _f64_logprobs = (
         _f64(policy, "w"),
         _f64(policy, "l"),
         _f64(reference, "w"),
         _f64(reference, "l"),
-        beta.value,
     )
+    _ref_loss, _ref_margins = losses.dpo_reference(*_f64_logprobs, beta.value)
     heldout_accuracy = float(np.mean(np.asarray(_margins) > 0))
     check = lab.Check(
         f"held-out DPO loss {float(_loss):.4f} and implicit reward margins (float32) vs NumPy "
@@ -177,7 +177,8 @@ def _(beta, heldout_pairs, policy, reference):
         f"{heldout_accuracy:.0%} of held-out pairs",
         {
             "DPO loss": numerics.scaled_max_error(float(_loss), _ref_loss),
-            "margins": numerics.scaled_max_error(_margins, _ref_margins),
+            # relative to beta x the log-probabilities a margin is the difference of
+            "margins": dpo.margin_error(_margins, _ref_margins, _f64_logprobs, beta.value),
         },
         numerics.tolerance("float32"),
     )

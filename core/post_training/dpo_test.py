@@ -58,3 +58,26 @@ def test_dpo_raises_the_true_reward_over_seeds(seed):
     after = report.policy_report(policy, reference, heldout, key)["true reward"]
     assert after - before >= dpo.REWARD_GAIN
     assert history["margin"][-20:].mean() > 0
+
+
+def test_margin_error_follows_the_log_probabilities_a_margin_is_made_of():
+    """Correct float32 margins of big, nearly cancelling log-probs pass; a wrong formula fails.
+
+    Four terms of ~20 nats rounded to float32 (as the policy's forward pass leaves them): the
+    margin's error is ~beta * 4 * eps32 * 20 whatever the margin's size, so judging it on the
+    margin (scaled_max_error) fails correct code, judging it on beta * |log-prob| does not.
+    """
+    rng = np.random.default_rng(0)
+    terms64 = tuple(-20.0 + 0.2 * rng.standard_normal(256) for _ in range(4))
+    rounded = (np.float32(t * (1 + 3e-7 * rng.standard_normal(256))) for t in terms64)
+    chosen, rejected, ref_chosen, ref_rejected = rounded
+    beta = 1.0
+    margins32 = beta * ((chosen - ref_chosen) - (rejected - ref_rejected))
+    _, reference = losses.dpo_reference(*terms64, beta)
+    tolerance = numerics.tolerance("float32")
+    assert numerics.scaled_max_error(margins32, reference) > tolerance  # the old measure
+    assert dpo.margin_error(margins32, reference, terms64, beta) <= tolerance
+    no_reference_terms = beta * (chosen - rejected)  # a planted DPO without the reference log-probs
+    assert dpo.margin_error(no_reference_terms, reference, terms64, beta) > 100 * tolerance
+    halved = margins32 / 2  # a planted factor (beta applied twice at beta = 0.5, say)
+    assert dpo.margin_error(halved, reference, terms64, beta) > 100 * tolerance
