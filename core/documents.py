@@ -10,6 +10,7 @@ Schema for the documented file formats.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import pathlib
 import tempfile
@@ -106,6 +107,19 @@ def _where(location: tuple) -> str:
     for part in location:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON document in the file at ``path`` (ValueError "<path> is not JSON: ...")."""
+    try:
+        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+
+
+def load(path: str | os.PathLike, model: type[pydantic.BaseModel], what: str) -> dict:
+    """The document in the file at ``path``, validated by ``model`` (see read_json, validate)."""
+    return validate(model, read_json(path), what)
 
 
 def validate(model: type[pydantic.BaseModel], document: Any, what: str) -> dict:

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pydantic
 import pytest
@@ -88,3 +89,18 @@ def test_write_bytes_atomic_writes_the_bytes_and_leaves_nothing_on_failure(tmp_p
         documents.write_bytes_atomic(path, b"half")
     assert path.read_bytes() == text.encode("utf-8")
     assert sorted(p.name for p in path.parent.iterdir()) == ["weights.npz"]
+
+
+def test_load_reads_validates_and_names_a_file_that_is_not_json(tmp_path):
+    class Tiny(documents.Document):
+        n: int
+
+    good, broken, wrong = tmp_path / "good.json", tmp_path / "broken.json", tmp_path / "w.json"
+    good.write_text('{"n": 3}', encoding="utf-8")
+    broken.write_text('{"n": ', encoding="utf-8")
+    wrong.write_text('{"n": "three"}', encoding="utf-8")
+    assert documents.load(good, Tiny, "tiny document") == {"n": 3}
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(broken))} is not JSON: "):
+        documents.read_json(broken)
+    with pytest.raises(ValueError, match="tiny document field 'n'"):
+        documents.load(wrong, Tiny, "tiny document")

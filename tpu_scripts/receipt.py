@@ -205,11 +205,7 @@ def write_json_atomic(path: str | os.PathLike, receipt: dict) -> pathlib.Path:
 
 def read_json(path: str | os.PathLike) -> dict:
     """A saved receipt, validated (ValueError names the problem)."""
-    try:
-        document = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    return validate(document)
+    return validate(documents.read_json(path))
 
 
 def summary_lines(receipt: dict) -> list[str]:

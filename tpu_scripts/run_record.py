@@ -77,11 +77,7 @@ def now_utc() -> str:
 
 def load_record(path: pathlib.Path) -> dict:
     """A run.json, validated (ValueError naming the bad field)."""
-    try:
-        doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    return documents.validate(RunRecord, doc, "course run record")
+    return documents.load(path, RunRecord, "course run record")
 
 
 def save_record(path: pathlib.Path, record: dict) -> None:

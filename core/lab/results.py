@@ -388,11 +388,7 @@ def finish(outputs=(), error: str | None = None) -> dict | None:
 
 def load(path: pathlib.Path) -> dict:
     """A results.json, verified against the schema (ValueError naming the bad field)."""
-    try:
-        doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON: {error}") from None
-    return documents.validate(LessonResults, doc, "lesson results document")
+    return documents.load(path, LessonResults, "lesson results document")
 
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

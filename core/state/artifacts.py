@@ -21,7 +21,7 @@ import json
 import os
 import pathlib
 
-from core import curriculum
+from core import curriculum, documents
 
 SCHEMA = "jax-tpu-lab artifact"
 VERSION = 1
@@ -122,10 +122,7 @@ def load_verified(json_path: str | os.PathLike) -> dict:
     json_path = pathlib.Path(json_path)
     if not json_path.is_file():
         raise ValueError(f"no artifact file at {json_path}")
-    try:
-        document = json.loads(json_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{json_path} is not JSON: {exc}") from None
+    document = documents.read_json(json_path)
     sidecar = hash_path(json_path)
     if not sidecar.is_file():
         raise ValueError(f"{json_path} has no hash file {sidecar.name}: it cannot be verified")
