@@ -1,11 +1,12 @@
 """Serve exported prefill/decode endpoints over HTTP on 127.0.0.1: the capstone's wiring of
-the model service (the service package) to its exported artifacts and to its command line.
+the course's model service (core.serving.byte_lm) to its exported artifacts and to its command line.
 
     python -m capstones.byte_transformer serve artifacts=ART [port=8000 host=127.0.0.1]
 
 The artifacts (export.py writes them, artifact_files.py reads them back) are verified
 (sha256, schema, platform, signatures) by this module's Engine before they are served; the
-endpoints, their validation and the server's behaviour are described in service/__init__.py.
+endpoints, their validation and the server's behaviour are described in
+core/serving/byte_lm/__init__.py (the course's model service).
 """
 
 import socket
@@ -13,10 +14,10 @@ import sys
 import threading
 
 from capstones.byte_transformer import args, artifact_files
-from capstones.byte_transformer.service import app as service_app
-from capstones.byte_transformer.service import engine as service_engine
-from capstones.byte_transformer.service.app import LOCAL_HOSTS, Server, check_host
-from capstones.byte_transformer.service.engine import MAX_SESSIONS
+from core.serving.byte_lm import app as service_app
+from core.serving.byte_lm import engine as service_engine
+from core.serving.byte_lm.app import LOCAL_HOSTS, Server, check_host
+from core.serving.byte_lm.engine import MAX_SESSIONS
 
 TITLE = "byte_transformer serve"
 DESCRIPTION = "Exported prefill/decode endpoints of the byte-level Transformer capstone."
@@ -69,7 +70,7 @@ def make_server(
 ) -> Server:
     """A bound (not yet serving, not yet loaded) server; call server.engine.load()."""
     check_host(host, allow_remote)
-    log = log or service_app._stderr
+    log = log or service_app.stderr_log
     engine = Engine(artifacts_dir, max_sessions)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)

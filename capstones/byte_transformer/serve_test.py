@@ -19,9 +19,9 @@ from schemathesis.specs.openapi import checks as openapi_checks
 
 from capstones.byte_transformer import artifact_files, cli, export, kv_cache, serve
 from capstones.byte_transformer import config as config_lib
-from capstones.byte_transformer.service import app as service_app
-from capstones.byte_transformer.service import models as service_models
 from core.lm import tokenizer, transformer
+from core.serving.byte_lm import app as service_app
+from core.serving.byte_lm import models as service_models
 
 TINY = config_lib.Config(
     d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,

@@ -1,13 +1,13 @@
-"""The model service: a byte LM's prefill/decode endpoints over HTTP (FastAPI + uvicorn), with
-nothing of the capstone's run directory in it (serve.py wires it to the exported artifacts
-and the command line; the course's other services can import it as it is).
+"""The byte LM service: a byte LM's prefill/decode endpoints over HTTP (FastAPI + uvicorn) on the
+course's service kit (core.serving.http), with nothing of the capstone's run directory in it
+(capstones/byte_transformer/serve.py wires it to the exported artifacts and the command line).
 
-models.py holds the request and response models and their validation messages; engine.py
-the sampler and the Engine (sessions and the generation logic over the artifacts a subclass
-opens); app.py the ASGI app factory (routes, request ids, body limits, the access log, the
-OpenAPI document) and the uvicorn Server. The artifacts are verified and warmed (one prefill
-+ decode per precision, which compiles them) in a background thread while the server already
-answers /healthz.
+models.py holds the request and response models and the LM's own validation messages;
+engine.py the sampler and the Engine (sessions and the generation logic over the artifacts a
+subclass opens); app.py the routes on core.serving.http.service_app (request ids, body limits,
+the access log, the OpenAPI document, JSON errors) and the uvicorn Server. The artifacts are
+verified and warmed (one prefill + decode per precision, which compiles them) in a background
+thread while the server already answers /healthz.
 
 Every request body is validated by a pydantic model with ``strict=True`` (``false`` is not a
 number, ``"4"`` is not an integer, unknown keys are refused) whose bounds come from the

@@ -1,25 +1,17 @@
-"""The service's engine: the sampler, and the Engine holding the artifacts' endpoints, the
-sessions and the generation logic (a subclass opens the artifacts); RequestError is what it
-refuses a request with."""
+"""The byte LM service's engine: the sampler, and the Engine holding the artifacts' endpoints,
+the sessions and the generation logic (a subclass opens the artifacts); RequestError (from
+core.serving.http) is what it refuses a request with."""
 
 import collections
 import secrets
-import threading
 
 import numpy as np
 
-from capstones.byte_transformer.service.models import TOP_K
 from core.lm import tokenizer
+from core.serving.byte_lm.models import TOP_K
+from core.serving.http import RequestError, ServiceEngine
 
 MAX_SESSIONS = 64
-
-
-class RequestError(Exception):
-    """A request the server refuses: HTTP ``status`` and a message for the client."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 # --- sampling -------------------------------------------------------------------------------
@@ -60,7 +52,7 @@ def _top_logits(logits_V: np.ndarray) -> list[dict]:
 # --- the engine: artifacts + sessions -------------------------------------------------------
 
 
-class Engine:
+class Engine(ServiceEngine):
     """The model's endpoints, the sessions and one lock (the model runs one request at a time).
 
     A subclass says where the model comes from: ``open()`` returns verified artifacts (an
@@ -72,37 +64,19 @@ class Engine:
     def __init__(self, max_sessions: int = MAX_SESSIONS):
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+        super().__init__()
         self.max_sessions = max_sessions
-        self.contract: dict | None = None
-        self.artifacts = None
-        self.error: str | None = None
-        self.ready = threading.Event()
-        self.lock = threading.Lock()
         self.sessions: collections.OrderedDict[str, dict] = collections.OrderedDict()
 
-    def open(self):
-        """The verified artifacts (batch 1) the engine serves; a subclass says from where."""
-        raise NotImplementedError
-
-    def load(self) -> None:
-        """Open (verify, deserialize) and warm (compile) every endpoint; sets ``ready``. On a
-        failure (the exception names the problem) records it in ``error`` and raises."""
-        try:
-            artifacts = self.open()
-            for precision in artifacts.precisions:
-                tokens = np.zeros((1, artifacts.shapes["prefill_len"]), np.int32)
-                logits, cache = artifacts.prefill(precision, tokens, np.ones((1,), np.int32))
-                artifacts.decode(precision, np.zeros((1,), np.int32), cache)[0].block_until_ready()
-        except Exception as exc:  # ArtifactError, or a failure while warming up
-            self.error = f"{type(exc).__name__}: {exc}"
-            raise
-        self.artifacts = artifacts
-        self.ready.set()
+    def warm(self, artifacts) -> None:
+        """One prefill + decode per precision (compiles them)."""
+        for precision in artifacts.precisions:
+            tokens = np.zeros((1, artifacts.shapes["prefill_len"]), np.int32)
+            logits, cache = artifacts.prefill(precision, tokens, np.ones((1,), np.int32))
+            artifacts.decode(precision, np.zeros((1,), np.int32), cache)[0].block_until_ready()
 
     def _artifacts(self):
-        if not self.ready.is_set():
-            raise RequestError(self.error or "not ready: artifacts are still loading", 503)
-        return self.artifacts
+        return self.require_ready()
 
     def readiness(self) -> dict:
         a = self._artifacts()

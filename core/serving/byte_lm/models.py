@@ -1,5 +1,5 @@
-"""The service's request and response models (strict pydantic, bounded by the exported shapes)
-and the one-message description of a request's validation errors."""
+"""The byte LM service's request and response models (strict pydantic, bounded by the exported
+shapes) and its wording of the validation errors only it knows (lm_wording)."""
 
 from typing import Annotated, Literal
 
@@ -7,6 +7,7 @@ import pydantic
 import pydantic_core
 
 from core.lm import tokenizer
+from core.serving.http import Strict, short
 
 TOP_K = 5
 MAX_TEMPERATURE = 100.0
@@ -18,12 +19,6 @@ Token = Annotated[int, pydantic.Field(ge=0, le=tokenizer.VOCAB_SIZE - 1)]
 
 
 # --- request and response models ------------------------------------------------------------
-
-
-class Strict(pydantic.BaseModel):
-    """No coercion (``false`` is not a number, ``"4"`` not an integer); unknown keys refused."""
-
-    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
 
 
 def _may_be_left_out(schema: dict) -> None:
@@ -123,10 +118,6 @@ def request_models(prefill_len: int | None, capacity: int | None) -> dict[str, t
     return {"/prefill": PrefillRequest, "/decode": DecodeRequest, "/generate": GenerateRequest}
 
 
-class Health(pydantic.BaseModel):
-    status: Literal["alive"]
-
-
 class Ready(pydantic.BaseModel):
     status: Literal["ready"]
     precisions: list[Precision]
@@ -157,68 +148,21 @@ class Generated(pydantic.BaseModel):
     prompt_length: Annotated[int, pydantic.Field(ge=1)]
 
 
-class ErrorBody(pydantic.BaseModel):
-    error: str
-
-
-_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer"}
-
-
-def _json_type(value) -> str:
-    return _JSON_TYPES.get(type(value), "number" if isinstance(value, float) else "null")
-
-
-def short(value) -> str:
-    """``repr(value)``, cut to 60 characters for a message."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
-def describe_errors(errors, model: type[pydantic.BaseModel] | None) -> str:
-    """One message for a request's validation errors (FastAPI's list), in the words of the
-    fields' descriptions: unknown keys, missing keys, then each wrong value."""
-    unknown, missing, wrong = [], [], []
-    fields = model.model_fields if model is not None else {}
-    for error in errors:
-        kind, loc, value = error["type"], [str(x) for x in error["loc"][1:]], error.get("input")
-        if kind == "json_invalid":
-            wrong.append(f"body is not valid JSON: {error['ctx']['error']} (at character {loc[0]})")
-        elif kind == "extra_forbidden":
-            unknown.append(loc[-1])
-        elif kind == "missing" and loc:
-            missing.append(loc[-1])
-        elif not loc:  # the body as a whole
-            if kind == "prompt_source":
-                wrong.append(error["msg"])
-            elif kind == "missing":
-                wrong.append("body must be a JSON object, got an empty body")
-            else:
-                wrong.append(f"body must be a JSON object, got {_json_type(value)}")
-        elif loc[0] in ("prompt", "tokens") and kind in ("too_short", "string_too_short"):
-            wrong.append("the prompt must hold at least one byte")
-        elif loc[0] in ("prompt", "tokens") and kind in ("too_long", "string_too_long"):
-            unit = "characters" if loc[0] == "prompt" else "tokens"
-            most = error["ctx"]["max_length"]
-            wrong.append(f"prompt has {len(value)} {unit}; at most prefill_len={most}")
-        elif kind == "string_unicode":  # JSON allows lone surrogates ("\ud800")
-            wrong.append(
-                f"{loc[0]} must be valid Unicode text (a lone surrogate has no UTF-8 bytes), "
-                f"got {short(value)}"
-            )
-        elif loc[0] == "tokens" and len(loc) == 2:
-            top = tokenizer.VOCAB_SIZE - 1
-            wrong.append(f"each token must be an integer in [0, {top}], got {short(value)}")
-        elif loc[0] == "session" and kind == "string_pattern_mismatch":
-            wrong.append(
-                f"unknown session {short(value)} (/prefill returns 32 lowercase hex digits)"
-            )
-        elif loc[0] in fields and fields[loc[0]].description:
-            wrong.append(f"{loc[0]} must be {fields[loc[0]].description}, got {short(value)}")
-        else:
-            wrong.append(f"{'.'.join(loc)}: {error['msg']}, got {short(value)}")
-    parts = []
-    if unknown:
-        parts.append(f"unknown keys {sorted(unknown)}; allowed: {sorted(fields)}")
-    if missing:
-        parts.append(f"missing keys {sorted(missing)}")
-    return "; ".join(parts + wrong) or "invalid request"
+def lm_wording(kind: str, loc: list[str], value, error: dict) -> str | None:
+    """The byte LM's own wording of a validation error (core.serving.http.describe_errors
+    words the rest): the prompt's source and length, token values, session ids."""
+    if not loc and kind == "prompt_source":
+        return error["msg"]
+    if not loc:
+        return None
+    if loc[0] in ("prompt", "tokens") and kind in ("too_short", "string_too_short"):
+        return "the prompt must hold at least one byte"
+    if loc[0] in ("prompt", "tokens") and kind in ("too_long", "string_too_long"):
+        unit = "characters" if loc[0] == "prompt" else "tokens"
+        return f"prompt has {len(value)} {unit}; at most prefill_len={error['ctx']['max_length']}"
+    if loc[0] == "tokens" and len(loc) == 2 and kind != "string_unicode":
+        top = tokenizer.VOCAB_SIZE - 1
+        return f"each token must be an integer in [0, {top}], got {short(value)}"
+    if loc[0] == "session" and kind == "string_pattern_mismatch":
+        return f"unknown session {short(value)} (/prefill returns 32 lowercase hex digits)"
+    return None
