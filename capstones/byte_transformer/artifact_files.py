@@ -16,7 +16,6 @@ can rewrite the manifest).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import pathlib
 import time
@@ -27,6 +26,33 @@ import numpy as np
 
 from capstones.byte_transformer import documents, kv_cache
 
+# The format-agnostic pieces (errors, hashes, file checks, leaves, bfloat16's stored bits)
+# are the course's (core.serving.artifacts, shared with core.serving.predict); their names
+# stay importable from here.
+from core.serving.artifacts import (  # noqa: F401 (re-exported)
+    BIT_VIEWS,
+    ArtifactError,
+    ChecksumError,
+    InputMismatchError,
+    InputOutOfRangeError,
+    ManifestSchemaError,
+    MissingArtifactError,
+    SignatureMismatchError,
+    UnsupportedPlatformError,
+    WeightsMismatchError,
+    aval_list,
+    check_file,
+    check_manifest_digest,
+    from_stored,
+    leaf_diff,
+    load_npz_weights,
+    manifest_digest,
+    named_leaves,
+    plain_name_problem,
+    sha256_bytes,
+    storable,
+)
+
 FORMAT = documents.EXPORT_FORMAT
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -34,95 +60,11 @@ WEIGHTS = "weights.npz"
 SUFFIX = ".jax_exported"
 KINDS = ("prefill", "decode")
 ENDPOINTS = tuple(f"{kind}_{p}" for p in kv_cache.PRECISIONS for kind in KINDS)
-# dtypes numpy cannot store in .npz without pickle: saved as their raw bits
-BIT_VIEWS = {"bfloat16": np.uint16}
+_check_file = check_file
+_leaf_diff = leaf_diff
 
 
-# --- errors -------------------------------------------------------------------------------
-
-
-class ArtifactError(ValueError):
-    """Exported artifacts that cannot be trusted or used; the message names the problem."""
-
-
-class MissingArtifactError(ArtifactError):
-    """The manifest or a file it lists is not there."""
-
-
-class ManifestSchemaError(ArtifactError):
-    """manifest.json is not valid JSON, lacks keys, or has values of the wrong type."""
-
-
-class ChecksumError(ArtifactError):
-    """A file (or the manifest itself) differs from the size/sha256 the manifest records."""
-
-
-class SignatureMismatchError(ArtifactError):
-    """A deserialized artifact's inputs/outputs/platforms differ from the manifest's."""
-
-
-class UnsupportedPlatformError(ArtifactError):
-    """The artifacts were built for platforms other than the one this process runs."""
-
-
-class WeightsMismatchError(ArtifactError):
-    """weights.npz does not hold the leaves (names, shapes, dtypes) the manifest lists."""
-
-
-class InputMismatchError(ArtifactError):
-    """A call's inputs differ from the shapes/dtypes the endpoint was exported for."""
-
-
-class InputOutOfRangeError(InputMismatchError):
-    """A call's inputs have the right shapes and dtypes but values outside the contract
-    (token ids outside the vocabulary, prompt lengths outside [1, P], a cache position
-    outside the capacity): inside the compiled program they would be clipped silently."""
-
-
-# --- the format's pieces ---------------------------------------------------------------
-
-
-def named_leaves(names, tree) -> list[dict]:
-    """[{"name", "shape", "dtype"}] of a tuple of arguments, in jax's flattening order."""
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(tree))[0]:
-        top = names[path[0].idx]
-        rest = "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path[1:])
-        out.append(
-            {
-                "name": f"{top}/{rest}" if rest else top,
-                "shape": [int(d) for d in leaf.shape],
-                "dtype": jnp.dtype(leaf.dtype).name,
-            }
-        )
-    return out
-
-
-def aval_list(avals) -> list[tuple[list[int], str]]:
-    return [([int(d) for d in a.shape], jnp.dtype(a.dtype).name) for a in avals]
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def storable(array) -> np.ndarray:
-    array = np.asarray(array)
-    view = BIT_VIEWS.get(array.dtype.name)
-    return array.view(view) if view is not None else array
-
-
-def from_stored(array: np.ndarray, dtype: str) -> np.ndarray:
-    return array.view(jnp.dtype(dtype)) if dtype in BIT_VIEWS else array
-
-
-def manifest_digest(manifest: dict) -> str:
-    """sha256 of the manifest's canonical JSON without its own manifest_sha256 key."""
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-# --- loading and verifying ------------------------------------------------------------------
+# --- the format's schema ------------------------------------------------------------------
 
 
 def schema_problems(manifest) -> list[str]:
@@ -150,38 +92,13 @@ def schema_problems(manifest) -> list[str]:
                 f"artifacts.{name} has kind/precision {entry['kind']}/{entry['precision']}"
             )
     for entry in [manifest["weights"], *manifest["artifacts"].values()]:
-        name = entry["file"]
-        if pathlib.Path(name).name != name or name in ("", ".", ".."):
-            problems.append(f"file {name!r} must be a plain file name inside the directory")
+        problem = plain_name_problem(entry["file"])
+        if problem is not None:
+            problems.append(problem)
     return problems
 
 
-def _check_file(directory: pathlib.Path, entry: dict, what: str) -> bytes:
-    path = directory / entry["file"]
-    if not path.is_file():
-        raise MissingArtifactError(f"{what}: file {path} listed in the manifest is missing")
-    data = path.read_bytes()
-    if len(data) != entry["bytes"]:
-        raise ChecksumError(
-            f"{what}: {path.name} has {len(data)} bytes, the manifest says {entry['bytes']} "
-            "(truncated or replaced)"
-        )
-    digest = sha256_bytes(data)
-    if digest != entry["sha256"]:
-        raise ChecksumError(
-            f"{what}: sha256 of {path.name} is {digest[:16]}..., the manifest says "
-            f"{entry['sha256'][:16]}... (the file was modified or the manifest is wrong)"
-        )
-    return data
-
-
-def _leaf_diff(expected: list[tuple], found: list[tuple], names: list[str]) -> str:
-    if len(expected) != len(found):
-        return f"{len(found)} leaves, manifest lists {len(expected)}"
-    for name, e, f in zip(names, expected, found, strict=True):
-        if e != f:
-            return f"{name}: manifest says {e[1]}{e[0]}, artifact has {f[1]}{f[0]}"
-    return ""
+# --- loading and verifying ------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -296,12 +213,7 @@ def read_manifest(directory) -> dict:
     problems = schema_problems(manifest)
     if problems:
         raise ManifestSchemaError(f"{path}: " + "; ".join(problems))
-    digest = manifest_digest(manifest)
-    if digest != manifest["manifest_sha256"]:
-        raise ChecksumError(
-            f"{path}: content hash {digest[:16]}... != recorded manifest_sha256 "
-            f"{manifest['manifest_sha256'][:16]}... (the manifest was edited)"
-        )
+    check_manifest_digest(path, manifest)
     return manifest
 
 
@@ -364,26 +276,5 @@ def load_artifacts(directory, expected_platform: str | None = None) -> Artifacts
 
 
 def _load_weights(data: bytes, leaves: list[dict]) -> dict:
-    import io
-
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            stored = {name: archive[name] for name in archive.files}
-    except (ValueError, OSError) as exc:
-        raise WeightsMismatchError(f"{WEIGHTS} cannot be read without pickle: {exc}") from None
-    listed = {x["name"]: x for x in leaves}
-    if set(stored) != set(listed):
-        raise WeightsMismatchError(
-            f"{WEIGHTS} holds {sorted(set(stored) - set(listed))} not in the manifest and lacks "
-            f"{sorted(set(listed) - set(stored))}"
-        )
-    weights = {}
-    for name, spec in listed.items():
-        array = from_stored(stored[name], spec["dtype"])
-        if list(array.shape) != spec["shape"] or array.dtype.name != spec["dtype"]:
-            raise WeightsMismatchError(
-                f"{WEIGHTS}: {name} is {array.dtype.name}{list(array.shape)}, the manifest says "
-                f"{spec['dtype']}{spec['shape']}"
-            )
-        weights[name] = jnp.asarray(array)
-    return weights
+    """{name: jax.Array} of weights.npz's bytes (core.serving.artifacts.load_npz_weights)."""
+    return {n: jnp.asarray(a) for n, a in load_npz_weights(data, leaves, WEIGHTS).items()}

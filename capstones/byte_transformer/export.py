@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import datetime
 import pathlib
-import platform as platform_lib
 import sys
 import time
 
@@ -67,6 +66,8 @@ from capstones.byte_transformer.artifact_files import (
     storable,
 )
 from core.documents import write_bytes_atomic
+from core.serving.artifacts import npz_bytes as _npz_bytes
+from core.serving.artifacts import versions  # noqa: F401 (the export module's name for it)
 
 # --- weights as a flat {name: array} dict -------------------------------------------------
 
@@ -135,20 +136,6 @@ def input_specs(model, precision: str, batch: int, prefill_len: int, capacity: i
 
 
 # --- writing ------------------------------------------------------------------------------
-
-
-def versions() -> dict:
-    import flax
-    import jaxlib
-
-    return {
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "flax": flax.__version__,
-        "numpy": np.__version__,
-        "python": platform_lib.python_version(),
-        "calling_convention_version": jax.export.maximum_supported_calling_convention_version,
-    }
 
 
 def export_artifacts(
@@ -224,14 +211,6 @@ def export_artifacts(
     manifest["manifest_sha256"] = manifest_digest(manifest)
     documents.write(out / MANIFEST, documents.ExportManifest, manifest)
     return {**manifest, "timings": timings}
-
-
-def _npz_bytes(arrays: dict) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
 
 
 # --- reproducing outputs in another process --------------------------------------------------
