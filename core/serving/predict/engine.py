@@ -103,6 +103,7 @@ class PredictEngine(ServiceEngine):
                 "max_wait_ms": self.max_wait_s * 1000 if self.batcher is not None else 0.0,
                 "batches": self.model_calls,
                 "rows": self.rows,
+                "queue_depth": self.batcher.queue_depth if self.batcher is not None else 0,
             },
         }
 
@@ -114,8 +115,11 @@ class PredictEngine(ServiceEngine):
         except InputMismatchError as exc:
             raise RequestError(str(exc)) from None
         if self.batcher is not None and x.shape[0] <= self.max_batch:
-            futures = [self.batcher.submit(row) for row in x]
-            probabilities = np.stack([np.asarray(f.result()) for f in futures])
+            try:
+                futures = [self.batcher.submit(row) for row in x]
+                probabilities = np.stack([np.asarray(f.result(timeout=60)) for f in futures])
+            except RuntimeError as exc:  # BatcherClosed, QueueFull: the service sheds it
+                raise RequestError(f"not serving now: {exc}", 503) from None
             # predict_fn's labels are the argmax of these same probabilities
             return probabilities.argmax(axis=-1).astype(np.int32), probabilities
         with self.lock:

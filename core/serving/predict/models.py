@@ -157,6 +157,7 @@ class Batching(pydantic.BaseModel):
     max_wait_ms: float
     batches: int
     rows: int
+    queue_depth: int
 
 
 class Ready(pydantic.BaseModel):
