@@ -10,14 +10,14 @@ service kit (core.serving.http).
     python -m core.serving.predict predict --artifacts DIR --inputs X.npy --out Y.npz
 
 export trains a 64-64-10 MLP (core.nn.mlp) on the digits (core.data.digits) and writes DIR
-(export.py): weights.npz, predict.jax_exported and manifest.json (models.ArtifactManifest).
+(export.py): weights.npz, predict.jax_exported and manifest.json (manifest.ArtifactManifest).
 serve verifies and warms it in a background thread (one compile per bucket size: a batch is
 padded to the next power of two, up to the artifact's max_batch) while /healthz already
 answers; with --max-batch > 1 and --max-wait-ms > 0, the rows of concurrent requests are run
 together (core.serving.batching.MicroBatcher). predict runs a .npy file through the artifact in
 this process (the fresh-process reload check). A bad flag: a usage message, exit status 2.
 
-modules: models.py (the manifest schema, the request/response models, their wording),
+modules: manifest.py (the manifest's schema), models.py (the request/response models),
 export.py (train, export, write, verify + load, the contract check), engine.py (PredictEngine:
 open verifies + deserializes, warm runs every bucket, predict), app.py (the routes, make_server,
 ``start``: a server on a free loopback port in a thread, for tests and lessons).

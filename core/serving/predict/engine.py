@@ -62,7 +62,8 @@ class PredictEngine(ServiceEngine):
     def warm(self, artifacts: export.Artifacts) -> None:
         """One call at every bucket size (compiles each), then the batcher if batching."""
         for size in artifacts.buckets:
-            artifacts.run(np.zeros((size, artifacts.contract["features"]), np.float32))
+            features = artifacts.contract["features"]
+            artifacts.run(np.zeros((size, features), artifacts.input_dtype))
         batcher = micro_batcher_class()
         if batcher is not None and self.max_batch > 1 and self.max_wait_s > 0:
             self.batcher = batcher(
@@ -72,7 +73,7 @@ class PredictEngine(ServiceEngine):
     def _run_probabilities(self, artifacts):
         def run_batch(x_BF: np.ndarray) -> np.ndarray:
             self._count(x_BF.shape[0])
-            return artifacts.run(np.asarray(x_BF, np.float32))[1]
+            return artifacts.run(np.asarray(x_BF, artifacts.input_dtype))[1]
 
         return run_batch
 
@@ -129,7 +130,8 @@ class PredictEngine(ServiceEngine):
     def predict(self, request) -> dict:
         """The /predict response of a PredictRequest (already validated by the model)."""
         a = self.require_ready()
-        labels, probabilities = self.predict_array(np.asarray(request.inputs, np.float32))
+        x = np.asarray(request.inputs, np.float64).astype(a.input_dtype)  # JSON numbers
+        labels, probabilities = self.predict_array(x)
         return {
             "labels": [int(v) for v in labels],
             "probabilities": probabilities.astype(float).tolist(),

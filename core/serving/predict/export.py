@@ -2,9 +2,10 @@
 dimension, write the directory, and read it back only after verifying every byte.
 
     weights.npz          the MLP's parameters (np.savez; read with allow_pickle=False)
-    predict.jax_exported Exported.serialize() of (weights, x_BF float32[b, 64])
+    predict.jax_exported Exported.serialize() of (weights, x_BF D[b, 64])
                          -> (labels_B int32[b], probabilities_BC float32[b, 10])
-    manifest.json        models.ArtifactManifest: format/version, model_version, the contract
+                         (D, the weights' and inputs' dtype: float32, or bfloat16)
+    manifest.json        manifest.ArtifactManifest: format/version, model_version, the contract
                          (features, classes, value range, max_batch, "b"), each file's size and
                          sha256, the exported inputs/outputs with "b", platforms, calling
                          convention version, library versions, created, manifest_sha256
@@ -44,7 +45,7 @@ from core.serving.artifacts import (
     UnsupportedPlatformError,
     WeightsMismatchError,
 )
-from core.serving.predict.models import BATCH_DIM, FORMAT, FORMAT_VERSION, ArtifactManifest
+from core.serving.predict.manifest import BATCH_DIM, FORMAT, FORMAT_VERSION, ArtifactManifest
 
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.npz"
@@ -74,14 +75,15 @@ __all__ = [
 
 def predict_fn(weights: dict, x_BF):
     """(labels_B int32, probabilities_BC float32) of raw pixel rows x_BF in [0, 16]: the MLP
-    on x / 16 (ReLU hidden layers), softmax, and the argmax of those probabilities."""
+    on x / 16 (ReLU hidden layers) in the dtype of x and the weights, softmax in float32, and
+    the argmax of those probabilities."""
     layers = len(weights) // 2
-    h = x_BF / MAX_VALUE
+    h = x_BF / jnp.asarray(MAX_VALUE, x_BF.dtype)
     for i in range(layers):
         h = h @ weights[f"layer{i}/w"] + weights[f"layer{i}/b"]
         if i + 1 < layers:
             h = jax.nn.relu(h)
-    probabilities = jax.nn.softmax(h, axis=-1)
+    probabilities = jax.nn.softmax(h.astype(jnp.float32), axis=-1)
     return jnp.argmax(probabilities, axis=-1).astype(jnp.int32), probabilities
 
 
@@ -154,14 +156,26 @@ def test_inputs(seed: int = 0, count: int = 16) -> tuple[np.ndarray, np.ndarray]
 # --- writing -----------------------------------------------------------------------------------
 
 
+DTYPES = ("float32", "bfloat16")
+
+
+def cast_weights(weights: dict, dtype: str) -> dict[str, np.ndarray]:
+    """The weights in ``dtype`` (one of DTYPES) as numpy arrays."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    return {n: np.asarray(a).astype(jnp.dtype(dtype)) for n, a in weights.items()}
+
+
 def _specs(weights: dict):
     b = jax.export.symbolic_shape(BATCH_DIM)[0]
     w = {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in weights.items()}
-    return w, jax.ShapeDtypeStruct((b, FEATURES), jnp.float32)
+    dtype = next(iter(weights.values())).dtype
+    return w, jax.ShapeDtypeStruct((b, FEATURES), dtype)
 
 
 def export(weights: dict, platforms: tuple[str, ...] | None = None):
-    """jax.export.Exported of predict_fn over (weights, x_BF[b, 64]) with a symbolic b."""
+    """jax.export.Exported of predict_fn over (weights, x_BF[b, 64]) with a symbolic b (x in
+    the weights' dtype)."""
     fn = jax.export.export(jax.jit(predict_fn), platforms=platforms or None)
     return fn(*_specs(weights))
 
@@ -172,15 +186,16 @@ def write_artifacts(
     max_batch: int = 64,
     model_version: str | None = None,
     platforms: tuple[str, ...] | None = None,
+    dtype: str = "float32",
 ) -> dict:
-    """Export ``trained`` into ``out_dir`` (each file atomically, manifest.json last);
-    returns the manifest."""
+    """Export ``trained`` into ``out_dir`` with its weights and inputs in ``dtype`` (each
+    file atomically, manifest.json last); returns the manifest."""
     if not 1 <= max_batch <= 4096:
         raise ValueError(f"max_batch must be in [1, 4096], got {max_batch}")
+    weights = cast_weights(trained.weights, dtype)
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # a half-rewritten directory has no manifest
-    weights = trained.weights
     weights_data = files.npz_bytes({n: files.storable(a) for n, a in weights.items()})
     exported = export(weights, platforms)
     blob = bytes(exported.serialize())
@@ -201,7 +216,7 @@ def write_artifacts(
             "max_value": MAX_VALUE,
             "max_batch": max_batch,
             "batch_dim": BATCH_DIM,
-            "input_dtype": "float32",
+            "input_dtype": dtype,
         },
         "weights": {
             "file": WEIGHTS,
@@ -292,12 +307,13 @@ class Artifacts:
 
     def check_inputs(self, x_BF) -> np.ndarray:
         """``x_BF`` as a numpy array once it meets the contract: rank 2, ``features``
-        columns, float32, 1 to max_batch rows, finite values in [min_value, max_value]
+        columns, the contract's dtype, 1 to max_batch rows, finite values in [min_value, max_value]
         (InputMismatchError / InputOutOfRangeError naming the problem otherwise)."""
         c = self.contract
         if not hasattr(x_BF, "dtype") or not hasattr(x_BF, "shape"):
             raise InputMismatchError(
-                f"x_BF must be an array float32[b, {c['features']}], got {type(x_BF).__name__}"
+                f"x_BF must be an array {c['input_dtype']}[b, {c['features']}], got "
+                f"{type(x_BF).__name__}"
             )
         if len(x_BF.shape) != 2:
             raise InputMismatchError(
@@ -318,18 +334,19 @@ class Artifacts:
                 f"x_BF must hold 1 to max_batch={c['max_batch']} rows, got {rows}"
             )
         x = np.asarray(x_BF)
-        finite = np.isfinite(x)
+        finite = np.isfinite(x.astype(np.float32))
         if not finite.all():
             where = np.argwhere(~finite)[0]
             raise InputOutOfRangeError(
                 f"x_BF must be finite: x_BF[{where[0]}, {where[1]}] is {x[tuple(where)]}"
             )
-        outside = (x < c["min_value"]) | (x > c["max_value"])
+        wide = x.astype(np.float32)
+        outside = (wide < c["min_value"]) | (wide > c["max_value"])
         if outside.any():
             where = np.argwhere(outside)[0]
             raise InputOutOfRangeError(
                 f"x_BF values must lie in [{c['min_value']:g}, {c['max_value']:g}] (pixel "
-                f"intensities): x_BF[{where[0]}, {where[1]}] is {x[tuple(where)]:g} "
+                f"intensities): x_BF[{where[0]}, {where[1]}] is {wide[tuple(where)]:g} "
                 f"({int(outside.sum())} values outside)"
             )
         return x
@@ -339,7 +356,7 @@ class Artifacts:
         compiled size per bucket): (labels_B int32, probabilities_BC float32) as numpy."""
         rows = x_BF.shape[0]
         size = next(s for s in self.buckets if s >= rows)
-        padded = np.zeros((size, x_BF.shape[1]), np.float32)
+        padded = np.zeros((size, x_BF.shape[1]), x_BF.dtype)
         padded[:rows] = x_BF
         labels, probabilities = self._call(self.weights, padded)
         return np.asarray(labels)[:rows], np.asarray(probabilities)[:rows]
@@ -347,6 +364,10 @@ class Artifacts:
     def predict(self, x_BF) -> tuple[np.ndarray, np.ndarray]:
         """check_inputs, then run."""
         return self.run(self.check_inputs(x_BF))
+
+    @property
+    def input_dtype(self):
+        return jnp.dtype(self.contract["input_dtype"])
 
     def numpy_weights(self) -> dict[str, np.ndarray]:
         return {n: np.asarray(a) for n, a in self.weights.items()}

@@ -1,0 +1,87 @@
+"""The export-contract lesson: the fresh process reproduces the in-process model bit for bit at
+every batch size (and a different model does not), the NumPy float64 reference agrees within
+the dtype's tolerance (and a wrong reference does not), every violation is refused with a
+message naming it, and the contract table shows the symbolic batch and the hashes."""
+
+import numpy as np
+import pytest
+
+from core import numerics
+from core.lessons.deployment import export_serving_contract as lesson
+from core.serving.predict import export
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def result(request, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp(f"contract-{request.param}")
+    return lesson.run(0, 150, request.param, 32, [1, 7, 32], workdir)
+
+
+def test_the_fresh_process_reproduces_the_model_bit_for_bit(result):
+    assert result.reloaded.pid > 0
+    for b, (labels, probs) in result.reloaded.outputs.items():
+        here_labels, here_probs = result.here[b]
+        assert probs.shape == (b, 10) and probs.dtype == np.float32
+        np.testing.assert_array_equal(labels, here_labels)
+        assert probs.tobytes() == here_probs.tobytes()
+
+
+def test_a_different_model_is_not_bitwise_equal(result, tmp_path):
+    other = lesson.run(1, 150, result.manifest["contract"]["input_dtype"], 32, [7], tmp_path)
+    assert other.reloaded.outputs[7][1].tobytes() != result.here[7][1].tobytes()
+
+
+def test_a_numpy_float64_reference_agrees_and_a_wrong_one_does_not(result):
+    dtype = result.manifest["contract"]["input_dtype"]
+    weights = result.artifacts.numpy_weights()
+    for b, x in result.inputs.items():
+        _, reference = export.reference_forward(weights, x)
+        got = result.reloaded.outputs[b][1]
+        assert numerics.scaled_max_error(got, reference) <= numerics.tolerance(dtype)
+        _, wrong = export.reference_forward(weights, np.asarray(x, np.float64) * 16)
+        assert numerics.scaled_max_error(got, wrong) > numerics.tolerance(dtype)
+
+
+@pytest.mark.parametrize(
+    "violation,error,words",
+    [
+        ("wrong feature count", "InputMismatchError", "64 features per row"),
+        ("wrong dtype", "InputMismatchError", "the contract does not cast"),
+        ("wrong rank", "InputMismatchError", "rank 2"),
+        ("oversize batch", "InputOutOfRangeError", "1 to max_batch=32 rows, got 33"),
+        ("NaN input", "InputOutOfRangeError", "must be finite"),
+        ("value out of range", "InputOutOfRangeError", "[0, 16]"),
+        ("tampered weights file", "ChecksumError", "sha256 of weights.npz"),
+        ("tampered exported file", "ChecksumError", "sha256 of predict.jax_exported"),
+        ("edited manifest", "ChecksumError", "the manifest was edited"),
+    ],
+)
+def test_every_violation_is_refused_naming_it(result, tmp_path, violation, error, words):
+    refusal = lesson.try_violation(violation, result.artifacts, tmp_path)
+    assert refusal.refused and refusal.error == error and words in refusal.message, refusal
+
+
+def test_an_unchecked_artifact_would_accept_a_violation(result, tmp_path, monkeypatch):
+    # The planted bug: a contract check that lets everything through is reported, not hidden.
+    monkeypatch.setattr(type(result.artifacts), "check_inputs", lambda self, x: np.asarray(x))
+    refusal = lesson.try_violation("value out of range", result.artifacts, tmp_path)
+    assert not refusal.refused and refusal.error == ""
+
+
+def test_the_contract_table_shows_the_symbolic_batch_and_the_hashes(result):
+    rows = {r["item"]: r["value"] for r in lesson.contract_rows(result.manifest)}
+    dtype = result.manifest["contract"]["input_dtype"]
+    assert rows["input x_BF"] == f"{dtype}['b', 64]"
+    assert rows["output probabilities_BC"] == "float32['b', 10]"
+    assert rows["sha256 predict.jax_exported"] == result.manifest["exported"]["sha256"]
+    assert rows["calling convention version"].isdigit()
+
+
+def test_batch_sizes_are_parsed_and_bounded():
+    assert lesson.parse_batch_sizes("1, 7,32") == [1, 7, 32]
+    with pytest.raises(ValueError, match="positive integers"):
+        lesson.parse_batch_sizes("1,x")
+    assert lesson.batch_problem([1, 7, 32], 32) is None
+    assert "[64] exceed the contract's max batch 32" in lesson.batch_problem([3, 16, 64], 32)
+    for text in lesson.BATCH_SETS:
+        lesson.parse_batch_sizes(text)
