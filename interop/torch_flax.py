@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from interop import twins
+from interop import activations, twins
 
 
 class ConversionError(ValueError):
@@ -304,7 +304,7 @@ def torch_to_nnx(
         layer, _, param = torch_name.partition(".")
         rule = RULES[LAYER_KINDS[layer], param]
         if param == "num_batches_tracked":
-            model.bn1_num_batches.value = jnp.asarray(array.astype(np.int32))
+            model.bn1_num_batches[...] = jnp.asarray(array.astype(np.int32))
             continue
         if mistake == "running_stats_not_copied" and param in ("running_mean", "running_var"):
             continue
@@ -313,20 +313,20 @@ def torch_to_nnx(
             value = array.reshape(array.shape[::-1])
         else:
             value = rule.to_nnx(array)
-        if tuple(variable.value.shape) != value.shape:
+        if tuple(variable[...].shape) != value.shape:
             raise ConversionError(
                 f"{torch_name} -> {nnx_name(torch_name)}: shape {value.shape}, the model "
-                f"holds {tuple(variable.value.shape)}"
+                f"holds {tuple(variable[...].shape)}"
             )
-        if np.dtype(variable.value.dtype) != value.dtype:
+        if np.dtype(variable[...].dtype) != value.dtype:
             raise ConversionError(
                 f"{torch_name} -> {nnx_name(torch_name)}: dtype {value.dtype}, the model "
-                f"holds {np.dtype(variable.value.dtype)}"
+                f"holds {np.dtype(variable[...].dtype)}"
             )
-        variable.value = jnp.asarray(value)
+        variable[...] = jnp.asarray(value)
     if mistake == "running_stats_not_copied":
-        model.bn1.mean.value = jnp.zeros_like(model.bn1.mean.value)
-        model.bn1.var.value = jnp.ones_like(model.bn1.var.value)
+        model.bn1.mean[...] = jnp.zeros_like(model.bn1.mean[...])
+        model.bn1.var[...] = jnp.ones_like(model.bn1.var[...])
     return model
 
 
@@ -337,9 +337,9 @@ def nnx_to_torch(model: twins.NNXDigitsNet) -> dict[str, np.ndarray]:
         layer, _, param = torch_name.partition(".")
         rule = RULES[LAYER_KINDS[layer], param]
         if param == "num_batches_tracked":
-            out[torch_name] = np.asarray(model.bn1_num_batches.value).astype(np.int64)
+            out[torch_name] = np.asarray(model.bn1_num_batches[...]).astype(np.int64)
             continue
-        value = rule.to_torch(np.asarray(getattr(getattr(model, layer), rule.nnx_attribute).value))
+        value = rule.to_torch(np.asarray(getattr(getattr(model, layer), rule.nnx_attribute)[...]))
         if value.shape != shape:
             raise ConversionError(f"{nnx_name(torch_name)}: shape {value.shape} -> {shape}")
         if value.dtype != np.float32:
@@ -363,3 +363,33 @@ def from_torch_model(module, *, target=None, mistake: str = "none") -> twins.NNX
 def to_torch_model(model: twins.NNXDigitsNet):
     """The NNX twin converted to a torch twin (eval mode) with the same configuration."""
     return twins.torch_model(nnx_to_torch(model), nnx_config(model))
+
+
+@dataclasses.dataclass(frozen=True)
+class Parity:
+    """A converted NNX model against its torch source on one batch, layer by layer."""
+
+    mistake: str
+    diff: activations.Diff
+    logits_nnx_BK: np.ndarray
+    logits_torch_BK: np.ndarray
+
+    @property
+    def expected_layer(self) -> str | None:
+        """Where the injected mistake should first show (None: no mistake, all should agree)."""
+        return MISTAKES[self.mistake].first_layer
+
+
+def parity(seed: int, batch: int, mistake: str = "none", tolerance: float | None = None) -> Parity:
+    """Convert the torch twin with ``seeded_weights(seed)`` (injecting ``mistake``), run both on
+    ``batch`` digits images (drawn by ``seed``), and diff every layer (float32 tolerance)."""
+    if mistake not in MISTAKES:
+        raise ValueError(f"unknown mistake {mistake!r}; known: {', '.join(MISTAKES)}")
+    source = twins.seeded_torch(seed)
+    model = from_torch_model(source, mistake=mistake)
+    x_BHWC = twins.digits_batch(batch, seed)
+    run = twins.nnx_activations(model, x_BHWC)
+    reference = twins.torch_activations(source, x_BHWC)
+    return Parity(
+        mistake, activations.diff(run, reference, tolerance), run[-1][1], reference[-1][1]
+    )

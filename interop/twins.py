@@ -268,7 +268,7 @@ def torch_model(weights: dict | None = None, config: Config = SPEC):
     torch_class = torch_module_class()
     model = torch_class(config)
     if weights is not None:
-        state = {k: torch.as_tensor(np.asarray(v)).clone() for k, v in weights.items()}
+        state = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}  # copies
         model.load_state_dict(state, strict=True)
     return model.eval()
 
