@@ -1,0 +1,82 @@
+"""The capacity lesson's pieces: batched == alone bit for bit at one compiled shape (a row
+mix-up is caught), both equal a NumPy float64 forward within float32 tolerance, the bfloat16
+copy is promoted and the noisy one rolled back over three seeds, the constant part of the
+trace meets the closed form, and one tiny load run has zero errors."""
+
+import math
+
+import numpy as np
+import pytest
+
+from core import numerics
+from core.lessons.deployment import inference_capacity as lesson
+from core.serving import capacity
+from core.serving.predict import export
+
+GATES = capacity.Gates(max_p95_ms=50.0, max_error_rate=0.0, min_agreement=0.97, min_requests=10)
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    return lesson.build_versions(tmp_path_factory.mktemp("versions"), 0, 60, 16, noise=1.0)
+
+
+def test_batched_rows_equal_rows_alone_bitwise(versions):
+    artifacts = export.load_artifacts(versions.champion)
+    x = lesson.held_out(0, 96)
+    out = lesson.batched_vs_unbatched(artifacts, x, 16, 0.005)
+    assert out["stats"].largest_batch > 1 and out["stats"].requests == 96
+    assert lesson.bitwise_equal(out["batched"], out["alone"])
+    _, want = export.reference_forward(export.load_artifacts(versions.champion).weights, x)
+    error = numerics.scaled_max_error(out["batched"], want)
+    assert error <= numerics.tolerance("float32")
+    assert numerics.scaled_max_error(out["bucket1"], want) <= numerics.tolerance("float32")
+
+
+def test_a_row_mixup_is_not_bitwise_equal(versions):
+    artifacts = export.load_artifacts(versions.champion)
+    run = lesson.padded_run(artifacts, 16)
+    x = lesson.held_out(0, 64)
+    mixed, _ = lesson.through_batcher(lambda xb: run(xb)[::-1], x, 16, 0.005)
+    alone = np.stack([run(row[None])[0] for row in x])
+    assert not lesson.bitwise_equal(mixed, alone)
+    assert not lesson.bitwise_equal(alone.astype(np.float64), alone)  # dtype counts too
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_rounded_copy_is_promoted_and_the_noisy_one_rolled_back(seed, tmp_path):
+    v = lesson.build_versions(tmp_path, seed, 60, 16, noise=1.0)
+    rollouts = lesson.gate_rollouts(v, GATES, seed)
+    good, bad = (rollouts[name] for name in v.candidates)
+    assert good.decision == "promoted"
+    agreement = [c.value for c in good.checks if c.gate == "agreement"]
+    assert min(agreement) >= 0.99  # margin over the 0.97 gate
+    assert bad.decision == "rolled back" and bad.failed.gate == "agreement"
+    assert bad.failed.stage == "shadow" and bad.failed.value <= 0.9
+
+
+@pytest.mark.parametrize(
+    "peak,u,kind", [(6.0, 0.7, "queue"), (2.5, 1.0, "queue"), (9, 0.5, "queue")]
+)
+def test_the_constant_part_meets_the_closed_form(peak, u, kind):
+    cap = 120.0
+    trace, constant = lesson.lesson_trace(peak, 3.0, 0, cap)
+    out = capacity.replay(trace, capacity.Policy(kind, u, startup_steps=1), cap, 10.0, 50.0)
+    settled = slice(constant.stop // 2, constant.stop)
+    want = math.ceil(trace[0] / (u * cap))
+    assert (out.ready[settled] == want).all() and not out.violation[settled].any()
+    assert trace[lesson.BURST_START] > 2 * trace[lesson.BURST_START - 1]
+
+
+def test_a_tiny_load_run_has_no_errors(versions):
+    rows = lesson.load_runs(versions.champion, [(8, 2.0)], [4], run_time_s=1)
+    (row,) = rows
+    assert row["requests"] > 0 and row["failures"] == 0 and row["errors_5xx"] == 0
+    assert row["setting"] == "batch 8, wait 2 ms" and row["mean_batch"] >= 1.0
+
+
+def test_bad_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="noise"):
+        lesson.build_versions(tmp_path, 0, 5, 16, noise=-1)
+    with pytest.raises(ValueError, match="peak_replicas"):
+        lesson.lesson_trace(0.0, 3.0, 0, 100.0)
