@@ -172,3 +172,18 @@ def test_cache_returns_verified_bytes_only(tmp_path: pathlib.Path):
     assert origin == "converted in this process"
     with pytest.raises(ValueError, match="variants"):
         tflite.cached_tflite({"model": "x"}, compute, folder=tmp_path)
+
+
+def test_measure_reports_the_variant(trained, converted):
+    split, fn, params = trained
+    model = converted[1]["int8"]
+    reference = np.asarray(fn(params, split.x_test))
+    row = tflite.measure(model, split.x_test, split.y_test, reference, repeats=5)
+    logits = tflite.run(model, split.x_test)
+    assert row["size (bytes)"] == len(model)
+    assert row["accuracy"] == tflite.accuracy(logits, split.y_test)
+    assert row["max abs error"] == pytest.approx(np.max(np.abs(logits - reference)))
+    assert row["error / output range"] == tflite.range_scaled_error(logits, reference)
+    assert row["latency (ms)"] > 0
+    assert tflite.arrays_sha256(params) != tflite.arrays_sha256(params[::-1])
+    assert tflite.arrays_sha256(params) == tflite.arrays_sha256([p.copy() for p in params])
