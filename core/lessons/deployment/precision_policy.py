@@ -216,22 +216,27 @@ class Quantized:
         return int(total)
 
 
+def _patches_np(h_NYXK: np.ndarray) -> np.ndarray:
+    n, y, x, k = h_NYXK.shape
+    padded = np.pad(h_NYXK, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    windows = [padded[:, dy : dy + y, dx : dx + x, :] for dy in range(3) for dx in range(3)]
+    return np.concatenate(windows, axis=-1)
+
+
 def layer_inputs(params: dict, x_NYXK) -> dict:
-    """The float32 input matrix (M, I) of each layer's matmul for images ``x_NYXK``."""
-    mats = {n: tuple(map(jnp.asarray, m)) for n, m in matrices(params).items()}
-    return jax.device_get(_layer_inputs(mats, jnp.asarray(x_NYXK, jnp.float32)))
-
-
-@jax.jit
-def _layer_inputs(mats, h):
+    """The float32 input matrix (M, I) of each layer's matmul for images ``x_NYXK``, in
+    NumPy (no compile: calibration runs once per setting)."""
+    mats = matrices(params)
     out = {}
+    h = np.asarray(x_NYXK, np.float32)
     for n in LAYERS[:2]:
-        lhs = patches_3x3(h)
+        lhs = _patches_np(h)
         out[n] = lhs.reshape(-1, lhs.shape[-1])
         w, b = mats[n]
-        h = jax.nn.relu(jnp.dot(lhs, w) + b)
+        h = np.maximum(lhs @ w + b, np.float32(0.0))
         if n == "conv1":
-            h = nnx_models.max_pool_2x2(h)
+            nb, y, x, k = h.shape
+            h = h.reshape(nb, y // 2, 2, x // 2, 2, k).max(axis=(2, 4))
     out["head"] = h.reshape(h.shape[0], -1)
     return out
 
@@ -332,8 +337,7 @@ def _layer(policy: str, settings: Settings, stored: dict, lhs_f32):
     return out, lhs, product
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "settings"))
-def _forward(stored: dict, x_NYXK, policy: str, settings: Settings):
+def _forward_one(stored: dict, x_NYXK, policy: str, settings: Settings):
     h = x_NYXK.astype(jnp.float32)
     operands = {}
     for n in LAYERS[:2]:
@@ -349,22 +353,40 @@ def _forward(stored: dict, x_NYXK, policy: str, settings: Settings):
     return logits, operands
 
 
+@functools.partial(jax.jit, static_argnames=("policies", "settings"))
+def _forward(stored_by_policy: dict, x_NYXK, policies: tuple, settings: Settings):
+    """Every policy in ``policies`` in one compiled program (one compile, not five)."""
+    return {p: _forward_one(stored_by_policy[p], x_NYXK, p, settings) for p in policies}
+
+
+def forward_many(quantized: list, x_NYXK, settings: Settings) -> list:
+    """[(logits_NC float32, the three matmuls as run)] of each stored model."""
+    policies = tuple(q.policy for q in quantized)
+    if len(set(policies)) != len(policies):
+        raise ValueError(f"each policy at most once, got {policies}")
+    stored = {q.policy: _stored(q) for q in quantized}
+    outputs = jax.device_get(_forward(stored, jnp.asarray(x_NYXK), policies, settings))
+    results = []
+    for q in quantized:
+        logits, operands = outputs[q.policy]
+        accumulator = accumulator_of(q.policy, settings)
+        matmuls = [
+            Matmul(
+                n,
+                np.asarray(operands[n][0]),
+                np.asarray(q.kernels[n]),
+                np.asarray(operands[n][1]),
+                accumulator,
+            )
+            for n in LAYERS
+        ]
+        results.append((np.asarray(logits), matmuls))
+    return results
+
+
 def forward(q: Quantized, x_NYXK, settings: Settings) -> tuple[np.ndarray, list[Matmul]]:
-    """(logits_NC float32, the three matmuls as run) of the stored model ``q`` (one jitted
-    program per policy and settings)."""
-    logits, operands = jax.device_get(_forward(_stored(q), jnp.asarray(x_NYXK), q.policy, settings))
-    accumulator = accumulator_of(q.policy, settings)
-    matmuls = [
-        Matmul(
-            n,
-            np.asarray(operands[n][0]),
-            np.asarray(q.kernels[n]),
-            np.asarray(operands[n][1]),
-            accumulator,
-        )
-        for n in LAYERS
-    ]
-    return np.asarray(logits), matmuls
+    """(logits_NC float32, the three matmuls as run) of the stored model ``q``."""
+    return forward_many([q], x_NYXK, settings)[0]
 
 
 # ---------------------------------------------------------------- references and checks
@@ -475,11 +497,11 @@ def run_policies(params: dict, split: digits.Split, settings: Settings, calibrat
             f"calibration images must be in [1, {len(split.y_train)}], got {calibration_images}"
         )
     calibration = calibrate(params, split.x_train[:calibration_images])
-    runs = {}
-    for policy in POLICIES:
-        q = quantize(params, policy, settings, calibration)
-        logits, matmuls = forward(q, split.x_test, settings)
-        runs[policy] = (q, logits, matmuls)
+    stored = [quantize(params, policy, settings, calibration) for policy in POLICIES]
+    runs = {
+        q.policy: (q, *out)
+        for q, out in zip(stored, forward_many(stored, split.x_test, settings), strict=True)
+    }
     base = runs["float32"][1].astype(np.float64)
     out = {}
     for policy, (q, logits, matmuls) in runs.items():

@@ -148,3 +148,16 @@ def test_refusals_name_the_problem(params, split):
         pp.run_policies(params, split, DEFAULT, 0)
     with pytest.raises(ValueError, match="policy must be one of"):
         pp.quantize(params, "int3", DEFAULT, {})
+
+
+def test_numpy_calibration_inputs_equal_the_float32_policys_matmul_inputs(params, split):
+    x = split.x_test[:32]
+    _, matmuls = pp.forward(pp.quantize(params, "float32", DEFAULT, {}), x, DEFAULT)
+    inputs = pp.layer_inputs(params, x)
+    for m in matmuls:
+        assert numerics.scaled_max_error(inputs[m.layer], m.lhs) < numerics.tolerance("float32")
+    calibration = pp.calibrate(params, x)
+    assert calibration == {m.layer: pytest.approx(float(np.abs(m.lhs).max())) for m in matmuls}
+    with pytest.raises(ValueError, match="each policy at most once"):
+        q = pp.quantize(params, "float32", DEFAULT, {})
+        pp.forward_many([q, q], x, DEFAULT)
