@@ -72,9 +72,10 @@ def _():
     - see why an integer matmul needs a wide accumulator: without `preferred_element_type`,
       int8 × int8 sums in int8 and wraps around; int16 is refused where a sum could overflow.
 
-    fp8 (`float8_e4m3fn`) runs here, but this CPU has no fp8 arithmetic: the compiled
-    program converts the fp8 operands to float32 before the dot. Its numbers are fp8's, its
-    speed is not: it is labelled **emulated**.
+    fp8 (`float8_e4m3fn`) runs on a CPU, which has no fp8 arithmetic: the compiled program
+    converts the fp8 operands to float32 before the dot. Its numbers are fp8's, its speed is
+    not: it is labelled **emulated** (the fp8 table below says what this backend's compiled
+    program does, and the label follows it).
     """)
     return
 
@@ -152,6 +153,7 @@ def _(
     with mo.status.spinner(title="running the five policies"):
         runs = lesson.run_policies(params, split, settings, calibration_images.value)
         fp8 = lesson.fp8_support()
+    fp8_emulated = lesson.fp8_emulated(fp8)
     lab.report(
         "int8 weights: bytes vs float32",
         runs["int8 weights"].weight_bytes / runs["float32"].weight_bytes,
@@ -161,7 +163,7 @@ def _(
         [
             mo.md("## Five policies"),
             lab.table(
-                lesson.rows(runs, settings),
+                lesson.rows(runs, settings, fp8_emulated),
                 caption=(
                     "Logit errors are against the float32 policy on the same test images; "
                     "bytes count the stored kernels, their scales and the biases."
@@ -177,18 +179,19 @@ def _(
             ),
         ]
     )
-    return fp8, runs, settings
+    return fp8, fp8_emulated, runs, settings
 
 
 @app.cell
-def _(fp8, params, runs, settings, split):
+def _(fp8, fp8_emulated, params, runs, settings, split):
     # References: each matmul recomputed in NumPy from the operands the policy fed it
     # (float64, or int64 for integer operands: exact); the float32 network vs the float64
     # loop convolution of core.nn.nnx_models; the planted int8 accumulator must differ.
     _errors, _tolerances = {}, {}
     for _policy, _run in runs.items():
         for _m in _run.matmuls:
-            _name = f"{lesson.label(_policy, settings)}: {_m.layer} ({_m.accumulator} sum)"
+            _label = lesson.label(_policy, settings, fp8_emulated)
+            _name = f"{_label}: {_m.layer} ({_m.accumulator} sum)"
             _errors[_name] = lesson.matmul_error(_m)
             _tolerances[_name] = lesson.matmul_tolerance(_m)
     _reference = nnx_models.cnn_reference(
@@ -227,11 +230,11 @@ def _(fp8, params, runs, settings, split):
 
 
 @app.cell
-def _(runs, settings):
+def _(fp8_emulated, runs, settings):
     _points = pd.DataFrame(
         [
             {
-                "policy": lesson.label(p, settings),
+                "policy": lesson.label(p, settings, fp8_emulated),
                 "weight bytes": r.weight_bytes,
                 "max |logit error|": r.max_error,
                 "mean |logit error|": r.mean_error,

@@ -16,11 +16,10 @@ and checked one by one:
                        integer weights and activations (activation scales calibrated on
                        training images), integer accumulation
                        (``preferred_element_type=int32`` or int16), rescaled to f32 after
-    fp8 e4m3 (emulated)
-                       float8_e4m3fn weights and activations, scaled so their largest value
+    fp8 e4m3           float8_e4m3fn weights and activations, scaled so their largest value
                        maps to 448 (e4m3's largest), f32 accumulation. XLA:CPU converts the
                        fp8 operands to f32 before the dot (``fp8_support`` reads the compiled
-                       HLO): the numbers are fp8's, the arithmetic is emulated.
+                       HLO): the numbers are fp8's, the arithmetic is emulated (the app says so).
 
 Quantized integers live in int8 whatever the bit width (2..8): q = clip(round(w / s), -Q, Q)
 with Q = 2^(bits-1) - 1 and s = max|w| / Q. Without ``preferred_element_type`` a dot of two
@@ -52,11 +51,14 @@ POLICIES = (
     "bfloat16",
     "int8 weights",
     "int8 weights + activations",
-    "fp8 e4m3 (emulated)",
+    "fp8 e4m3",
 )
 GRANULARITIES = ("per channel", "per tensor")
 ACCUMULATORS = ("int32", "int16")
 FP8 = jnp.float8_e4m3fn
+# float32 operands are multiplied in float32 on every backend (a TPU's default would round
+# them to bfloat16 passes, and the float32 policy would not be float32)
+HIGHEST = jax.lax.Precision.HIGHEST
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 CACHE_KIND = "deployment.precision_policy.cnn"
 CACHE_SOURCES = (
@@ -265,7 +267,7 @@ def quantize(params: dict, policy: str, settings: Settings, calibration: dict) -
             kernels[n] = quantize_int(w, scales[n], settings.weight_bits)
             if policy == "int8 weights + activations":
                 act[n] = np.float32(max(calibration[n], 1e-12) / qmax(settings.activation_bits))
-        elif policy == "fp8 e4m3 (emulated)":
+        elif policy == "fp8 e4m3":
             scales[n] = weight_scales(w, settings.granularity, FP8_MAX)
             kernels[n] = np.asarray(to_fp8(w, scales[n]))
             act[n] = np.float32(max(calibration[n], 1e-12) / FP8_MAX)
@@ -312,7 +314,7 @@ def _layer(policy: str, settings: Settings, stored: dict, lhs_f32):
     scale, act_scale = stored["scale"], stored["act_scale"]
     if policy == "float32":
         lhs = lhs_f32
-        product = jnp.dot(lhs, kernel, preferred_element_type=jnp.float32)
+        product = jnp.dot(lhs, kernel, precision=HIGHEST, preferred_element_type=jnp.float32)
         out = product + bias
     elif policy == "bfloat16":
         lhs = lhs_f32.astype(jnp.bfloat16)
@@ -321,14 +323,16 @@ def _layer(policy: str, settings: Settings, stored: dict, lhs_f32):
         out = (product + bias.astype(jnp.float32)).astype(jnp.bfloat16).astype(jnp.float32)
     elif policy == "int8 weights":
         lhs = lhs_f32
-        product = jnp.dot(lhs, kernel.astype(jnp.float32), preferred_element_type=jnp.float32)
+        product = jnp.dot(
+            lhs, kernel.astype(jnp.float32), precision=HIGHEST, preferred_element_type=jnp.float32
+        )
         out = product * scale + bias
     elif policy == "int8 weights + activations":
         q = qmax(settings.activation_bits)
         lhs = jnp.clip(jnp.round(lhs_f32 / act_scale), -q, q).astype(jnp.int8)
         product = jnp.dot(lhs, kernel, preferred_element_type=jnp.dtype(settings.accumulator))
         out = product.astype(jnp.float32) * (act_scale * scale) + bias
-    elif policy == "fp8 e4m3 (emulated)":
+    elif policy == "fp8 e4m3":
         lhs = (lhs_f32 / act_scale).astype(FP8)
         product = jnp.dot(lhs, kernel, preferred_element_type=jnp.float32)
         out = product * (act_scale * scale) + bias
@@ -519,8 +523,11 @@ def run_policies(params: dict, split: digits.Split, settings: Settings, calibrat
     return out
 
 
-def label(policy: str, settings: Settings) -> str:
-    """The policy's name with its bit widths ("int4 weights", "int8 weights + int4 act.")."""
+def label(policy: str, settings: Settings, fp8_emulated: bool = True) -> str:
+    """The policy's name with its bit widths ("int4 weights (per channel)", ...), and fp8
+    marked emulated or native (from ``fp8_support``)."""
+    if policy == "fp8 e4m3":
+        return f"fp8 e4m3 ({'emulated' if fp8_emulated else 'native'})"
     if policy == "int8 weights":
         return f"int{settings.weight_bits} weights ({settings.granularity})"
     if policy == "int8 weights + activations":
@@ -531,11 +538,16 @@ def label(policy: str, settings: Settings) -> str:
     return policy
 
 
-def rows(runs: dict, settings: Settings) -> list[dict]:
+def fp8_emulated(support: dict) -> bool:
+    """True unless the fp8 test found a dot that reads fp8 operands itself."""
+    return not support.get("runs") or bool(support["operands converted to f32 before the dot"])
+
+
+def rows(runs: dict, settings: Settings, fp8_is_emulated: bool = True) -> list[dict]:
     base_bytes = runs["float32"].weight_bytes
     return [
         {
-            "policy": label(p, settings),
+            "policy": label(p, settings, fp8_is_emulated),
             "test accuracy": f"{r.accuracy:.2%}",
             "weight bytes": r.weight_bytes,
             "vs float32": f"{r.weight_bytes / base_bytes:.2f}x",

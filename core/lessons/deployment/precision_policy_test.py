@@ -1,5 +1,6 @@
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def test_every_policys_matmuls_equal_numpy_on_the_same_quantized_operands(params
             "bfloat16": jnp.bfloat16,
             "int8 weights": np.float32,
             "int8 weights + activations": np.int8,
-            "fp8 e4m3 (emulated)": pp.FP8,
+            "fp8 e4m3": pp.FP8,
         }[policy]
         assert all(m.lhs.dtype == np.dtype(expected) for m in run.matmuls), policy
     integer = runs["int8 weights + activations"].matmuls
@@ -112,7 +113,7 @@ def test_weight_bytes_equal_the_closed_form(params, runs):
     biases = sum(params[n]["bias"].size for n in pp.LAYERS)  # = output channels
     assert runs["float32"].weight_bytes == 4 * (kernels + biases)
     assert runs["bfloat16"].weight_bytes == 2 * (kernels + biases)
-    for policy in ("int8 weights", "int8 weights + activations", "fp8 e4m3 (emulated)"):
+    for policy in ("int8 weights", "int8 weights + activations", "fp8 e4m3"):
         assert runs[policy].weight_bytes == kernels + 4 * biases + 4 * biases  # + scales
     per_tensor = pp.quantize(params, "int8 weights", pp.Settings(granularity="per tensor"), {})
     assert per_tensor.weight_bytes() == kernels + 4 * biases + 4 * len(pp.LAYERS)
@@ -140,7 +141,12 @@ def test_accumulator_guard_is_the_worst_case_sum():
 def test_fp8_runs_on_this_backend_and_is_emulated():
     support = pp.fp8_support()
     assert support["runs"] and support["error vs float64"] <= numerics.tolerance("float32")
-    assert support["operands converted to f32 before the dot"]
+    if jax.default_backend() == "cpu":  # no fp8 units: XLA:CPU converts to f32 first
+        assert support["operands converted to f32 before the dot"]
+        assert pp.fp8_emulated(support)
+    assert pp.label("fp8 e4m3", DEFAULT, pp.fp8_emulated(support)) == "fp8 e4m3 (emulated)"
+    assert pp.label("fp8 e4m3", DEFAULT, False) == "fp8 e4m3 (native)"
+    assert pp.fp8_emulated({"runs": False, "error": "unsupported"})
 
 
 def test_refusals_name_the_problem(params, split):
