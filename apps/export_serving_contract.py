@@ -144,7 +144,17 @@ def _(result, violation):
     )
     mo.vstack(
         [
-            mo.md(f"## A violation: {violation.value}\nSent: {refusal.sent}."),
+            mo.md(f"## A violation: {violation.value}"),
+            lab.table(
+                [
+                    {
+                        "violation": refusal.violation,
+                        "sent": refusal.sent,
+                        "refused": refusal.refused,
+                        "error": refusal.error or "-",
+                    }
+                ]
+            ),
             mo.callout(
                 mo.md(f"**Refused ({refusal.error}).** {refusal.message}")
                 if refusal.refused

@@ -75,15 +75,18 @@ __all__ = [
 
 def predict_fn(weights: dict, x_BF):
     """(labels_B int32, probabilities_BC float32) of raw pixel rows x_BF in [0, 16]: the MLP
-    on x / 16 (ReLU hidden layers) in the dtype of x and the weights, softmax in float32, and
-    the argmax of those probabilities."""
+    on x / 16 (ReLU hidden layers) with its matmul inputs in the weights' dtype and float32
+    accumulation (``preferred_element_type``), softmax in float32, and the argmax of those
+    probabilities. For bfloat16 the activations are rounded to bfloat16 before each matmul."""
     layers = len(weights) // 2
     h = x_BF / jnp.asarray(MAX_VALUE, x_BF.dtype)
     for i in range(layers):
-        h = h @ weights[f"layer{i}/w"] + weights[f"layer{i}/b"]
+        w = weights[f"layer{i}/w"]
+        h = jnp.dot(h.astype(w.dtype), w, preferred_element_type=jnp.float32)
+        h = h + weights[f"layer{i}/b"].astype(jnp.float32)
         if i + 1 < layers:
             h = jax.nn.relu(h)
-    probabilities = jax.nn.softmax(h.astype(jnp.float32), axis=-1)
+    probabilities = jax.nn.softmax(h, axis=-1)
     return jnp.argmax(probabilities, axis=-1).astype(jnp.int32), probabilities
 
 
