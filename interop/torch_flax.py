@@ -37,8 +37,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from interop import activations, twins
 
@@ -299,12 +301,13 @@ def torch_to_nnx(
             )
         elif mistake == "nchw_flatten":
             config = dataclasses.replace(config, flatten_order="NCHW")
-        model = twins.nnx_model(config)
+        # Abstract (shapes only, no random init to compile): conversion sets every variable.
+        model = nnx.eval_shape(lambda: twins.NNXDigitsNet(config, rngs=nnx.Rngs(0)))
     for torch_name, array in arrays.items():
         layer, _, param = torch_name.partition(".")
         rule = RULES[LAYER_KINDS[layer], param]
         if param == "num_batches_tracked":
-            model.bn1_num_batches[...] = jnp.asarray(array.astype(np.int32))
+            model.bn1_num_batches.set_value(jnp.asarray(array.astype(np.int32)))
             continue
         if mistake == "running_stats_not_copied" and param in ("running_mean", "running_var"):
             continue
@@ -313,20 +316,27 @@ def torch_to_nnx(
             value = array.reshape(array.shape[::-1])
         else:
             value = rule.to_nnx(array)
-        if tuple(variable[...].shape) != value.shape:
+        if tuple(variable.get_value().shape) != value.shape:
             raise ConversionError(
                 f"{torch_name} -> {nnx_name(torch_name)}: shape {value.shape}, the model "
-                f"holds {tuple(variable[...].shape)}"
+                f"holds {tuple(variable.get_value().shape)}"
             )
-        if np.dtype(variable[...].dtype) != value.dtype:
+        if np.dtype(variable.get_value().dtype) != value.dtype:
             raise ConversionError(
                 f"{torch_name} -> {nnx_name(torch_name)}: dtype {value.dtype}, the model "
-                f"holds {np.dtype(variable[...].dtype)}"
+                f"holds {np.dtype(variable.get_value().dtype)}"
             )
-        variable[...] = jnp.asarray(value)
+        variable.set_value(jnp.asarray(value))
     if mistake == "running_stats_not_copied":
-        model.bn1.mean[...] = jnp.zeros_like(model.bn1.mean[...])
-        model.bn1.var[...] = jnp.ones_like(model.bn1.var[...])
+        model.bn1.mean.set_value(jnp.zeros(model.bn1.mean.get_value().shape, jnp.float32))
+        model.bn1.var.set_value(jnp.ones(model.bn1.var.get_value().shape, jnp.float32))
+    abstract = [
+        ".".join(map(str, path))
+        for path, leaf in nnx.to_flat_state(nnx.state(model))
+        if not isinstance(leaf.get_value(), jax.Array)
+    ]
+    if abstract:  # every variable of DigitsNet has a torch counterpart: none may stay unset
+        raise ConversionError(f"not set by the conversion: {', '.join(abstract)}")
     return model
 
 

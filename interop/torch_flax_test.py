@@ -180,3 +180,14 @@ def test_layout_table_states_every_parameter_once():
     # the table's rules are the ones the converter applies
     w = np.arange(8 * 1 * 3 * 3, dtype=np.float32).reshape(8, 1, 3, 3)
     assert np.array_equal(torch_flax.RULES["conv", "weight"].to_nnx(w)[1, 2, 0, 5], w[5, 0, 1, 2])
+
+
+def test_a_variable_the_conversion_does_not_set_is_refused(monkeypatch):
+    """A fresh model starts abstract (shapes only): a parameter the rules forget cannot stay."""
+    shapes = dict(twins.TORCH_SHAPES)
+    del shapes["ln1.bias"]
+    monkeypatch.setattr(twins, "TORCH_SHAPES", shapes)
+    state = twins.seeded_weights(0)  # follows TORCH_SHAPES: no ln1.bias
+    assert "ln1.bias" not in state
+    with pytest.raises(torch_flax.ConversionError, match=r"not set by the conversion: ln1.bias"):
+        torch_flax.torch_to_nnx(state)
