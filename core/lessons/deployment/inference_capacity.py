@@ -63,10 +63,14 @@ def _weights_noisy(weights: dict, noise: float, seed: int) -> dict:
 
 def build_versions(out_dir, seed: int, steps: int, max_batch: int, noise: float) -> Versions:
     """Train the champion, write it and the two candidate exports under ``out_dir``."""
+    return write_versions(export.train(seed=seed, steps=steps), out_dir, max_batch, noise, seed)
+
+
+def write_versions(trained, out_dir, max_batch: int, noise: float, seed: int) -> Versions:
+    """Export the trained champion and its two candidates (artifacts of ``max_batch`` rows)."""
     if not 0.0 <= noise <= 5.0:
         raise ValueError(f"noise must be in [0, 5] (x each leaf's std), got {noise}")
     out = pathlib.Path(out_dir)
-    trained = export.train(seed=seed, steps=steps)
     export.write_artifacts(trained, out / "champion", max_batch, model_version="champion")
     candidates = {
         "bfloat16-rounded weights": _weights_rounded_bf16(trained.weights),
@@ -141,7 +145,7 @@ def load_runs(artifacts_dir, settings, users_levels, run_time_s: int, seed: int 
         with predict_app.start(artifacts_dir, max_batch, max_wait_ms / 1000) as running:
             for users in users_levels:
                 calls0, rows0 = running.engine.model_calls, running.engine.rows
-                spec = load.LoadSpec(users, users, run_time_s, seed=seed)
+                spec = load.LoadSpec(users, 1000, run_time_s, seed=seed)  # all users at once
                 result = load.run_load(running.url, spec)
                 calls = running.engine.model_calls - calls0
                 served = running.engine.rows - rows0
