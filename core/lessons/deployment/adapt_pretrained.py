@@ -58,8 +58,8 @@ CACHE_KIND = "deployment.adapt_pretrained.base"
 # seeds 0-3, for the translated and the rotated digits): full fine-tuning beats head-only by
 # at least CLAIM_MARGIN held-out accuracy. Measured there: 6 to 15 points, so 5 leaves a point
 # of room on the closest seed (2 px shift, seed 2: 82.2% vs 75.8%). LoRA's place between them
-# is not claimed: it changes with the seed and the shift (on inverted ink, with the backbone's
-# biases frozen, it falls below head-only).
+# is not claimed: it changes with the seed and the shift (on inverted ink at seed 0, with the
+# backbone's biases frozen, it fell below head-only).
 LESSON = {
     "shift": "shifted 2 px right",
     "shots": 10,
