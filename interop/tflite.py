@@ -28,6 +28,11 @@ The path a JAX model takes to a phone or a microcontroller:
    ``ops(model_bytes)`` reads the operator codes from the flatbuffer itself (before any
    delegate rewrites the graph) and says which are builtin and which are custom.
 
+Known limit (tried here): exact GELU (``jax.nn.gelu(approximate=False)``, erf) converts to
+float TFLite as ~100 builtin elementwise ops (erf's rational approximation) and agrees to
+float32 rounding, but its int8 conversion fails at run time: a DIV's divisor quantizes to
+its zero point. The tanh GELU quantizes (interop/tflite_test.py pins both).
+
 int8 agreement is measured as max |int8 - float| over the float output's range
 (``range_scaled_error``), bounded by INT8_OUTPUT_BOUND; accuracy may drop by at most
 INT8_ACCURACY_DROP. TensorFlow takes several seconds to import: it is imported inside the
@@ -295,7 +300,17 @@ class Runner:
         if x.shape != self.input_shape:
             raise ValueError(f"input shape {x.shape} != the model's {self.input_shape}")
         self.interpreter.set_tensor(self.input["index"], _quantize(x, self.input))
-        self.interpreter.invoke()
+        try:
+            self.interpreter.invoke()
+        except RuntimeError as error:
+            hint = ""
+            if "div.cc" in str(error):
+                hint = (
+                    " An int8 DIV met a divisor quantized to zero: exact (erf) GELU lowers to "
+                    "a rational polynomial whose denominator int8 cannot hold; use the tanh "
+                    "GELU or keep this model in float."
+                )
+            raise RuntimeError(f"LiteRT could not run the model: {error}.{hint}") from error
         return _dequantize(self.interpreter.get_tensor(self.output["index"]), self.output)
 
 
