@@ -4,9 +4,10 @@
 ``python -m locust -f core/serving/locustfile.py --headless -u USERS -r RATE --run-time Ts
 --host URL --json`` in its OWN process (the server keeps its cores' GIL to itself), killed
 if it outlives ``run_time_s + grace_s``, and returns a LoadResult: requests, failures, the
-HTTP status counts (5xx apart), p50/p95/p99/mean/max latency (ms) and throughput (requests/s
-over the run). The URL must be loopback (http://127.0.0.1:PORT, localhost, [::1]): a load
-generator is not pointed at somebody else's machine.
+HTTP status counts (5xx apart), p50/p95/p99/mean/max latency (ms), throughput (requests/s
+over the run) and the CPU seconds locust itself used. The URL must be loopback
+(http://127.0.0.1:PORT, localhost, [::1]): a load generator is not pointed at somebody
+else's machine.
 
 Latency percentiles come from the exact per-request times the locustfile writes when locust
 quits (``LAB_LOAD_RECORD``), not from locust's summary, which rounds times into buckets; the
@@ -21,6 +22,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -73,6 +75,7 @@ class LoadResult:
     max_ms: float
     duration_s: float
     throughput_rps: float  # requests per second over the run
+    client_cpu_s: float = 0.0  # CPU seconds the locust process used (its core's share)
 
     @property
     def errors_5xx(self) -> int:
@@ -208,6 +211,7 @@ def run_load(
             "LAB_LOAD_RECORD": str(record_path),
         }
         t0 = time.monotonic()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run(
                 command, cwd=tmp, env=env, capture_output=True, text=True, timeout=limit
@@ -220,5 +224,7 @@ def run_load(
                 f"locust exited {done.returncode} after {time.monotonic() - t0:.1f} s: "
                 + " | ".join(tail)
             )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         record = json.loads(record_path.read_text(encoding="utf-8"))
-    return parse(done.stdout, record, spec)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return dataclasses.replace(parse(done.stdout, record, spec), client_cpu_s=cpu)

@@ -125,6 +125,7 @@ def test_a_short_real_run_against_the_predict_service(artifact_dir):
         assert result.statuses == {200: result.requests}
         assert served == result.requests
         assert 0 < result.p50_ms <= result.p95_ms <= result.p99_ms <= result.max_ms
+        assert 0 < result.client_cpu_s
         running.engine.close()  # the batcher is closed: every /predict is now a 503
         refused = load.run_load(running.url, load.LoadSpec(users=2, spawn_rate=2, run_time_s=1))
     assert refused.requests > 0 and refused.failures == refused.requests

@@ -163,6 +163,7 @@ def load_runs(artifacts_dir, settings, users_levels, run_time_s: int, seed: int 
                         "p95_ms": result.p95_ms,
                         "p99_ms": result.p99_ms,
                         "mean_batch": served / calls if calls else 0.0,
+                        "locust_cpu": result.client_cpu_s / result.duration_s,
                         "result": result,
                     }
                 )
