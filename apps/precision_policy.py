@@ -186,7 +186,8 @@ def _(
 def _(fp8, fp8_emulated, params, runs, settings, split):
     # References: each matmul recomputed in NumPy from the operands the policy fed it
     # (float64, or int64 for integer operands: exact); the float32 network vs the float64
-    # loop convolution of core.nn.nnx_models; the planted int8 accumulator must differ.
+    # loop convolution of core.nn.nnx_models; the stored bytes vs the closed form from the
+    # layer shapes; the planted int8 accumulator must differ.
     _errors, _tolerances = {}, {}
     for _policy, _run in runs.items():
         for _m in _run.matmuls:
@@ -201,6 +202,12 @@ def _(fp8, fp8_emulated, params, runs, settings, split):
         runs["float32"].logits, _reference
     )
     _tolerances["float32 network vs float64 loop convolution"] = numerics.tolerance("float32")
+    for _policy, _run in runs.items():
+        _name = f"{lesson.label(_policy, settings, fp8_emulated)}: stored bytes vs closed form"
+        _errors[_name] = numerics.max_abs_error(
+            _run.weight_bytes, lesson.bytes_closed_form(params, _policy, settings.granularity)
+        )
+        _tolerances[_name] = 0.0
     _head = runs["int8 weights + activations"].matmuls[-1]
     wrong_error = lesson.matmul_error(
         dataclasses.replace(_head, product=lesson.wrong_int8_accumulation(_head))
@@ -208,7 +215,7 @@ def _(fp8, fp8_emulated, params, runs, settings, split):
     check = lab.Check(
         "every matmul of every policy vs NumPy on the same quantized operands (float32 "
         "accumulation within the float32 tolerance, integer accumulation exact); the float32 "
-        "CNN vs a float64 loop convolution",
+        "CNN vs a float64 loop convolution; stored bytes vs the closed form",
         _errors,
         _tolerances,
         facts={

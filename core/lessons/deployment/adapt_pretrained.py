@@ -262,11 +262,16 @@ def merged_layers(layers, adapters, scale) -> list[dict]:
 
 @functools.partial(jax.jit, static_argnames=("steps",))
 def _adapt(trainable, frozen, scale, x_ND, y_N, steps: int, learning_rate):
+    """(trained, the whole model's layers and adapters after training, loss_S): the layers
+    come out of the compiled program, so a frozen layer is checked as the program left it."""
+
     def loss_fn(t):
         layers, adapters = assemble(t, frozen)
         return mlp.cross_entropy(forward(layers, adapters, scale, x_ND), y_N)
 
-    return _adam_steps(loss_fn, trainable, steps, learning_rate)
+    trained, loss_S = _adam_steps(loss_fn, trainable, steps, learning_rate)
+    layers, adapters = assemble(trained, frozen)
+    return trained, layers, adapters, loss_S
 
 
 def trainable_closed_form(method: str, layer_sizes, rank: int) -> int:
@@ -338,7 +343,7 @@ def training_args(method: str, params, task: Task, *, rank, alpha, steps, learni
 
 
 def train_call(args):
-    """One full adaptation run (all steps, one compiled program): (trained, loss_S)."""
+    """One full adaptation run (all steps, one compiled program), as ``_adapt`` returns it."""
     return _adapt(*args)
 
 
@@ -355,9 +360,8 @@ def adapt(method: str, params, task: Task, *, rank, alpha, steps, learning_rate,
         seed=seed,
     )
     _, frozen, scale = args[:3]
-    (trained, loss_S), first_s = timing.timed_call(_adapt, *args)
+    (trained, layers, trained_adapters, loss_S), first_s = timing.timed_call(_adapt, *args)
     _, train_s = timing.timed_call(_adapt, *args)  # the same work again, compiled
-    layers, trained_adapters = assemble(trained, frozen)
     logits = forward(layers, trained_adapters, scale, task.x_test)
     return Adapted(
         method,

@@ -100,6 +100,16 @@ def test_head_only_and_lora_leave_the_backbone_bitwise_unchanged(base, results):
     assert not np.array_equal(results["full fine-tuning"].layers[0]["w"], base[0]["w"])
 
 
+def test_a_head_only_split_that_trains_the_backbone_is_caught(base, task, monkeypatch):
+    # planted: "head only" handed the full fine-tuning split; the frozen-backbone
+    # comparison the app's check makes (trained layers vs the pretrained ones) must fail
+    real = ap.split_trainable
+    monkeypatch.setattr(ap, "split_trainable", lambda m, p, a=None: real("full fine-tuning", p, a))
+    leaky = ap.adapt("head only", base, task, **DEFAULTS, seed=0)
+    changed = [not np.array_equal(t["w"], b["w"]) for t, b in zip(leaky.layers, base, strict=True)]
+    assert all(changed)
+
+
 def test_lora_forward_equals_the_float64_merge_and_a_wrong_scale_is_caught(results, task):
     r = results["LoRA"]
     scale = DEFAULTS["alpha"] / DEFAULTS["rank"]

@@ -225,6 +225,22 @@ def _patches_np(h_NYXK: np.ndarray) -> np.ndarray:
     return np.concatenate(windows, axis=-1)
 
 
+def bytes_closed_form(params: dict, policy: str, granularity: str) -> int:
+    """The stored bytes from the layer shapes alone: float32 4 (K + B), bfloat16 2 (K + B),
+    integer and fp8 kernels K bytes + float32 biases 4 B + float32 scales (4 per output
+    channel, or 4 per layer), where K and B count kernel and bias numbers."""
+    kernels = sum(int(np.size(params[n]["kernel"])) for n in LAYERS)
+    biases = sum(int(np.size(params[n]["bias"])) for n in LAYERS)
+    if policy == "float32":
+        return 4 * (kernels + biases)
+    if policy == "bfloat16":
+        return 2 * (kernels + biases)
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    scales = biases if granularity == "per channel" else len(LAYERS)  # one per output
+    return kernels + 4 * biases + 4 * scales
+
+
 def layer_inputs(params: dict, x_NYXK) -> dict:
     """The float32 input matrix (M, I) of each layer's matmul for images ``x_NYXK``, in
     NumPy (no compile: calibration runs once per setting)."""

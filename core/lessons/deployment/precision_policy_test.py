@@ -117,6 +117,14 @@ def test_weight_bytes_equal_the_closed_form(params, runs):
         assert runs[policy].weight_bytes == kernels + 4 * biases + 4 * biases  # + scales
     per_tensor = pp.quantize(params, "int8 weights", pp.Settings(granularity="per tensor"), {})
     assert per_tensor.weight_bytes() == kernels + 4 * biases + 4 * len(pp.LAYERS)
+    for policy, run in runs.items():
+        assert run.weight_bytes == pp.bytes_closed_form(params, policy, "per channel")
+    assert per_tensor.weight_bytes() == pp.bytes_closed_form(params, "int8 weights", "per tensor")
+    # planted: a bfloat16 policy that kept float32 biases is caught by the closed form
+    wrong = dataclasses.replace(
+        runs["bfloat16"].quantized, biases=pp.quantize(params, "float32", DEFAULT, {}).biases
+    )
+    assert wrong.weight_bytes() != pp.bytes_closed_form(params, "bfloat16", "per channel")
 
 
 def test_errors_grow_as_bits_shrink_and_the_float32_policy_is_the_baseline(params, split, runs):
