@@ -17,6 +17,7 @@ import pytest
 
 from core import curriculum, lab
 from core.data import digits
+from core.lessons.deployment import adapt_pretrained
 from core.lessons.nn_training import debug_unstable
 from core.lessons.post_training import rlhf_ppo
 from core.lessons.reinforcement_learning import policy_gradients_ppo
@@ -33,6 +34,8 @@ LESSON_DEFAULTS = {
     "rlhf_ppo": rlhf_ppo.RLHF_PPO_LESSON,
     # beats the untrained networks: core/lessons/reinforcement_learning/policy_gradients_ppo_test.py
     "policy_gradients_ppo": policy_gradients_ppo.PPO_LESSON,
+    # full fine-tuning beats head-only: core/lessons/deployment/adapt_pretrained_test.py
+    "adapt_pretrained": adapt_pretrained.LESSON,
 }
 LIMIT_S = 120  # a hang guard, not a speed assertion
 

@@ -29,6 +29,9 @@ REFUSALS = [
     ("select_tpu_slice", ["--name", ""], "an empty TPU VM name"),
     ("select_tpu_slice", ["--name", "My_TPU"], "a TPU VM name gcloud refuses"),
     # one refused combination per app whose guard a flag can trip
+    ("adapt_pretrained", ["--rank", "40"], "LoRA at rank 40 trains more than full fine-tuning"),
+    ("export_serving_contract", ["--batch-sizes", "3,16,64", "--max-batch", "32"], "over 32"),
+    ("precision_policy", ["--accumulator", "int16"], "int16 can overflow with 8-bit operands"),
     ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
     ("attention", ["--head", "5"], "head 5 of 2"),
     ("capstone_transformer", ["--ckpt-every", "8"], "no checkpoint before the crash"),
