@@ -405,3 +405,21 @@ def worst_per_pair(matrices: Sequence[Matrix]) -> dict[str, dict]:
             entry["error"] = max(entry["error"], p.error)
             entry["max_abs"] = max(entry["max_abs"], p.max_abs)
     return worst
+
+
+def against_reference(matrix: Matrix, reference_BK) -> dict[str, tuple[float, float]]:
+    """{format: (error, bound)} of every format that ran against an outside reference's logits
+    (a NumPy float64 DigitsNet): float32 formats on the scaled error, int8 range-scaled."""
+    reference = np.asarray(reference_BK, np.float64)
+    out = {}
+    for name, run in matrix.runs.items():
+        if not run.ran:
+            continue
+        if DTYPES[name] == "int8":
+            out[name] = (tflite.range_scaled_error(run.logits, reference), INT8_BOUND)
+        else:
+            out[name] = (
+                numerics.scaled_max_error(run.logits, reference),
+                numerics.tolerance("float32"),
+            )
+    return out

@@ -160,3 +160,13 @@ def test_keras_outputs_are_cached_by_content(full):
     assert again.status == "ran (cached)"
     np.testing.assert_array_equal(again.logits, full.runs["keras_jax"].logits)
     assert parity.keras_cached(right, x, "jax") is None  # other weights, other key
+
+
+def test_against_reference_judges_each_format(cheap):
+    reference = np.asarray(cheap.runs["jax"].logits, np.float64)
+    judged = parity.against_reference(cheap, reference)
+    assert set(judged) == set(parity.CHEAP)
+    assert judged["jax"] == (0.0, FLOAT_TOL)
+    assert all(error <= bound for error, bound in judged.values())
+    shifted = parity.against_reference(cheap, reference + 1e-3)
+    assert all(error > bound for error, bound in shifted.values())
