@@ -30,7 +30,10 @@ REFUSALS = [
     ("select_tpu_slice", ["--name", "My_TPU"], "a TPU VM name gcloud refuses"),
     # one refused combination per app whose guard a flag can trip
     ("adapt_pretrained", ["--rank", "40"], "LoRA at rank 40 trains more than full fine-tuning"),
+    ("edge_deploy", ["--calibration", "test split"], "int8 calibrated on the held-out digits"),
     ("export_serving_contract", ["--batch-sizes", "3,16,64", "--max-batch", "32"], "over 32"),
+    ("framework_interop", ["--formats", "jax,torch", "--mistake", "gelu_swapped"], "onnx not run"),
+    ("inference_capacity", ["--max-wait-ms", "20", "--p95-budget-ms", "10"], "wait > budget"),
     ("precision_policy", ["--accumulator", "int16"], "int16 can overflow with 8-bit operands"),
     ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
     ("attention", ["--head", "5"], "head 5 of 2"),
@@ -60,6 +63,8 @@ REFUSALS = [
     ("sharded_train_step", ["--batch", "12"], "12 over 8 devices"),
     ("tiny_mlp", ["--classes", "3"], "moons has 2 classes"),
     ("tpu_generations_hbm", ["--batch", "3"], "3 over 16 chips"),
+    # bfloat16's tolerance cannot see exact vs tanh GELU at act1
+    ("torch_to_flax", ["--mistake", "gelu_swapped", "--tolerance-dtype", "bfloat16"], "blind"),
     ("tracing_recompilation", ["--lengths", "a"], "not a length"),
     ("train_generate", ["--heads", "3"], "3 heads do not divide width 32"),
     ("transformer_block", ["--heads", "3"], "3 heads do not divide width 64"),
