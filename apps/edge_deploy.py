@@ -88,7 +88,7 @@ def _():
     max_kb = FLAGS.control("max_kb", ARGS, label="max size (KB)")
     max_latency_ms = FLAGS.control("max_latency_ms", ARGS, label="max latency (ms)")
     min_accuracy = FLAGS.control("min_accuracy", ARGS, label="min accuracy")
-    convert_button = mo.ui.run_button(label="Convert and measure")
+    convert_button = mo.ui.run_button(label="Train, convert and measure")
     mo.vstack(
         [
             mo.md("**Model**"),
@@ -114,7 +114,21 @@ def _():
 
 
 @app.cell
-def _(channels1, channels2, epochs, seed):
+def _(channels1, channels2, convert_button, epochs, seed):
+    mo.stop(
+        lab.interactive() and not convert_button.value,
+        mo.callout(
+            mo.md(
+                "Press **Train, convert and measure**: it trains the CNN with these settings "
+                "(a few seconds; weights trained before load from the verified cache), "
+                "converts it (TensorFlow loads in several seconds the first time; a "
+                "conversion seen before comes from the verified cache) and times each "
+                "variant. A new model or calibration set waits for the button again; the "
+                "budget sliders re-judge at once."
+            ),
+            kind="info",
+        ),
+    )
     split, model, weights_origin = lesson.train(
         (channels1.value, channels2.value),
         epochs.value,
@@ -149,11 +163,7 @@ def _(calibration, channels1, channels2, convert_button, fn, params, representat
     mo.stop(
         lab.interactive() and not convert_button.value,
         mo.callout(
-            mo.md(
-                "Press **Convert and measure** to convert the model (TensorFlow loads in "
-                "several seconds the first time; a conversion seen before comes from the "
-                "verified cache) and time each variant."
-            ),
+            mo.md("Press **Train, convert and measure** to convert with this calibration set."),
             kind="info",
         ),
     )
@@ -219,7 +229,11 @@ def _(model, repeats, split, variants):
                 "**Operators** (read from the flatbuffer): every one builtin means the stock "
                 "LiteRT runtime runs the model with no custom kernel linked in. The int8 "
                 "model's SHAPE/SLICE/CONCATENATION ops are the polymorphic batch's "
-                "bookkeeping (int32)."
+                "bookkeeping (int32). int8 always saves bytes (weights 4x smaller); whether "
+                "it saves time depends on the kernels the device has: a desktop CPU's float "
+                "kernels (XNNPACK) are fast, a microcontroller or an NPU may have int8 only. "
+                "Not every model quantizes: exact (erf) GELU converts to float but its int8 "
+                "model fails to run (interop/tflite.py says why); this CNN uses ReLU."
             ),
             lab.table(op_rows, "Operators per variant"),
             lab.table(io_rows, "Input and output tensors: int8 I/O carries a scale and zero point"),
