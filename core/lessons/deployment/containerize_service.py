@@ -197,3 +197,44 @@ def _fuzz_run(operation, mode, checks, examples, derandomize, statuses, failures
             failures.append(f"{type(exc).__name__}: {str(exc)[:120]}")
 
     return run
+
+
+@dataclasses.dataclass
+class Probe:
+    argv: list[str]  # the command line run here (the image's, python = this interpreter)
+    overrides: dict[str, str]  # the environment variables set differently from the image
+    ready: dict
+    healthcheck_rc: int
+    rows: list[dict]
+    log: str
+    returncode: int | None
+    seconds: float
+
+
+def serve_and_probe(artifacts_dir, x_BF: np.ndarray, max_seconds: float = 120.0) -> Probe:
+    """Start the service with the image's command line, wait for /readyz, run the image's
+    HEALTHCHECK, send the boundary cases, stop it (bounded: SIGTERM, then SIGKILL)."""
+    import time
+
+    from core.serving import container
+
+    start = time.perf_counter()
+    image = container.read()
+    with container.LocalRun(artifacts_dir, image, max_seconds=max_seconds) as run:
+        ready = run.wait_ready()
+        health = run.healthcheck()
+        rows = send(run.url, boundary_cases(x_BF, ready["max_batch"]))
+        overrides = {k: run.env[k] for k in container.LOCAL_OVERRIDES}
+        argv = run.argv
+        run.stop()
+        log = run.log()
+    return Probe(
+        argv,
+        overrides,
+        ready,
+        health,
+        rows,
+        log,
+        run.process.returncode,
+        time.perf_counter() - start,
+    )
