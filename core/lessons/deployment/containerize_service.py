@@ -206,14 +206,18 @@ class Probe:
     ready: dict
     healthcheck_rc: int
     rows: list[dict]
+    fuzz_rows: list[dict]  # schemathesis' summary ([] with fuzz_examples=0)
     log: str
     returncode: int | None
     seconds: float
 
 
-def serve_and_probe(artifacts_dir, x_BF: np.ndarray, max_seconds: float = 120.0) -> Probe:
+def serve_and_probe(
+    artifacts_dir, x_BF: np.ndarray, fuzz_examples: int = 0, max_seconds: float = 120.0
+) -> Probe:
     """Start the service with the image's command line, wait for /readyz, run the image's
-    HEALTHCHECK, send the boundary cases, stop it (bounded: SIGTERM, then SIGKILL)."""
+    HEALTHCHECK, send the boundary cases, fuzz it with schemathesis (``fuzz_examples`` per
+    operation and mode; 0: no fuzzing), stop it (bounded: SIGTERM, then SIGKILL)."""
     import time
 
     from core.serving import container
@@ -224,6 +228,7 @@ def serve_and_probe(artifacts_dir, x_BF: np.ndarray, max_seconds: float = 120.0)
         ready = run.wait_ready()
         health = run.healthcheck()
         rows = send(run.url, boundary_cases(x_BF, ready["max_batch"]))
+        fuzz_rows = fuzz(run.url, fuzz_examples) if fuzz_examples else []
         overrides = {k: run.env[k] for k in container.LOCAL_OVERRIDES}
         argv = run.argv
         run.stop()
@@ -234,6 +239,7 @@ def serve_and_probe(artifacts_dir, x_BF: np.ndarray, max_seconds: float = 120.0)
         ready,
         health,
         rows,
+        fuzz_rows,
         log,
         run.process.returncode,
         time.perf_counter() - start,

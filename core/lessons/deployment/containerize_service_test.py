@@ -69,8 +69,9 @@ def test_schemathesis_finds_no_5xx_and_no_failed_check(running):
 
 
 def test_serve_and_probe_runs_the_images_command_and_stops(artifact_dir, inputs):
-    probe = lesson.serve_and_probe(artifact_dir, inputs)
+    probe = lesson.serve_and_probe(artifact_dir, inputs, fuzz_examples=3)
     assert probe.argv[1:] == container.read().command_line[1:]
     assert probe.overrides["PREDICT_HOST"] == "127.0.0.1" and probe.healthcheck_rc == 0
     assert all(r["verdict"] == "PASS" for r in probe.rows)
     assert probe.returncode is not None and "ready:" in probe.log
+    assert len(probe.fuzz_rows) == 4 and sum(r["5xx"] for r in probe.fuzz_rows) == 0
