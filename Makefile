@@ -33,6 +33,7 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/hadolint deploy/Dockerfile
 
 check-apps: $(STAMP)
 	$(BIN)/marimo check --strict apps/*.py

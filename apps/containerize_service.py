@@ -147,11 +147,13 @@ def _(max_batch, rows):
         f"{max_batch.value}: the service would refuse it (400), so it cannot be the valid case",
         headline=f"{rows.value} rows do not fit a max batch of {max_batch.value}.",
     )
-    return
+    rows_fit = True  # the serving cell reads it, so it runs only below the guard
+    return (rows_fit,)
 
 
 @app.cell
-def _(fuzz_examples, max_batch, rows, seed, serve_button, steps):
+def _(fuzz_examples, max_batch, rows, rows_fit, seed, serve_button, steps):
+    assert rows_fit
     mo.stop(
         lab.interactive() and not serve_button.value,
         mo.callout(mo.md("Press **Start the service** to run the boundary test."), kind="info"),
