@@ -16,7 +16,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.lessons.deployment import inference_capacity as lesson
-    from core.serving import capacity
+    from core.serving import capacity, kubernetes
     from core.serving.predict import export
 
     lab.use_cpu_devices()
@@ -49,6 +49,7 @@ with app.setup:
     MIN_AGREEMENT = 0.97  # the canary gate: labels equal to the champion's on >= 97 % of rows
     MIN_REQUESTS = 10  # a stage judged on fewer requests than this is a failed gate
     BATCH_ROWS = 64  # held-out rows sent one by one through the batcher for the check
+    IMAGE = "us-docker.pkg.dev/PROJECT/jax-tpu-lab/predict:v1"  # a placeholder registry path
 
 
 @app.cell(hide_code=True)
@@ -349,6 +350,26 @@ def _(capacity_rps, replayed):
     return
 
 
+@app.cell
+def _(p95_budget_ms, policy, replayed):
+    _metric = "p95_ms" if policy.value == "p95" else "queue_depth"
+    _target = p95_budget_ms.value if _metric == "p95_ms" else 4.0
+    _hpa = kubernetes.Hpa(_metric, _target, 1, max(1, min(1000, int(replayed.ready.max()))))
+    manifests = kubernetes.gke_manifests(IMAGE, hpa=_hpa)
+    manifest_problems = kubernetes.validate(manifests)
+    mo.vstack(
+        [
+            mo.md(
+                f"## The GKE side\nDeployment, Service and a HorizontalPodAutoscaler on "
+                f"`{_metric}` (max replicas from the replay's peak), checked against the "
+                f"Kubernetes schemas: {manifest_problems or 'no problems'}"
+            ),
+            mo.md(f"```yaml\n{kubernetes.to_yaml(manifests)}\n```"),
+        ]
+    )
+    return (manifest_problems,)
+
+
 @app.cell(hide_code=True)
 def _():
     lab.tpu_results("inference_capacity")
@@ -367,6 +388,12 @@ def test_rounded_copy_promoted_and_rollbacks_go_to_zero(rollouts):
     assert first.decision == "promoted", first.failed
     for rollout in rollouts.values():
         assert (rollout.final_fraction == 0.0) == (rollout.decision == "rolled back")
+    return
+
+
+@app.cell
+def test_manifests_validate(manifest_problems):
+    assert manifest_problems == []
     return
 
 
