@@ -11,7 +11,6 @@ core/serving/byte_lm/__init__.py (the course's model service).
 
 import socket
 import sys
-import threading
 
 from capstones.byte_transformer import args, artifact_files
 from core.serving.byte_lm import app as service_app
@@ -98,31 +97,13 @@ def run_serve(parsed: args.Parsed) -> int:
         )
     except OSError as exc:
         raise args.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    failed = []
-
-    def load():
-        try:
-            server.engine.load()
-            server.log(f"ready: {server.engine.artifacts.precisions} (verified, loaded, warmed)")
-        except Exception as exc:  # verification or warm-up failed: stop serving
-            failed.append(exc)
-            server.log(f"refusing the artifacts: {type(exc).__name__}: {exc}")
-            server.shutdown(wait=False)
-
-    threading.Thread(target=load, daemon=True).start()
     bound_host, bound_port = server.server_address[:2]
     print(
         f"serving on http://{bound_host}:{bound_port} (artifacts {parsed['artifacts']}); "
         "docs on /docs, Ctrl-C stops",
         flush=True,
     )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 1 if failed else 0
+    return server.run(lambda artifacts: f"ready: {artifacts.precisions} (verified, loaded, warmed)")
 
 
 COMMANDS = {

@@ -192,6 +192,9 @@ class ServiceEngine:
         self.require_ready()
         return {"status": "ready"}
 
+    def close(self) -> None:
+        """Release what load() started (a batcher's thread); nothing by default."""
+
 
 # --- HTTP -----------------------------------------------------------------------------------
 
@@ -443,3 +446,36 @@ class Server:
 
     def server_close(self) -> None:
         self.socket.close()
+
+    def run(
+        self, ready_line: Callable[[object], str], what: str = "artifacts", max_seconds: float = 0
+    ) -> int:
+        """A command's whole serve: load the engine in a background thread (the server already
+        answers /healthz; a failed verification or warm-up is logged and stops the server),
+        stop after ``max_seconds`` if > 0, serve until stopped (Ctrl-C, SIGTERM), then close
+        the socket and the engine. ``ready_line(artifacts)`` is the log line once ready.
+        Returns the exit status: 1 if the load failed, else 0."""
+        failed = []
+
+        def load():
+            try:
+                self.engine.load()
+                self.log(ready_line(self.engine.artifacts))
+            except Exception as exc:  # verification or warm-up failed: stop serving
+                failed.append(exc)
+                self.log(f"refusing the {what}: {type(exc).__name__}: {exc}")
+                self.shutdown(wait=False)
+
+        threading.Thread(target=load, daemon=True).start()
+        if max_seconds:
+            timer = threading.Timer(max_seconds, self.shutdown, kwargs={"wait": False})
+            timer.daemon = True
+            timer.start()
+        try:
+            self.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.server_close()
+            self.engine.close()
+        return 1 if failed else 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 
 from core.serving.http import LOCAL_HOSTS
 
@@ -118,32 +117,13 @@ def run_serve(a) -> int:
         return _usage(f"cannot listen on {a.host}:{a.port}: {exc.strerror or exc}")
     except ValueError as exc:
         return _usage(str(exc))
-    failed = []
-
-    def load():
-        try:
-            server.engine.load()
-            server.log(f"ready: {server.engine.artifacts.model_version} (verified, warmed)")
-        except Exception as exc:  # verification or warm-up failed: stop serving
-            failed.append(exc)
-            server.log(f"refusing the artifact: {type(exc).__name__}: {exc}")
-            server.shutdown(wait=False)
-
-    threading.Thread(target=load, daemon=True).start()
-    if a.max_seconds:
-        timer = threading.Timer(a.max_seconds, server.shutdown, kwargs={"wait": False})
-        timer.daemon = True
-        timer.start()
     host, port = server.server_address[:2]
     print(f"serving on http://{host}:{port} (artifacts {a.artifacts}); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        server.engine.close()
-    return 1 if failed else 0
+    return server.run(
+        lambda artifacts: f"ready: {artifacts.model_version} (verified, warmed)",
+        what="artifact",
+        max_seconds=a.max_seconds,
+    )
 
 
 def run_predict(a) -> int:
