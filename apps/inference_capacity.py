@@ -48,6 +48,7 @@ with app.setup:
     ARGS = FLAGS.parse()
     MIN_AGREEMENT = 0.97  # the canary gate: labels equal to the champion's on >= 97 % of rows
     MIN_REQUESTS = 10  # a stage judged on fewer requests than this is a failed gate
+    RELAXED_HEADROOM = 3.0  # the replay's budget when no load run met the SLO (see below)
     BATCH_ROWS = 64  # held-out rows sent one by one through the batcher for the check
     IMAGE = "us-docker.pkg.dev/PROJECT/jax-tpu-lab/predict:v1"  # a placeholder registry path
 
@@ -186,27 +187,45 @@ def _(p95_budget_ms, run_button, run_time_s, seed, users, versions, window):
         versions.champion, _settings, _users, run_time_s.value, seed=seed.value
     )
     _mine = [r["result"] for r in load_rows if (r["max_batch"], r["max_wait_ms"]) == _current]
-    try:
-        capacity_rps = capacity.capacity_from_runs(_mine, p95_budget_ms.value)
-        _problem = None
-    except ValueError as _exc:
-        capacity_rps, _problem = None, str(_exc)
+    _clean = [r for r in _mine if r.failures == 0]
     _table = lab.table(
         [{k: v for k, v in r.items() if k != "result"} for r in load_rows],
         "Locust runs against the predict service on 127.0.0.1 (CPU, this machine)",
     )
-    lab.guard(_problem, _table, headline="No per-replica capacity inside the budget.")
-    p95_at_capacity = min(
-        r.p95_ms for r in _mine if r.throughput_rps == capacity_rps and r.failures == 0
-    )
+    _problem = None if _clean else "every load run of this window had failed requests"
+    lab.guard(_problem, _table, headline="The service failed under load.")
+    try:
+        capacity_rps = capacity.capacity_from_runs(_mine, p95_budget_ms.value)
+        budget_met, _shown = True, _table
+    except ValueError as _exc:
+        # A latency measured on a shared CPU, not a bad control, so the lesson goes on with
+        # the lowest-p95 run's throughput as the capacity and a relaxed budget (said in a
+        # callout above the table, printed headless): RELAXED_HEADROOM x that run's p95, so
+        # that the p95 policy, which scales down only under half its budget, can.
+        capacity_rps = max(_clean, key=lambda r: -r.p95_ms).throughput_rps
+        budget_met = False
+        _shown = mo.vstack([
+            mo.callout(mo.md(
+                f"**Over budget on this machine:** {_exc}. The replay below uses the "
+                "lowest-p95 run's throughput as the capacity per replica and "
+                f"{RELAXED_HEADROOM:g}x that run's p95 as its budget: a relaxed SLO, not "
+                "yours. Raise the budget, or try a shorter "
+                "max wait or fewer users."
+            ), kind="warn"),
+            _table,
+        ])  # fmt: skip
+    p95_at_capacity = min(r.p95_ms for r in _clean if r.throughput_rps == capacity_rps)
+    replay_budget_ms = p95_budget_ms.value if budget_met else RELAXED_HEADROOM * p95_at_capacity
+    lab.report("per-replica p95 budget met (CPU, this machine)", budget_met)
     lab.report("per-replica capacity (CPU, this machine)", capacity_rps, "requests/s")
-    _table
-    return capacity_rps, load_rows, p95_at_capacity
+    lab.report("replay's p95 budget", replay_budget_ms, "ms")
+    _shown
+    return capacity_rps, load_rows, p95_at_capacity, replay_budget_ms
 
 
 @app.cell
 def _(
-    burst_factor, capacity_rps, p95_at_capacity, p95_budget_ms, peak_replicas, policy, seed,
+    burst_factor, capacity_rps, p95_at_capacity, peak_replicas, policy, replay_budget_ms, seed,
     startup_steps, target_utilization,
 ):  # fmt: skip
     trace, constant_part = lesson.lesson_trace(
@@ -218,7 +237,7 @@ def _(
         startup_steps=startup_steps.value,
     )  # fmt: skip
     replayed = capacity.replay(
-        trace, scaling, capacity_rps, p95_at_capacity, p95_budget_ms.value, lesson.STEP_S
+        trace, scaling, capacity_rps, p95_at_capacity, replay_budget_ms, lesson.STEP_S
     )
     lab.report("SLO violations in the replay", replayed.violation_steps, "5-minute steps")
     lab.report("replay cost", replayed.total_cost, "replica-hours")

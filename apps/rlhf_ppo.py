@@ -51,7 +51,7 @@ def _():
     - train the policy with **PPO** (the KL penalty in the reward, per token, and a value
       head as baseline) and watch proxy reward, true reward and KL over training;
     - see the proxy **over-optimised** at KL coefficient 0: longer and longer responses of
-      prompt letters that never end with "." and a KL that runs away, for no true reward;
+      prompt letters that never end with "." and a KL that runs away, for little true reward;
     - train **GRPO**, the default of today's post-training libraries: advantages normalised
       within a group of G samples per prompt, no value network;
     - measure how the **loss aggregation** (per sequence or per token) weighs long and short
@@ -192,7 +192,7 @@ def _(penalised, result):
         .facet(facet=alt.Facet("measure:N", title=None), columns=2)
         .resolve_scale(y="independent")
         .properties(
-            title="PPO over training: without KL the proxy climbs further, the true reward not"
+            title="PPO over training: without KL the proxy climbs further, the true reward barely"
         )
     )
     _grpo = ["GRPO, per sequence", "GRPO, per token"]
