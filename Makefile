@@ -44,7 +44,7 @@ check-apps: $(STAMP)
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
 	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
-		--durations=25 $(PYTEST_FLAGS)
+		--durations=60 $(PYTEST_FLAGS)
 
 test: $(STAMP)
 	@start=$$(date +%s); \
