@@ -202,7 +202,7 @@ def _(p95_budget_ms, run_button, run_time_s, seed, users, versions, window):
         # the lowest-p95 run's throughput as the capacity and a relaxed budget (said in a
         # callout above the table, printed headless): RELAXED_HEADROOM x that run's p95, so
         # that the p95 policy, which scales down only under half its budget, can.
-        capacity_rps = max(_clean, key=lambda r: -r.p95_ms).throughput_rps
+        capacity_rps = min(_clean, key=lambda r: r.p95_ms).throughput_rps
         budget_met = False
         _shown = mo.vstack([
             mo.callout(mo.md(
