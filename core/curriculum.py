@@ -61,11 +61,19 @@ class Capstone:
 
 @dataclasses.dataclass(frozen=True)
 class Track:
-    """A themed route through apps that cuts across phases (built by later issues)."""
+    """A themed route through apps that cuts across phases.
+
+    ``mirrors`` pairs each track app with the course lesson it retells in another framework
+    (track slug -> lesson slug); the course home and apps/README.md show them side by side.
+    """
 
     title: str
     summary: str
     slugs: tuple[str, ...]
+    mirrors: tuple[tuple[str, str], ...] = ()
+
+    def mirrored_lesson(self, slug: str) -> str | None:
+        return dict(self.mirrors).get(slug)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +320,19 @@ CAPSTONES: tuple[Capstone, ...] = (
     ),
 )
 
+# Keras track app -> the JAX lesson it mirrors, in the order a learner takes them.
+_KERAS_MIRRORS: tuple[tuple[str, str], ...] = (
+    ("keras_tiny_mlp", "tiny_mlp"),
+    ("keras_train_eval_step", "train_eval_step"),
+    ("keras_cnn_digits", "cnn_digits"),
+    ("keras_debug_unstable", "debug_unstable"),
+    ("keras_transformer_block", "transformer_block"),
+    ("keras_nnx_twin", "flax_nnx"),
+    ("keras_saving", "framework_interop"),
+    ("keras_custom_loop", "optax_basics"),
+    ("keras_distribution", "meshes_sharding"),
+)
+
 TRACKS: tuple[Track, ...] = (
     Track(
         "JAX track",
@@ -323,7 +344,8 @@ TRACKS: tuple[Track, ...] = (
         "Keras multi-backend track",
         "The same models in Keras 3 on the jax, torch and tensorflow backends, built on the "
         "interop/ conversions; each backend runs in its own process.",
-        (),
+        tuple(track for track, _lesson in _KERAS_MIRRORS),
+        _KERAS_MIRRORS,
     ),
 )
 
@@ -404,6 +426,26 @@ def phase_line(slug: str) -> str:
     Every app's title cell shows this, derived from the map, never typed by hand.
     """
     return f"*Phase {phase_number(slug)} · {phase_of(slug).title}*"
+
+
+def track_of(slug: str) -> Track:
+    """The track that holds app ``slug`` (ValueError naming the slug if none does)."""
+    for track in TRACKS:
+        if slug in track.slugs:
+            return track
+    raise ValueError(f"no track app {slug!r} in the course map")
+
+
+def track_line(slug: str) -> str:
+    """The italic line under a track app's title, from the map: the track and the lesson it
+    mirrors (``*Keras multi-backend track · mirrors Phase 9 · Tiny MLP ...*``)."""
+    track = track_of(slug)
+    line = f"*{track.title}"
+    mirrored = track.mirrored_lesson(slug)
+    if mirrored is not None:
+        lesson = next(x for x in all_lessons() if x.slug == mirrored)
+        line += f" · mirrors Phase {phase_number(mirrored)}: {lesson.title} (apps/{mirrored}.py)"
+    return line + "*"
 
 
 def lesson_module(slug: str) -> str:

@@ -204,3 +204,19 @@ def test_every_lesson_app_derives_its_phase_line_from_the_map():
         source = path.read_text(encoding="utf-8")
         assert f'{{lab.phase_line("{lesson.slug}")}}' in source, lesson.slug
         assert not typed.search(source), f"{lesson.slug}: a hand-typed phase number"
+
+
+def test_every_track_app_mirrors_a_lesson_of_the_map_once():
+    lesson_slugs = {lesson.slug for lesson in curriculum.all_lessons()}
+    for track in curriculum.TRACKS:
+        paired = [slug for slug, _lesson in track.mirrors]
+        assert len(set(paired)) == len(paired) and set(paired) <= set(track.slugs)
+        assert {lesson for _slug, lesson in track.mirrors} <= lesson_slugs
+    keras = curriculum.track_of("keras_cnn_digits")
+    assert keras.mirrored_lesson("keras_cnn_digits") == "cnn_digits"
+    line = curriculum.track_line("keras_cnn_digits")
+    number = curriculum.phase_number("cnn_digits")
+    assert line.startswith("*Keras multi-backend track · mirrors Phase ")
+    assert f"Phase {number}: " in line and "(apps/cnn_digits.py)*" in line
+    with pytest.raises(ValueError, match="no track app 'tiny_mlp'"):
+        curriculum.track_of("tiny_mlp")

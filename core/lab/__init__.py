@@ -21,7 +21,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.curriculum import phase_line  # noqa: F401 (re-exported: every title cell shows it)
+from core.curriculum import (
+    phase_line,  # noqa: F401 (re-exported: every title cell shows it)
+    track_line,  # noqa: F401 (re-exported: a track app's title line)
+)
 
 # What a headless run found: lab.table, Check and guard record into it (core/lab/results.py).
 from core.lab import results

@@ -1,0 +1,1 @@
+"""The Keras 3 multi-backend track: each backend in its own process, the numbers compared."""
