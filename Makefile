@@ -16,7 +16,8 @@ MALLOC_TUNABLES := glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0
 MALLOC_TUNABLES := $(MALLOC_TUNABLES):glibc.malloc.trim_threshold=2147483647
 export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 
-.PHONY: lab test install lint check-apps pytest curriculum capstone pallas-capstone clean
+.PHONY: lab test install lint check-apps pytest curriculum capstone pallas-capstone clean \
+	torch-xla-env
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +73,18 @@ capstone: $(STAMP)
 # The Pallas capstone's whole report (agreement, profile, partition, objective) into runs/
 pallas-capstone: $(STAMP)
 	JAX_PLATFORMS=cpu $(BIN)/python -m capstones.pallas_kernel report out=runs/pallas_kernel
+
+# PyTorch/XLA's own environment, .venv-torch-xla/ (git-ignored; never .venv, not built by CI):
+# torch-xla 2.9.0 needs torch 2.9.0, whose Linux wheel is the CUDA build (~7 GB, ~6 min).
+# The pins are tpu_scripts/envs/torch_xla.txt; tpu_scripts/torch_xla_train_test.py runs the
+# script under PJRT_DEVICE=CPU with this env's python when it exists.
+TORCH_XLA_VENV := .venv-torch-xla
+torch-xla-env:
+	@test -x $(TORCH_XLA_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_XLA_VENV)
+	$(TORCH_XLA_VENV)/bin/python -m pip install --upgrade pip
+	$(TORCH_XLA_VENV)/bin/python -m pip install -r tpu_scripts/envs/torch_xla.txt
+	PJRT_DEVICE=CPU $(TORCH_XLA_VENV)/bin/python -c \
+		"import torch, torch_xla; print('torch', torch.__version__, 'torch_xla', torch_xla.__version__)"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .jax_compilation_cache
