@@ -98,6 +98,8 @@ REFUSALS = [
     ("kernel_iteration", ["--block-q", "96"], "does not divide"),
     ("kernel_iteration", ["--dtype", "bfloat16", "--block-q", "8"], "multiple of 16"),
     ("capstone_pallas_kernel", ["--block-q", "24"], "does not divide"),
+    # the Keras track (issue 27)
+    ("keras_distribution", ["--mesh", "1x8", "--hidden", "20"], "20 units over 8 model devices"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120
