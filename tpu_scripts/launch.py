@@ -20,6 +20,8 @@ import sys
 from core.tpu import cloud_tpu
 
 VERBS = ("create", "stage", "run", "fetch", "delete")
+FRAMEWORK_CHOICES = ("jax", "torch-xla", "tensorflow")  # tpu_scripts/frameworks/environments.py
+_REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +93,21 @@ def plan(args: argparse.Namespace) -> list[Step]:
     if args.verb == "run":
         if not pathlib.Path(args.script).is_file():
             raise ValueError(f"no such script: {args.script} (stage it first, from this path)")
-        remote = cloud_tpu.bootstrap_remote_command(
-            args.script, args.wheel, " ".join(args.script_args)
-        )
+        name = getattr(args, "framework", "jax")
+        if name == "jax":
+            remote = cloud_tpu.bootstrap_remote_command(
+                args.script, args.wheel, " ".join(args.script_args)
+            )
+        else:  # its own venv on the VM; the script comes with the staged wheel
+            from tpu_scripts.frameworks import environments
+
+            fw = environments.framework(name)
+            if pathlib.Path(args.script).resolve() != (_REPO / fw.script).resolve():
+                raise ValueError(
+                    f"--framework {name} runs {fw.script} (from the staged wheel), "
+                    f"not {args.script}"
+                )
+            remote = environments.remote_command(fw, vm, args.wheel, args.script_args)
         return [
             Step(
                 f"run on worker(s) {args.worker}",
@@ -157,6 +171,13 @@ def add_parser(commands) -> argparse.ArgumentParser:
     run.add_argument("script", help="the script (its local path; the file name is used remotely)")
     run.add_argument("--worker", default="all", help="all (every host), N, a,b or a-b")
     run.add_argument("--wheel", default=cloud_tpu.WHEEL, help="the staged project wheel")
+    run.add_argument(
+        "--framework",
+        choices=FRAMEWORK_CHOICES,
+        default="jax",
+        help="jax: ~/jax-tpu-lab/.venv; torch-xla / tensorflow: their own venv and pins "
+        "(tpu_scripts/frameworks/torch_xla_train.py, tf_train.py; stage the wheel first)",
+    )
     run.add_argument("script_args", nargs="*", help="after --: the script's flags")
     fetch = common(verbs.add_parser("fetch", help="copy results back from one worker"))
     fetch.add_argument("remote_path", help="path under ~/jax-tpu-lab/ on the worker")
