@@ -1,0 +1,169 @@
+"""The parity table: every pair of backends, and each backend against NumPy float64.
+
+For the same spec, weights and batches:
+
+    outputs          the probe batch's outputs                 float32 tolerance (1e-5 scaled)
+    gradients        d loss / d every weight on the probe batch float32 tolerance, worst tensor
+    loss after N     the training loss curve, step by step     LOSS_AFTER_STEPS_TOLERANCE
+
+Pairs compare backend with backend; the reference rows compare each backend with the model
+written out in NumPy float64 (models.forward_reference; gradients by float64 central
+differences at sampled coordinates of every tensor; the probe loss). Training has no float64
+reference here: its row is pairwise only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+
+import numpy as np
+
+from core import numerics
+from interop.keras_track import models
+
+FLOAT32 = numerics.tolerance("float32")
+# The loss after N training steps: two float32 runs that differ by rounding (~1e-7 relative
+# per operation, different summation orders per backend) start within FLOAT32 and drift apart
+# as each step's difference feeds the next. At the track's stable learning rates and <= 200
+# steps the drift measured here stays below 1e-6 (interop/keras_track/parity_test.py runs it
+# over several seeds and all three models); 1e-4 leaves a 100x margin for it while still
+# catching a real difference (a wrong epsilon or learning rate moves the loss by > 1e-3).
+# A diverging run (the unstable learning rate) is chaotic: it is not held to this bound.
+LOSS_AFTER_STEPS_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    compared: str
+    quantity: str
+    error: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.error <= self.tolerance)
+
+    @property
+    def key(self) -> str:
+        return f"{self.quantity}: {self.compared}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    outputs: np.ndarray
+    probe_loss: float
+    coordinates: dict[str, np.ndarray]
+    gradients: dict[str, np.ndarray]
+
+
+def reference(spec: models.Spec, weights: Mapping, data: Mapping) -> Reference:
+    """The NumPy float64 twin's outputs, probe loss and sampled gradients."""
+    x, y = data["x_probe"], data["y_probe"]
+    coordinates = models.gradient_coordinates(spec)
+    return Reference(
+        outputs=models.forward_reference(spec, weights, x),
+        probe_loss=models.loss_reference(spec, weights, x, y),
+        coordinates=coordinates,
+        gradients=models.gradient_reference(spec, weights, x, y, coordinates),
+    )
+
+
+def _gradient_error(a: Mapping, b: Mapping) -> float:
+    if sorted(a) != sorted(b):
+        return float("inf")
+    return max(numerics.scaled_max_error(a[n], b[n]) for n in a)
+
+
+def _sampled(gradients: Mapping, coordinates: Mapping) -> dict[str, np.ndarray]:
+    return {n: np.asarray(gradients[n]).ravel()[i] for n, i in coordinates.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    rows: tuple[Row, ...]
+
+    def errors(self) -> dict[str, float]:
+        return {r.key: r.error for r in self.rows}
+
+    def tolerances(self) -> dict[str, float]:
+        return {r.key: r.tolerance for r in self.rows}
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    def dicts(self) -> list[dict]:
+        return [
+            {
+                "compared": r.compared,
+                "quantity": r.quantity,
+                "error": r.error,
+                "tolerance": r.tolerance,
+                "check": r.passed,
+            }
+            for r in self.rows
+        ]
+
+
+def table(
+    runs: Mapping, ref: Reference | None = None, loss_tolerance: float = LOSS_AFTER_STEPS_TOLERANCE
+) -> Table:
+    """The rows for {backend: BackendRun} (runner.py), and against ``ref`` when given."""
+    rows = []
+    steps = min((len(r.train_loss) for r in runs.values()), default=0)
+    if ref is not None:
+        for name, run in runs.items():
+            versus = f"{name} vs NumPy float64"
+            rows.append(
+                Row(versus, "outputs", numerics.scaled_max_error(run.outputs, ref.outputs), FLOAT32)
+            )
+            if run.gradients:
+                error = _gradient_error(_sampled(run.gradients, ref.coordinates), ref.gradients)
+                rows.append(Row(versus, "gradients (sampled)", error, FLOAT32))
+                error = numerics.scaled_max_error(run.probe_loss, ref.probe_loss)
+                rows.append(Row(versus, "loss on the probe batch", error, FLOAT32))
+    for (a, ra), (b, rb) in itertools.combinations(runs.items(), 2):
+        versus = f"{a} vs {b}"
+        rows.append(
+            Row(versus, "outputs", numerics.scaled_max_error(ra.outputs, rb.outputs), FLOAT32)
+        )
+        if ra.gradients and rb.gradients:
+            error = _gradient_error(ra.gradients, rb.gradients)
+            rows.append(Row(versus, "gradients", error, FLOAT32))
+        if steps:
+            error = numerics.scaled_max_error(ra.train_loss[:steps], rb.train_loss[:steps])
+            rows.append(Row(versus, f"loss over {steps} steps", error, loss_tolerance))
+    return Table(tuple(rows))
+
+
+def timing_rows(runs: Mapping) -> list[dict]:
+    """Per backend: median seconds per training step (first step excluded), its jit setting,
+    the worker's import and total seconds (this machine's CPU, not a TPU)."""
+    return [
+        {
+            "backend": name,
+            "ms per step (median, CPU)": 1e3 * run.median_step_seconds,
+            "first step ms": 1e3 * float(run.step_seconds[0]) if len(run.step_seconds) else None,
+            "jit_compile": run.summary.get("jit_compile"),
+            "import s": run.summary.get("import_seconds"),
+            "worker s": run.wall_seconds,
+        }
+        for name, run in runs.items()
+    ]
+
+
+def curve_rows(runs: Mapping, which: str = "train") -> list[dict]:
+    """Long-format loss curve rows (backend, step, loss) for an Altair line chart."""
+    rows = []
+    for name, run in runs.items():
+        if which == "train":
+            steps, losses = np.arange(1, len(run.train_loss) + 1), run.train_loss
+        else:
+            steps, losses = run.eval_steps, run.eval_loss
+        rows += [
+            {"backend": name, "step": int(s), "loss": float(v)}
+            for s, v in zip(steps, losses, strict=True)
+        ]
+    return rows

@@ -1,0 +1,84 @@
+"""What every twin app shows, marimo-free: one run under the chosen backends, its parity table
+against NumPy float64 and pair by pair, the overlaid loss curves (Altair) and the timing rows.
+
+    comparison = views.compare(spec, backends, seed, data, training)
+    comparison.table        parity.Table (outputs, gradients, loss over N steps; reference rows)
+    views.loss_chart(comparison.runs, "training loss")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from interop.keras_track import models, parity, runner
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    spec: models.Spec
+    seed: int
+    weights: dict[str, np.ndarray]
+    data: dict[str, np.ndarray]
+    runs: dict[str, runner.BackendRun]
+    reference: parity.Reference
+    table: parity.Table
+
+    def accuracy_rows(self) -> list[dict]:
+        """Per backend: accuracy of the final model on the evaluation set (classifiers)."""
+        labels = self.data["y_eval"]
+        return [
+            {
+                "backend": b,
+                "eval accuracy": float(np.mean(np.argmax(r.eval_outputs, -1) == labels)),
+                "final train loss": float(r.train_loss[-1]),
+            }
+            for b, r in self.runs.items()
+        ]
+
+
+def compare(
+    spec: models.Spec,
+    backends: Sequence[str],
+    seed: int,
+    data: Mapping[str, np.ndarray],
+    training: runner.Training,
+) -> Comparison:
+    """Run the spec's model (weights from ``seed``) under every backend, concurrently, and
+    build its parity table (NumPy float64 reference included)."""
+    weights = models.init_weights(spec, seed)
+    runs = runner.run_backends(spec, backends, weights, data, training)
+    reference = parity.reference(spec, weights, data)
+    return Comparison(
+        spec, seed, weights, dict(data), runs, reference, parity.table(runs, reference)
+    )
+
+
+def loss_chart(curves: Mapping[str, Sequence[dict]] | list[dict], title: str, log: bool = False):
+    """Overlaid loss curves, one colour per backend (rows: backend, step, loss[, run])."""
+    import altair as alt
+    import pandas as pd
+
+    from core.lab import charts
+
+    frame = pd.DataFrame(curves)
+    names = list(dict.fromkeys(frame["backend"]))
+    color = alt.Color(
+        "backend:N", scale=alt.Scale(domain=names, range=charts.distinct_colors(len(names)))
+    )
+    y = alt.Y("loss:Q", scale=alt.Scale(type="log") if log else alt.Undefined)
+    encoding = {"x": alt.X("step:Q"), "y": y, "color": color, "tooltip": list(frame.columns)}
+    if "run" in frame:
+        encoding["strokeDash"] = alt.StrokeDash("run:N")
+    widths = alt.Scale(
+        domain=names, range=[6.0 - 4.5 * i / max(len(names) - 1, 1) for i in range(len(names))]
+    )
+    # Curves from equal backends lie on top of each other: wider lines under narrower ones.
+    return (
+        alt.Chart(frame, title=title)
+        .mark_line(opacity=0.8)
+        .encode(**encoding, strokeWidth=alt.StrokeWidth("backend:N", scale=widths, legend=None))
+        .properties(width=520, height=240)
+    )
