@@ -100,6 +100,7 @@ REFUSALS = [
     ("capstone_pallas_kernel", ["--block-q", "24"], "does not divide"),
     # the Keras track (issue 27)
     ("keras_distribution", ["--mesh", "1x8", "--hidden", "20"], "20 units over 8 model devices"),
+    ("keras_custom_loop", ["--examples", "100", "--batch", "32"], "a smaller last batch"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120

@@ -25,6 +25,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
 from core import runtime
 from interop import keras_bridge
 
@@ -89,6 +91,25 @@ def run(
         tail = "\n".join(done.stderr.strip().splitlines()[-STDERR_LINES:])
         raise WorkerError(f"Keras {backend} child ({module}) exited {done.returncode}: {tail}")
     return ChildResult(backend, json.loads(result_path.read_text()), seconds)
+
+
+def run_arrays(
+    module: str,
+    request,
+    arrays: Mapping[str, np.ndarray],
+    folder: str | pathlib.Path,
+    name: str,
+    backend: str = "jax",
+) -> tuple[ChildResult, dict[str, np.ndarray]]:
+    """``run`` with a dataclass ``request`` and input ``arrays`` (an .npz the child reads as
+    ``job["inputs"]``); the .npz it writes at ``job["output"]`` read back (no pickle)."""
+    folder = pathlib.Path(folder)
+    inputs, output = folder / f"{name}.inputs.npz", folder / f"{name}.outputs.npz"
+    np.savez(inputs, **arrays)
+    job = {"request": dataclasses.asdict(request), "inputs": str(inputs), "output": str(output)}
+    done = run(module, job, folder, backend=backend, name=name)
+    with np.load(output, allow_pickle=False) as data:
+        return done, {k: data[k] for k in data.files}
 
 
 def run_many(

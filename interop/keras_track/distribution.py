@@ -316,22 +316,10 @@ def run(request: Request, folder: str | pathlib.Path) -> Result:
     reason = problem(request)
     if reason is not None:
         raise ValueError(reason)
-    folder = pathlib.Path(folder)
     x, weights = seeded(request)
-    np.savez(folder / "inputs.npz", x_BF=x, **{f"w:{k}": v for k, v in weights.items()})
-    done = child.run(
-        _MODULE,
-        {
-            "request": dataclasses.asdict(request),
-            "inputs": str(folder / "inputs.npz"),
-            "output": str(folder / "outputs.npz"),
-        },
-        folder,
-        backend="jax",
-        name="distribution",
-    )
-    with np.load(folder / "outputs.npz", allow_pickle=False) as data:
-        outputs = {k.removeprefix("y:"): data[k] for k in data.files if k.startswith("y:")}
+    arrays = {"x_BF": x, **{f"w:{k}": v for k, v in weights.items()}}
+    done, arrays = child.run_arrays(_MODULE, request, arrays, folder, "distribution")
+    outputs = {k.removeprefix("y:"): v for k, v in arrays.items() if k.startswith("y:")}
     r = done.result
     return Result(
         request,
