@@ -243,6 +243,7 @@ class Options:
     wheel: pathlib.Path | None = None  # a built wheel to stage instead of building one
     dry_run: bool = False
     argv: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()  # tpu_scripts/frameworks/environments.py names
 
     @property
     def run_dir(self) -> pathlib.Path:
@@ -406,11 +407,61 @@ def _record_versions(record: dict, run_dir: pathlib.Path, slug: str) -> None:
     }
 
 
+def framework_steps(vm: cloud_tpu.TpuVm, names, wheel: str, run_dir: pathlib.Path) -> list:
+    """Each framework script in its own venv on every worker (environments.remote_command:
+    make the venv, install its pins and the wheel --no-deps, run with --out results/<name>),
+    then worker 0's result folder fetched into <run>/<name>/."""
+    from tpu_scripts.frameworks import environments
+
+    steps = [
+        launch.Step("make the folder on every worker",
+                    tuple(cloud_tpu.ssh_command(vm, f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}"))),
+        launch.Step("copy the wheel to every worker", tuple(cloud_tpu.scp_command(vm, [wheel]))),
+    ]  # fmt: skip
+    for name in names:
+        fw = environments.framework(name)
+        out = f"{REMOTE_RESULTS}/{fw.name}"
+        remote = environments.remote_command(fw, vm, wheel, ["--out", out])
+        steps.append(
+            launch.Step(
+                f"run {fw.script} in ~/{cloud_tpu.REMOTE_DIR}/{fw.venv} on every worker",
+                tuple(cloud_tpu.ssh_command(vm, remote)),
+            )
+        )  # fmt: skip
+        fetch = launch.fetch_command(vm, out, str(run_dir), "0")
+        steps.append(launch.Step(f"fetch worker 0's {fw.name} result", tuple(fetch)))
+    return steps
+
+
+def run_frameworks(options: Options) -> int:
+    """Run the framework scripts on the VM (after the lessons); 0 when every result is back."""
+    from tpu_scripts.frameworks import environments
+
+    vm, staged = options.vm, options.run_dir / STAGED
+    options.run_dir.mkdir(parents=True, exist_ok=True)  # the fetches' target
+    wheel = str(options.wheel or build_wheel(staged))
+    code = launch.execute(
+        framework_steps(vm, options.frameworks, wheel, options.run_dir), dry_run=False
+    )
+    missing = [
+        name
+        for name in options.frameworks
+        if not (options.run_dir / name / "result.json").is_file()
+    ]
+    for name in options.frameworks:
+        where = options.run_dir / name / "result.json"
+        print(f"{name}: {'back in ' + str(where) if name not in missing else 'no result'} "
+              f"({environments.framework(name).script})")  # fmt: skip
+    print(delete_hint(vm))
+    return 1 if code != 0 or missing else 0
+
+
 def dry_run(options: Options, slugs: list[str]) -> int:
     """Print every step this call would take; run nothing, write nothing."""
     vm, staged = options.vm, options.run_dir / STAGED
     wheel = str(options.wheel or staged / cloud_tpu.WHEEL.rsplit("/", 1)[-1])
-    print(f"# dry run: lessons {', '.join(slugs)} into {options.run_dir}")
+    names = [*slugs, *options.frameworks]
+    print(f"# dry run: {', '.join(names)} into {options.run_dir}")
     print("# export each lesson (local): " + ", ".join(str(staged / script_name(s)) for s in slugs))
     if vm is None:
         for slug in slugs:
@@ -421,9 +472,11 @@ def dry_run(options: Options, slugs: list[str]) -> int:
         + cloud_tpu.shell_join([*cloud_tpu.describe_command(vm), "--format=json"])
     )
     print("# build the wheel (local, offline)")
-    steps = staging_steps(vm, staged, slugs, wheel)
+    steps = staging_steps(vm, staged, slugs, wheel) if slugs else []
     for slug in slugs:
         steps += lesson_steps(vm, slug, options.run_dir / ".incoming" / slug)
+    if options.frameworks:
+        steps += framework_steps(vm, options.frameworks, wheel, options.run_dir)
     for step in steps:
         print(f"# {step.what}\n{step.line}")
     print("# " + delete_hint(vm).replace("\n", "\n# "))
@@ -436,6 +489,8 @@ def course_run(options: Options) -> int:
     run_dir, vm = options.run_dir, options.vm
     if options.dry_run:
         return dry_run(options, slugs)
+    if not slugs:  # --frameworks only
+        return run_frameworks(options)
     record_path = run_dir / RECORD
     existing = load_record(record_path) if record_path.is_file() else None
     record = merge_record(existing, slugs, "local" if vm is None else "tpu", options.argv)
@@ -512,6 +567,8 @@ def course_run(options: Options) -> int:
     record["status"] = "passed"
     save_record(record_path, record)
     print(f"all {len(slugs)} lesson(s) back in {run_dir} (record: {record_path})")
+    if vm is not None and options.frameworks:
+        return run_frameworks(options)
     if vm is not None:
         print(delete_hint(vm))
     return 0
@@ -532,8 +589,14 @@ def add_parser(commands) -> None:
     )
     sub.add_argument(
         "--lessons",
-        required=True,
+        default="",
         help="phase titles, learning-path titles, phase packages or lesson slugs, comma-separated",
+    )
+    sub.add_argument(
+        "--frameworks",
+        default="",
+        help="also run these framework scripts, each in its own venv on the VM: torch-xla, "
+        "tensorflow (comma-separated; tpu_scripts/frameworks/)",
     )
     sub.add_argument("--name", help="the TPU VM (it must exist: launch create)")
     sub.add_argument("--zone", default=cloud_tpu.TpuVm.zone, help="zone, e.g. us-west4-a")
@@ -561,7 +624,10 @@ def add_parser(commands) -> None:
 def options_from_args(args: argparse.Namespace, argv=()) -> Options:
     """Validated options (UsageError naming the problem; nothing has run)."""
     apps_dir = pathlib.Path(args.apps_dir)
-    slugs = resolve_lessons(args.lessons, apps_dir)
+    frameworks = tuple(dict.fromkeys(n.strip() for n in args.frameworks.split(",") if n.strip()))
+    if not args.lessons.strip() and not frameworks:
+        raise UsageError("name --lessons, --frameworks (torch-xla, tensorflow) or both")
+    slugs = resolve_lessons(args.lessons, apps_dir) if args.lessons.strip() else []
     vm = None
     if not args.local:
         if not args.name or not args.accelerator_type:
@@ -575,6 +641,18 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
             )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    if frameworks:
+        from tpu_scripts.frameworks import environments
+
+        if vm is None:
+            raise UsageError("--frameworks runs on a TPU VM (--name, --accelerator-type)")
+        for name in frameworks:
+            try:
+                problem = environments.vm_problem(environments.framework(name), vm)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if problem:
+                raise UsageError(problem)
     date = args.date or datetime.datetime.now(datetime.UTC).date().isoformat()
     try:
         datetime.date.fromisoformat(date)
@@ -601,6 +679,7 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
         wheel=wheel,
         dry_run=dry,
         argv=tuple(argv),
+        frameworks=frameworks,
     )
 
 

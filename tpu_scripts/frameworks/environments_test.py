@@ -114,3 +114,50 @@ def test_local_pins_are_the_vm_pins_without_the_tpu_extra():
     assert fw.requirements(tpu=False) == ["torch==2.9.0", "torch-xla==2.9.0", "numpy==2.2.6"]
     with pytest.raises(ValueError, match="not a wheel file name"):
         environments.install_command(fw, "dist/not-a-wheel.tar.gz")
+
+
+# ---------------------------------------------------------------------------------------
+# course-run --frameworks (dry run: the steps printed, nothing run)
+
+
+def test_course_run_stages_the_wheel_and_runs_each_framework_in_its_venv(tmp_path, capsys):
+    from tpu_scripts import course_run
+
+    argv = ["course-run", "--name", "lab", "--zone", "us-west4-a"]
+    argv += ["--accelerator-type", "v5litepod-8", "--frameworks", "torch-xla,tensorflow"]
+    argv += ["--runs-root", str(tmp_path), "--date", "2026-12-03", "--dry-run"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if x.startswith("gcloud ")]
+    ssh = [shlex.split(x) for x in lines if " ssh " in x]
+    commands = [next(w for w in words if w.startswith("--command=")) for words in ssh]
+    assert commands[0] == "--command=mkdir -p ~/jax-tpu-lab"
+    run_dir = tmp_path / "tpu" / "lab" / "2026-12-03"
+    fw = environments.framework
+    expected = [
+        environments.remote_command(fw(n), VM, str(run_dir / course_run.STAGED / WHEEL), a)
+        for n, a in (("torch-xla", ["--out", "results/torch-xla"]),
+                     ("tensorflow", ["--out", "results/tensorflow"]))
+    ]  # fmt: skip
+    assert [c.removeprefix("--command=") for c in commands[1:]] == expected
+    fetches = [x for x in lines if " scp lab:" in x]
+    assert fetches == [
+        f"gcloud compute tpus tpu-vm scp lab:jax-tpu-lab/results/{n} {run_dir} "
+        "--zone=us-west4-a --worker=0 --recurse"
+        for n in ("torch-xla", "tensorflow")
+    ]
+    assert not (tmp_path / "tpu").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--accelerator-type", "v5litepod-16", "--frameworks", "tensorflow"], "2 hosts"),
+        (["--accelerator-type", "v5litepod-8", "--frameworks", "mxnet"], "unknown framework"),
+        (["--accelerator-type", "v5litepod-8"], "name --lessons, --frameworks"),
+    ],
+)
+def test_course_run_refuses_before_anything_runs(extra, message, capsys):
+    argv = ["course-run", "--name", "lab", "--zone", "us-west4-a", "--dry-run", *extra]
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
