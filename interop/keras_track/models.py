@@ -307,15 +307,16 @@ def _conv_same_3x3(x_BYXK, kernel, bias):
     return out + bias
 
 
-def attention_reference(x_BTD, w: Mapping, heads: int) -> np.ndarray:
-    """Causal multi-head self-attention in float64 (Keras MultiHeadAttention's weight layout:
-    query/key/value kernels (D, H, K), output kernel (H, K, D))."""
+def attention_reference(x_BTD, w: Mapping, heads: int, causal: bool = True) -> np.ndarray:
+    """Multi-head self-attention in float64, causal unless told (Keras MultiHeadAttention's
+    weight layout: query/key/value kernels (D, H, K), output kernel (H, K, D))."""
     q = np.einsum("btd,dhk->bthk", x_BTD, w["attn/query/kernel"]) + w["attn/query/bias"]
     k = np.einsum("btd,dhk->bthk", x_BTD, w["attn/key/kernel"]) + w["attn/key/bias"]
     v = np.einsum("btd,dhk->bthk", x_BTD, w["attn/value/kernel"]) + w["attn/value/bias"]
     scores = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
     t = x_BTD.shape[1]
-    scores = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
+    if causal:
+        scores = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
     scores = scores - scores.max(-1, keepdims=True)
     probs = np.exp(scores)
     probs /= probs.sum(-1, keepdims=True)
@@ -324,8 +325,9 @@ def attention_reference(x_BTD, w: Mapping, heads: int) -> np.ndarray:
     return out + w["attn/attention_output/bias"]
 
 
-def forward_reference(spec: Spec, weights: Mapping, x) -> np.ndarray:
-    """The model's output in NumPy float64, from the same weights (written without Keras)."""
+def forward_reference(spec: Spec, weights: Mapping, x, causal: bool = True) -> np.ndarray:
+    """The model's output in NumPy float64, from the same weights (written without Keras);
+    ``causal=False`` drops the Transformer's mask (to show that the mask matters)."""
     w = _f64(weights)
     x = np.asarray(x, np.float64)
     if spec.kind == "mlp":
@@ -341,7 +343,7 @@ def forward_reference(spec: Spec, weights: Mapping, x) -> np.ndarray:
         h = np.maximum(_conv_same_3x3(h, w["conv2/kernel"], w["conv2/bias"]), 0.0)
         return h.reshape(b, -1) @ w["head/kernel"] + w["head/bias"]
     h = _layer_norm(x, w["ln1/gamma"], w["ln1/beta"])
-    x1 = x + attention_reference(h, w, spec.heads)
+    x1 = x + attention_reference(h, w, spec.heads, causal)
     h = _layer_norm(x1, w["ln2/gamma"], w["ln2/beta"])
     h = _gelu(h @ w["mlp_in/kernel"] + w["mlp_in/bias"])
     return x1 + h @ w["mlp_out/kernel"] + w["mlp_out/bias"]

@@ -32,6 +32,21 @@ FLOAT32 = numerics.tolerance("float32")
 # catching a real difference (a wrong epsilon or learning rate moves the loss by > 1e-3).
 # A diverging run (the unstable learning rate) is chaotic: it is not held to this bound.
 LOSS_AFTER_STEPS_TOLERANCE = 1e-4
+# The causal-mask contrast: Keras's outputs must sit within FLOAT32 of the masked float64
+# attention and at least this many tolerances away from the unmasked one, so a dropped mask
+# cannot pass (with seq_len >= 2 the future positions move the outputs by ~1e-1, 1e4 x FLOAT32).
+MASK_CONTRAST = 100
+
+
+def mask_facts(spec: models.Spec, weights: Mapping, data: Mapping, runs: Mapping) -> dict:
+    """Per backend: its outputs are far from the unmasked float64 attention (the mask is on)."""
+    unmasked = models.forward_reference(spec, weights, data["x_probe"], causal=False)
+    return {
+        f"{name} differs from the unmasked attention by > {MASK_CONTRAST} x tolerance": bool(
+            numerics.scaled_max_error(run.outputs, unmasked) > MASK_CONTRAST * FLOAT32
+        )
+        for name, run in runs.items()
+    }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -122,7 +122,8 @@ def gradients(backend: str, model, loss_fn, x, y) -> tuple[float, dict[str, np.n
             out, _ = model.stateless_call(tv, frozen, x, training=False)
             return loss_fn(y, out)
 
-        loss, grads = jax.value_and_grad(loss_of)(trainable)
+        # one compiled program: op-by-op (eager) JAX would compile every primitive on its own
+        loss, grads = jax.jit(jax.value_and_grad(loss_of))(trainable)
     elif backend == "torch":
         import torch
 
@@ -143,6 +144,24 @@ def gradients(backend: str, model, loss_fn, x, y) -> tuple[float, dict[str, np.n
     }
 
 
+def forward(backend: str, model, x) -> np.ndarray:
+    """The model's outputs on ``x`` (inference mode) as float32 NumPy. Under jax one compiled
+    program (``stateless_call`` in ``jax.jit``): eager JAX compiles every primitive alone,
+    seconds for a Transformer block."""
+    import keras
+
+    if backend == "jax":
+        import jax
+
+        trainable = [v.value for v in model.trainable_variables]
+        frozen = [v.value for v in model.non_trainable_variables]
+        call = jax.jit(lambda tv, fv, x: model.stateless_call(tv, fv, x, training=False)[0])
+        out = call(trainable, frozen, x)
+    else:
+        out = model(x, training=False)
+    return np.asarray(keras.ops.convert_to_numpy(out), np.float32)
+
+
 def optimizer(job: Job):
     import keras
 
@@ -160,18 +179,20 @@ def run(backend: str, job: Job, weights: dict, data: dict) -> dict:
 
     keras.utils.clear_session()
     spec = models.spec_from_dict(job.spec)
+    marks = [time.perf_counter()]
     model = models.build_keras(spec)
     set_weights(model, weights)
     loss_fn = models.keras_loss(spec)
     arrays: dict[str, np.ndarray] = {}
-    to_np = keras.ops.convert_to_numpy
     x_probe, y_probe = data["x_probe"], data["y_probe"]
-    arrays["outputs"] = np.asarray(to_np(model(x_probe, training=False)), np.float32)
+    arrays["outputs"] = forward(backend, model, x_probe)
+    marks.append(time.perf_counter())
     if job.gradients:
         loss, grads = gradients(backend, model, loss_fn, x_probe, y_probe)
         arrays["probe_loss"] = np.asarray(loss, np.float32)
         arrays.update({f"grad/{n}": g for n, g in grads.items()})
         set_weights(model, weights)  # the torch path leaves .grad behind; values unchanged
+    marks.append(time.perf_counter())
     jit = {"auto": "auto", "on": True, "off": False}[job.jit_compile]
     model.compile(optimizer=optimizer(job), loss=loss_fn, jit_compile=jit)
     x_train, y_train = data["x_train"], data["y_train"]
@@ -192,9 +213,12 @@ def run(backend: str, job: Job, weights: dict, data: dict) -> dict:
     arrays["step_seconds"] = np.asarray(seconds, np.float64)
     arrays["eval_steps"] = np.asarray(eval_steps, np.int64)
     arrays["eval_loss"] = np.asarray(eval_losses, np.float64)
-    arrays["eval_outputs"] = np.asarray(to_np(model(data["x_eval"], training=False)), np.float32)
+    arrays["eval_outputs"] = forward(backend, model, data["x_eval"])
+    marks.append(time.perf_counter())
     np.savez(job.output, **arrays)
+    phases = ("build and probe", "gradients", "train and eval")
     return {
+        "phase_seconds": {k: b - a for k, a, b in zip(phases, marks[:-1], marks[1:], strict=True)},
         "backend": backend,
         "job": job.name,
         "keras_version": keras.__version__,
