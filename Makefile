@@ -76,8 +76,8 @@ pallas-capstone: $(STAMP)
 
 # PyTorch/XLA's own environment, .venv-torch-xla/ (git-ignored; never .venv, not built by CI):
 # torch-xla 2.9.0 needs torch 2.9.0, whose Linux wheel is the CUDA build (~7 GB, ~6 min).
-# The pins are tpu_scripts/envs/torch_xla.txt; tpu_scripts/frameworks/torch_xla_train_test.py runs the
-# script under PJRT_DEVICE=CPU with this env's python when it exists.
+# The pins are tpu_scripts/envs/torch_xla.txt; tpu_scripts/frameworks/torch_xla_train_test.py
+# runs the script under PJRT_DEVICE=CPU with this env's python when it exists.
 TORCH_XLA_VENV := .venv-torch-xla
 torch-xla-env:
 	@test -x $(TORCH_XLA_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_XLA_VENV)
