@@ -76,7 +76,7 @@ def _(backends):
 @app.cell
 def _(activation, chosen, depth, hidden, learning_rate, noise, points, seed, steps):
     spec = models.MLPSpec(hidden=hidden.value, depth=depth.value, activation=activation.value)
-    _data = models.make_data(spec, seed.value, steps.value, 1, points.value, noise.value)
+    _data = models.make_data(spec, seed.value, steps.value, points.value, points.value, noise.value)
     _training = runner.Training("sgd", learning_rate.value, steps.value)
     with mo.status.spinner(f"training under {', '.join(chosen)} (one process each)"):
         comparison = views.compare(spec, chosen, seed.value, _data, _training)

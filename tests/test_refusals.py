@@ -101,6 +101,11 @@ REFUSALS = [
     # the Keras track (issue 27)
     ("keras_distribution", ["--mesh", "1x8", "--hidden", "20"], "20 units over 8 model devices"),
     ("keras_custom_loop", ["--examples", "100", "--batch", "32"], "a smaller last batch"),
+    ("keras_tiny_mlp", ["--backends", "jax,mxnet"], "an unknown Keras backend"),
+    ("keras_cnn_digits", ["--backends", ","], "no backend chosen"),
+    ("keras_transformer_block", ["--heads", "3"], "3 heads do not divide the width 16"),
+    ("keras_train_eval_step", ["--jit-compile", "on"], "torch.compile is not run here"),
+    ("keras_debug_unstable", ["--backends", "jax,jax"], "a backend named twice"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120

@@ -172,6 +172,14 @@ def init_weights(spec: Spec, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
+def scale_kernels(weights: Mapping, scale: float) -> dict[str, np.ndarray]:
+    """The weights with every kernel multiplied by ``scale`` (an init-scale control)."""
+    return {
+        k: (np.asarray(v) * np.float32(scale)).astype(np.float32) if k.endswith("kernel") else v
+        for k, v in weights.items()
+    }
+
+
 # --- data ---------------------------------------------------------------------------------------
 
 
@@ -193,7 +201,8 @@ def make_data(
     """The batches every backend sees: x_train/y_train (nb batches, cycled by step), the probe
     batch (x_probe/y_probe: outputs and gradients) and an evaluation set (x_eval/y_eval).
 
-    mlp: full batch of ``points`` moons (tiny_mlp trains full batch), eval on fresh moons;
+    mlp: ``points`` moons, full batch when ``batch`` >= points (tiny_mlp), else shuffled
+    minibatches (train_eval_step); eval on fresh moons;
     cnn: digits split (core.data.digits, seed), ``steps`` shuffled batches of ``batch``;
     transformer: standard normal x_BTD, y_t = x_{t-1}."""
     if steps < 1 or batch < 1:
@@ -202,7 +211,13 @@ def make_data(
     if spec.kind == "mlp":
         x, y = moons(points, noise, seed)
         x_eval, y_eval = moons(points, noise, seed + 10_000)
-        x_train, y_train = x[None], y[None]
+        if batch >= points:  # full batch, as tiny_mlp trains
+            x_train, y_train = x[None], y[None]
+        else:  # shuffled minibatches, one per step, a fresh order every epoch
+            epochs = steps * batch // points + 1
+            order = np.concatenate([rng.permutation(points) for _ in range(epochs)])
+            x_train = x[order[: steps * batch]].reshape(steps, batch, 2)
+            y_train = y[order[: steps * batch]].reshape(steps, batch)
     elif spec.kind == "cnn":
         from core.data import digits
 

@@ -30,7 +30,8 @@ FLOAT32 = numerics.tolerance("float32")
 # steps the drift measured here stays below 1e-6 (interop/keras_track/parity_test.py runs it
 # over several seeds and all three models); 1e-4 leaves a 100x margin for it while still
 # catching a real difference (a wrong epsilon or learning rate moves the loss by > 1e-3).
-# A diverging run (the unstable learning rate) is chaotic: it is not held to this bound.
+# A diverging run (the unstable learning rate) is chaotic: it is not held to this bound, and
+# runs near the edge of stability get their own (unstable.FIXED_LOSS_TOLERANCE).
 LOSS_AFTER_STEPS_TOLERANCE = 1e-4
 # The causal-mask contrast: Keras's outputs must sit within FLOAT32 of the masked float64
 # attention and at least this many tolerances away from the unmasked one, so a dropped mask
@@ -150,6 +151,11 @@ def table(
         if steps:
             error = numerics.scaled_max_error(ra.train_loss[:steps], rb.train_loss[:steps])
             rows.append(Row(versus, f"loss over {steps} steps", error, loss_tolerance))
+        if len(ra.eval_loss) and len(ra.eval_loss) == len(rb.eval_loss):
+            error = numerics.scaled_max_error(ra.eval_loss, rb.eval_loss)
+            rows.append(
+                Row(versus, f"eval loss at {len(ra.eval_loss)} points", error, loss_tolerance)
+            )
     return Table(tuple(rows))
 
 

@@ -9,13 +9,13 @@ from interop.keras_track import models, parity, runner
 STEPS = 20
 # (name, spec, seed, batch, training): the default shape at seeds 0 and 1, another at seed 3.
 CASES = [
-    ("mlp_s0", models.MLPSpec(), 0, 1, runner.Training("sgd", 0.1, STEPS)),
-    ("mlp_s1", models.MLPSpec(), 1, 1, runner.Training("sgd", 0.1, STEPS)),
+    ("mlp_s0", models.MLPSpec(), 0, 64, runner.Training("sgd", 0.1, STEPS)),
+    ("mlp_s1", models.MLPSpec(), 1, 64, runner.Training("sgd", 0.1, STEPS)),
     (
         "mlp_relu",
         models.MLPSpec(hidden=8, depth=3, classes=2, activation="relu"),
         3,
-        1,
+        16,
         runner.Training("adam", 0.01, STEPS),
     ),
     ("cnn_s0", models.CNNSpec(), 0, 16, runner.Training("sgd", 0.05, STEPS)),

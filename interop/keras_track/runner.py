@@ -43,6 +43,8 @@ class Training:
     learning_rate: float = 0.1
     steps: int = 10
     clipnorm: float | None = None
+    global_clipnorm: float | None = None
+    momentum: float = 0.0
     jit_compile: str = "auto"
     eval_every: int = 0
     gradients: bool = True

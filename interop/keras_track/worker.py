@@ -56,6 +56,8 @@ class Job(pydantic.BaseModel):
     optimizer: Literal[OPTIMIZERS] = "sgd"
     learning_rate: float = 0.1
     clipnorm: float | None = None
+    global_clipnorm: float | None = None
+    momentum: float = 0.0
     steps: int = pydantic.Field(default=10, ge=0)
     jit_compile: Literal["auto", "on", "off"] = "auto"
     eval_every: int = pydantic.Field(default=0, ge=0)
@@ -167,9 +169,11 @@ def optimizer(job: Job):
 
     kwargs = {"learning_rate": job.learning_rate}
     if job.clipnorm is not None:
-        kwargs["clipnorm"] = job.clipnorm
+        kwargs["clipnorm"] = job.clipnorm  # per weight tensor
+    if job.global_clipnorm is not None:
+        kwargs["global_clipnorm"] = job.global_clipnorm  # over all tensors (optax's global norm)
     if job.optimizer == "sgd":
-        return keras.optimizers.SGD(**kwargs)
+        return keras.optimizers.SGD(momentum=job.momentum, **kwargs)
     return keras.optimizers.Adam(**kwargs)
 
 

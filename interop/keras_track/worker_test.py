@@ -16,7 +16,7 @@ SPEC = models.MLPSpec(hidden=4, depth=1)
 def _job(tmp_path: pathlib.Path, backend: str = "jax") -> worker.JobFile:
     saved = weights_file.save(tmp_path / "w.safetensors", models.init_weights(SPEC, 0), "mlp")
     data = tmp_path / "data.npz"
-    digest = runner.write_data(data, models.make_data(SPEC, 0, steps=2, batch=4, points=8))
+    digest = runner.write_data(data, models.make_data(SPEC, 0, steps=2, batch=8, points=8))
     job = worker.Job(
         name="m",
         spec=models.spec_to_dict(SPEC),
