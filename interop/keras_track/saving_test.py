@@ -7,7 +7,8 @@ import zipfile
 
 import pytest
 
-from interop import keras_bridge, twins
+from core import numerics
+from interop import keras_bridge
 from interop.keras_track import saving
 
 
@@ -42,26 +43,18 @@ def test_problem(saved_by, loaders, words):
     assert words in saving.problem(saved_by, loaders)
 
 
-def test_a_tampered_file_is_refused_before_load(tmp_path):
-    # save under jax (one worker), then a one-byte change: the loader refuses it by sha256
-    x = twins.digits_batch(2, 0)
-    weights = tmp_path / "w.safetensors"
-    keras_bridge.write_weights(weights, keras_bridge.nnx_to_keras(twins.seeded_nnx(0)))
-    inputs = keras_bridge.write_inputs(tmp_path / "x.npz", {"x": x})
-    kfile = tmp_path / "m.keras"
-    job = keras_bridge.Job(
-        name="save",
-        inputs=str(inputs),
-        output=str(tmp_path / "o.npz"),
-        weights=str(weights),
-        save_keras=str(kfile),
-    )
-    keras_bridge.run_backend("jax", [job], tmp_path)
-    rows, config = saving.archive(kfile)
-    assert {r["member"] for r in rows} >= {"config.json", "model.weights.h5"}
-    bad = saving.tamper(kfile, tmp_path / "bad.keras")
-    load = keras_bridge.Job(
-        name="load", inputs=str(inputs), output=str(tmp_path / "b.npz"), load_keras=str(bad)
-    )
-    with pytest.raises(keras_bridge.WorkerError, match="sha256 differs"):
-        keras_bridge.run_backend("jax", [load], tmp_path)
+def test_saved_under_tensorflow_loads_under_jax_and_a_tampered_copy_is_refused(tmp_path):
+    # two children (tensorflow saves, jax loads); the app's headless run adds torch
+    result = saving.run("tensorflow", ["jax"], tmp_path, seed=3, batch=2)
+    reference = result.reference[saving.OUTPUT_LAYER]
+    for backend in ("tensorflow", "jax"):
+        error = numerics.scaled_max_error(result.logits[backend], reference)
+        assert error <= numerics.tolerance("float32"), (backend, error)
+    assert "sha256 differs" in result.refusals["jax"]
+    assert result.config_differences == {"jax": []}
+    assert [r["member"] for r in result.archive] == [
+        "metadata.json",
+        "config.json",
+        "model.weights.h5",
+    ]
+    assert "fc2" in result.config_layers and result.loaders == ("jax",)
