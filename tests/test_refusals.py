@@ -102,6 +102,7 @@ REFUSALS = [
     ("keras_distribution", ["--mesh", "1x8", "--hidden", "20"], "20 units over 8 model devices"),
     ("keras_custom_loop", ["--examples", "100", "--batch", "32"], "a smaller last batch"),
     ("keras_saving", ["--saved-by", "jax", "--loaders", "jax"], "no other backend loads it"),
+    ("keras_nnx_twin", ["--backends", "torch,torch"], "a backend named twice"),
     ("keras_tiny_mlp", ["--backends", "jax,mxnet"], "an unknown Keras backend"),
     ("keras_cnn_digits", ["--backends", ","], "no backend chosen"),
     ("keras_transformer_block", ["--heads", "3"], "3 heads do not divide the width 16"),
