@@ -89,3 +89,10 @@ def pytest_pyfunc_call(pyfuncitem):
         return (yield)
     finally:
         by_refs._classify = original
+
+
+@pytest.fixture(scope="session")
+def run_app():
+    """``run_app(argv, env=..., cwd=..., timeout=...)``: `python ARGV...` as a
+    subprocess.CompletedProcess, from a pre-imported server (tests/tools/app_runner.py)."""
+    return _load_tool("app_runner").run

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import subprocess
-import sys
 
 import pytest
 
@@ -68,14 +67,12 @@ def test_train_eval_step_data_is_the_proven_data():
     assert source.count(f'"moons", TEST_POINTS, {data["noise"]}, CLASSES') == 1
 
 
-def _run(stem: str, flags: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(curriculum.APPS_DIR / f"{stem}.py"), *flags],
-        capture_output=True,
-        text=True,
+def _run(run_app, stem: str, flags: list[str]) -> subprocess.CompletedProcess:
+    return run_app(
+        [curriculum.APPS_DIR / f"{stem}.py", *flags],
+        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
         cwd=curriculum.REPO_ROOT,
         timeout=LIMIT_S,
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
     )
 
 
@@ -106,9 +103,9 @@ ONCE_FAILED = [
 @pytest.mark.parametrize(
     "case", ONCE_FAILED, ids=[f"{c[0]}[{' '.join(c[1])}]" for c in ONCE_FAILED]
 )
-def test_a_claim_that_once_failed_here_holds_or_is_not_made(case):
+def test_a_claim_that_once_failed_here_holds_or_is_not_made(case, run_app):
     stem, flags, why = case
-    result = _run(stem, flags)
+    result = _run(run_app, stem, flags)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{why}\n{output[-4000:]}"
     assert "PASS:" in result.stdout and "FAIL:" not in result.stdout, output[-4000:]
@@ -126,7 +123,7 @@ def test_a_claim_that_once_failed_here_holds_or_is_not_made(case):
         ("resilient_training", ["--learning-rate", "0.5"], "--learning-rate must be between"),
     ],
 )
-def test_controls_where_a_check_cannot_hold_are_refused(stem, flags, message):
-    result = _run(stem, flags)
+def test_controls_where_a_check_cannot_hold_are_refused(stem, flags, message, run_app):
+    result = _run(run_app, stem, flags)
     assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
     assert message in result.stderr and "Traceback" not in result.stderr

@@ -193,16 +193,11 @@ def test_marimo_check_exit_status(marimo_check_report):
 
 
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
-def test_app_runs_headless(app_path, capsys, tmp_path):
+def test_app_runs_headless(app_path, capsys, tmp_path, run_app):
     env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
     start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, str(app_path), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=curriculum.REPO_ROOT,
-        env=env,
-        timeout=HEADLESS_LIMIT_S,
+    result = run_app(
+        [app_path, "--out", tmp_path], env=env, cwd=curriculum.REPO_ROOT, timeout=HEADLESS_LIMIT_S
     )
     HEADLESS_TIMES[app_path.name] = time.perf_counter() - start
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]

@@ -10,21 +10,17 @@ cancels to nearly zero (it printed FAIL at `--rows 2`, seed 0).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 from core import curriculum, lab
 
 
-def headless_check_line(app: str, *flags: str) -> str:
+def headless_check_line(run_app, app: str, *flags: str) -> str:
     """The one PASS/FAIL line that `python apps/APP.py FLAGS` prints (asserting it is PASS)."""
-    result = subprocess.run(
-        [sys.executable, str(curriculum.APPS_DIR / f"{app}.py"), *flags],
-        capture_output=True,
-        text=True,
+    result = run_app(
+        [curriculum.APPS_DIR / f"{app}.py", *flags],
+        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
         cwd=curriculum.REPO_ROOT,
         timeout=300,
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith(("PASS:", "FAIL:"))]
@@ -32,10 +28,10 @@ def headless_check_line(app: str, *flags: str) -> str:
     return lines[0]
 
 
-def test_headless_check_uses_the_chosen_policy():
+def test_headless_check_uses_the_chosen_policy(run_app):
     policy = "bf16 params + compute"
     line = headless_check_line(
-        "transformer_block", "--policy", policy, "--width", "32", "--seq-len", "16"
+        run_app, "transformer_block", "--policy", policy, "--width", "32", "--seq-len", "16"
     )
     assert policy in line, line
     found = re.search(r"max error (\S+) \(tolerance (\S+)\)", line)
@@ -47,6 +43,6 @@ def test_headless_check_uses_the_chosen_policy():
     assert 1e-4 < error <= tolerance, line
 
 
-def test_precision_check_passes_on_two_rows():
-    line = headless_check_line("precision_xprof", "--rows", "2")  # seed 0, K up to 1024
+def test_precision_check_passes_on_two_rows(run_app):
+    line = headless_check_line(run_app, "precision_xprof", "--rows", "2")  # seed 0, K up to 1024
     assert "rounding bound" in line, line

@@ -10,9 +10,6 @@ that has a guard, so a cell added later without the dependency is caught.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from core import curriculum, lab
@@ -119,16 +116,13 @@ def _id(case) -> str:
 
 
 @pytest.mark.parametrize("case", REFUSALS, ids=[_id(c) for c in REFUSALS])
-def test_refused_combination_stops_cleanly(case):
+def test_refused_combination_stops_cleanly(case, run_app):
     stem, flags, why = case
-    app_path = curriculum.APPS_DIR / f"{stem}.py"
-    result = subprocess.run(
-        [sys.executable, str(app_path), *flags],
-        capture_output=True,
-        text=True,
+    result = run_app(
+        [curriculum.APPS_DIR / f"{stem}.py", *flags],
+        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
         cwd=curriculum.REPO_ROOT,
         timeout=LIMIT_S,
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
     )
     output = result.stdout + result.stderr
     assert "Traceback" not in output, f"{why}: a cell ran past the refusal\n{output[-4000:]}"

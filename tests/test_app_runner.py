@@ -1,0 +1,78 @@
+"""tests/tools/app_runner.py runs a script as a fresh `python FILE ARGS` would (issue 27's CI cut).
+
+The suite's headless app runs go through it; these tests hold it to a fresh interpreter's
+behaviour: the same stdout, stderr and exit status, `__main__`, `sys.argv`, `sys.path[0]`, an
+empty stdin, atexit handlers and non-daemon threads at shutdown, a traceback and status 1 on an
+uncaught exception, and a timeout that kills the run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from core import curriculum, lab
+
+PROBE = curriculum.REPO_ROOT / "tests" / "fixtures" / "app_runner_probe.py"
+
+
+def _runner():
+    path = curriculum.REPO_ROOT / "tests" / "tools" / "app_runner.py"
+    spec = importlib.util.spec_from_file_location("app_runner_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fresh(argv, env, timeout=60):
+    return subprocess.run(
+        [sys.executable, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("args", [[], ["3"], ["--raise"]], ids=["exit 0", "exit 3", "raises"])
+def test_a_run_through_the_server_is_a_fresh_interpreter_run(args, run_app):
+    env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
+    forked = run_app([PROBE, *args], env=env, cwd=curriculum.REPO_ROOT, timeout=60)
+    fresh = _fresh([PROBE, *args], env)
+    assert (
+        forked.returncode == fresh.returncode == {"3": 3, "--raise": 1}.get((args or ["0"])[0], 0)
+    )
+    assert forked.stdout == fresh.stdout, (forked.stdout, fresh.stdout)
+    assert "name __main__" in forked.stdout and "path0 tests/fixtures" in forked.stdout
+    assert "stdin ''" in forked.stdout
+    assert "atexit ran" in forked.stdout and "thread finished" in forked.stdout
+    if args == ["--raise"]:
+        assert "RuntimeError: deliberate" in forked.stderr and "Traceback" in forked.stderr
+    else:
+        assert forked.stderr == fresh.stderr == "to stderr\n"
+
+
+def test_the_server_forks_and_a_timeout_kills_the_run():
+    runner = _runner()
+    env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
+    server = runner._server(env, str(curriculum.REPO_ROOT))
+    assert server is not None, "the server refused to fork: nothing would be saved"
+    with pytest.raises(subprocess.TimeoutExpired):
+        runner.run([PROBE, "--sleep"], env=env, cwd=curriculum.REPO_ROOT, timeout=2)
+    # The server is still there and runs the next script.
+    after = runner.run([PROBE, "5"], env=env, cwd=curriculum.REPO_ROOT, timeout=60)
+    assert after.returncode == 5 and runner._server(env, str(curriculum.REPO_ROOT)) is server
+    runner._close_all()
+
+
+def test_forking_is_refused_once_jax_has_started():
+    # This test process has run JAX (the suite's other tests, or this call): no fork here.
+    import jax
+
+    jax.devices()
+    assert _runner()._fork_problem() is not None
