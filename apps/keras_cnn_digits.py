@@ -52,15 +52,27 @@ def _():
     batch_size = FLAGS.control("batch_size", ARGS, label="batch size")
     steps = FLAGS.control("steps", ARGS)
     seed = FLAGS.control("seed", ARGS)
+    run_button = mo.ui.run_button(label="Run under the chosen backends")
     mo.vstack(
         [
             backends,
             mo.hstack([channels1, channels2], justify="start", wrap=True),
             mo.hstack([optimizer, learning_rate, batch_size], justify="start", wrap=True),
             mo.hstack([steps, seed], justify="start", wrap=True),
+            run_button,
         ]
     )
-    return backends, batch_size, channels1, channels2, learning_rate, optimizer, seed, steps
+    return (
+        run_button,
+        backends,
+        batch_size,
+        channels1,
+        channels2,
+        learning_rate,
+        optimizer,
+        seed,
+        steps,
+    )
 
 
 @app.cell
@@ -71,7 +83,14 @@ def _(backends):
 
 
 @app.cell
-def _(batch_size, channels1, channels2, chosen, learning_rate, optimizer, seed, steps):
+def _(batch_size, channels1, channels2, chosen, learning_rate, optimizer, run_button, seed, steps):
+    mo.stop(
+        lab.interactive() and not run_button.value,
+        mo.md(
+            "Press **Run under the chosen backends**: one Keras process per backend, "
+            "each importing its backend first (about 10-30 s on two CPU cores)."
+        ),
+    )
     spec = models.CNNSpec(channels1.value, channels2.value)
     _data = models.make_data(spec, seed.value, steps.value, int(batch_size.value))
     _training = runner.Training(optimizer.value, learning_rate.value, steps.value)

@@ -80,8 +80,15 @@ def _():
             "seed",
         )
     }
-    mo.vstack([backends, mo.hstack(list(controls.values()), justify="start", wrap=True)])
-    return backends, controls
+    run_button = mo.ui.run_button(label="Run under the chosen backends")
+    mo.vstack(
+        [
+            backends,
+            mo.hstack(list(controls.values()), justify="start", wrap=True),
+            run_button,
+        ]
+    )
+    return run_button, backends, controls
 
 
 @app.cell
@@ -92,7 +99,14 @@ def _(backends):
 
 
 @app.cell
-def _(chosen, controls):
+def _(chosen, controls, run_button):
+    mo.stop(
+        lab.interactive() and not run_button.value,
+        mo.md(
+            "Press **Run under the chosen backends**: one Keras process per backend, "
+            "each importing its backend first (about 10-30 s on two CPU cores)."
+        ),
+    )
     settings = {k: c.value for k, c in controls.items()}
     _cases = unstable.cases(settings["seed"], settings)
     # gradients once (the first fix): all three runs start from the same weights

@@ -55,15 +55,28 @@ def _():
     learning_rate = FLAGS.control("learning_rate", ARGS, label="learning rate")
     steps = FLAGS.control("steps", ARGS)
     seed = FLAGS.control("seed", ARGS)
+    run_button = mo.ui.run_button(label="Run under the chosen backends")
     mo.vstack(
         [
             backends,
             mo.hstack([points, noise], justify="start", wrap=True),
             mo.hstack([hidden, depth, activation], justify="start", wrap=True),
             mo.hstack([learning_rate, steps, seed], justify="start", wrap=True),
+            run_button,
         ]
     )
-    return activation, backends, depth, hidden, learning_rate, noise, points, seed, steps
+    return (
+        run_button,
+        activation,
+        backends,
+        depth,
+        hidden,
+        learning_rate,
+        noise,
+        points,
+        seed,
+        steps,
+    )
 
 
 @app.cell
@@ -74,7 +87,14 @@ def _(backends):
 
 
 @app.cell
-def _(activation, chosen, depth, hidden, learning_rate, noise, points, seed, steps):
+def _(activation, chosen, depth, hidden, learning_rate, noise, points, run_button, seed, steps):
+    mo.stop(
+        lab.interactive() and not run_button.value,
+        mo.md(
+            "Press **Run under the chosen backends**: one Keras process per backend, "
+            "each importing its backend first (about 10-30 s on two CPU cores)."
+        ),
+    )
     spec = models.MLPSpec(hidden=hidden.value, depth=depth.value, activation=activation.value)
     _data = models.make_data(spec, seed.value, steps.value, points.value, points.value, noise.value)
     _training = runner.Training("sgd", learning_rate.value, steps.value)

@@ -61,14 +61,17 @@ def _():
     eval_every = FLAGS.control("eval_every", ARGS, label="eval every")
     hidden = FLAGS.control("hidden", ARGS)
     seed = FLAGS.control("seed", ARGS)
+    run_button = mo.ui.run_button(label="Run under the chosen backends")
     mo.vstack(
         [
             mo.hstack([backends, jit_compile], justify="start", wrap=True),
             mo.hstack([optimizer, learning_rate, batch_size], justify="start", wrap=True),
             mo.hstack([steps, eval_every, hidden, seed], justify="start", wrap=True),
+            run_button,
         ]
     )
     return (
+        run_button,
         backends,
         batch_size,
         eval_every,
@@ -96,7 +99,25 @@ def _(backends, jit_compile):
 
 
 @app.cell
-def _(batch_size, chosen, eval_every, hidden, jit_compile, learning_rate, optimizer, seed, steps):
+def _(
+    batch_size,
+    chosen,
+    eval_every,
+    hidden,
+    jit_compile,
+    learning_rate,
+    optimizer,
+    run_button,
+    seed,
+    steps,
+):
+    mo.stop(
+        lab.interactive() and not run_button.value,
+        mo.md(
+            "Press **Run under the chosen backends**: one Keras process per backend, "
+            "each importing its backend first (about 10-30 s on two CPU cores)."
+        ),
+    )
     spec = models.MLPSpec(hidden=hidden.value, depth=2, activation="relu")
     _data = models.make_data(spec, seed.value, steps.value, int(batch_size.value), TRAIN_POINTS)
     _training = runner.Training(

@@ -57,14 +57,16 @@ def _():
     learning_rate = FLAGS.control("learning_rate", ARGS, label="learning rate")
     steps = FLAGS.control("steps", ARGS)
     seed = FLAGS.control("seed", ARGS)
+    run_button = mo.ui.run_button(label="Run under the chosen backends")
     mo.vstack(
         [
             backends,
             mo.hstack([width, heads, seq_len, batch], justify="start", wrap=True),
             mo.hstack([optimizer, learning_rate, steps, seed], justify="start", wrap=True),
+            run_button,
         ]
     )
-    return backends, batch, heads, learning_rate, optimizer, seed, seq_len, steps, width
+    return run_button, backends, batch, heads, learning_rate, optimizer, seed, seq_len, steps, width
 
 
 @app.cell
@@ -81,7 +83,14 @@ def _(backends, heads, seq_len, width):
 
 
 @app.cell
-def _(batch, chosen, learning_rate, optimizer, seed, spec, steps):
+def _(batch, chosen, learning_rate, optimizer, run_button, seed, spec, steps):
+    mo.stop(
+        lab.interactive() and not run_button.value,
+        mo.md(
+            "Press **Run under the chosen backends**: one Keras process per backend, "
+            "each importing its backend first (about 10-30 s on two CPU cores)."
+        ),
+    )
     _data = models.make_data(spec, seed.value, steps.value, batch.value)
     _training = runner.Training(optimizer.value, learning_rate.value, steps.value)
     with mo.status.spinner(f"running under {', '.join(chosen)} (one process each)"):
