@@ -86,8 +86,22 @@ def _(course, only_present, path):
                 f'<a href="/?file={file_name}" target="_blank" data-lesson="{file_name}">'
                 f"{title}</a>"
             )
-            return f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code></li>'
+            return (
+                f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code>'
+                f"{twins(lesson)}</li>"
+            )
         return f'<li data-status="{word}">{badge}{title} <code>{lesson["app"]}</code></li>'
+
+    def twins(lesson: dict) -> str:
+        """' · Keras multi-backend track: keras_x' for each built track app mirroring it."""
+        slug = lesson["app"].removeprefix("apps/").removesuffix(".py")
+        found = [
+            f' · {html.escape(_track.title)}: <a href="/?file={_twin}.py" target="_blank" '
+            f'data-twin="{_twin}.py">{_twin}</a>'
+            for _track, _twin in curriculum.track_twins(slug)
+            if curriculum.status(_twin) == "present"
+        ]
+        return "".join(found)
 
     shown_titles = (
         [p.title for p in curriculum.PHASES]
@@ -226,7 +240,11 @@ def _():
     _tracks = []
     for _track in curriculum.TRACKS:
         _built = [s for s in _track.slugs if curriculum.status(s) == "present"]
-        _links = ", ".join(f'<a href="/?file={s}.py" target="_blank">{s}</a>' for s in _built)
+        _links = ", ".join(
+            f'<a href="/?file={s}.py" target="_blank">{s}</a>'
+            + (f" (mirrors <code>{_track.mirrored_lesson(s)}</code>)" * bool(_track.mirrors))
+            for s in _built
+        )
         _state = _links if _built else '<span class="badge planned">planned</span>'
         _tracks.append(
             f"<li><strong>{html.escape(_track.title)}</strong>: "

@@ -3,8 +3,9 @@ run, beside the JAX lesson's own step (Flax NNX + Optax under nnx.jit) on the sa
 
     python benchmarks/keras_backends.py [--steps 30] [--record]
 
-Keras: interop/keras_track's worker under jax, torch and tensorflow (one concurrent process
-each, as in the apps; ``train_on_batch`` with Keras's Adam, ``jit_compile="auto"``), median
+Keras: interop/keras_track's worker under jax, torch and tensorflow (one process each, one
+after another so no step time includes another backend's work, or ``--concurrent`` as the
+apps run them; ``train_on_batch`` with Keras's Adam, ``jit_compile="auto"``), median
 seconds per step with the first (compile) step apart. JAX lesson: core.nn.nnx_models.CNN with
 core.nn.training's train step, and core.lm.transformer.Block with an MSE loss and optax.adam
 in one nnx.jit step, timed with core.nn.training.time_calls. CPU only: these are this
@@ -78,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="write a benchmark record")
     parser.add_argument("--records-root", default=None, help="records folder (default: repo's)")
     parser.add_argument("--output", default="benchmarks/results/keras_backends.json")
+    parser.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="run the three Keras workers at once, as the apps do (default: one after another, "
+        "so no backend's step time includes another's on a shared CPU)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 3:
         parser.error("--steps must be >= 3 (the first step is the compile)")
@@ -88,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(
             runner.Case(spec.kind, spec, models.init_weights(spec, 0), data[spec.kind], training)
         )
-    runs = runner.run_cases(cases, runner.BACKENDS)
+    if args.concurrent:
+        runs = runner.run_cases(cases, runner.BACKENDS)
+    else:
+        runs = {b: runner.run_cases(cases, (b,))[b] for b in runner.BACKENDS}
     rows = []
     for kind in ("cnn", "transformer"):
         for backend in runner.BACKENDS:
@@ -126,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             f"CNN {CNN.channels1}/{CNN.channels2} batch {BATCH['cnn']}, Transformer block "
             f"D={BLOCK.width} H={BLOCK.heads} T={BLOCK.seq_len} batch {BATCH['transformer']}; "
             f"Adam, {args.steps} steps, median with the first step apart; the three Keras "
-            "workers ran concurrently (as in the apps) on a shared 2-core CPU, the JAX lesson's "
-            f"step after them in the parent; CPU only, not a TPU; malloc: {malloc}"
+            f"workers ran {'concurrently (as the apps do)' if args.concurrent else 'in turn'}"
+            " on a 2-core CPU, the JAX lesson's step after them in the parent; CPU only, not a "
+            f"TPU; malloc: {malloc}"
         )
         command = f"python benchmarks/keras_backends.py --steps {args.steps} --record"
+        command += " --concurrent" * args.concurrent
         path = records.write_record(NAME, command, figures, notes, root=args.records_root)
         print(f"recorded {path}")
     return 0

@@ -436,6 +436,11 @@ def track_of(slug: str) -> Track:
     raise ValueError(f"no track app {slug!r} in the course map")
 
 
+def track_twins(lesson_slug: str) -> list[tuple[Track, str]]:
+    """The track apps that mirror lesson ``lesson_slug``: [(track, track app slug)]."""
+    return [(t, s) for t in TRACKS for s, lesson in t.mirrors if lesson == lesson_slug]
+
+
 def track_line(slug: str) -> str:
     """The italic line under a track app's title, from the map: the track and the lesson it
     mirrors (``*Keras multi-backend track · mirrors Phase 9 · Tiny MLP ...*``)."""
@@ -555,6 +560,16 @@ def apps_readme(apps_dir: pathlib.Path = APPS_DIR) -> str:
             lines.append(_readme_row(lesson.title, lesson.slug, apps_dir))
     lines += ["", "## Capstones", "", "| capstone | app | status |", "|---|---|---|"]
     lines += [_readme_row(c.title, c.slug, apps_dir) for c in CAPSTONES]
+    for track in TRACKS:
+        if not track.slugs:
+            continue
+        lines += ["", f"## {track.title}", "", track.summary, ""]
+        lines += ["| mirrors the lesson | app | status |", "|---|---|---|"]
+        titles = {lesson.slug: lesson.title for lesson in all_lessons()}
+        for slug in track.slugs:
+            mirrored = track.mirrored_lesson(slug)
+            title = f"{titles[mirrored]} (`{mirrored}.py`)" if mirrored else "-"
+            lines.append(_readme_row(title, slug, apps_dir))
     return "\n".join(lines) + "\n"
 
 

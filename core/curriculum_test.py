@@ -106,7 +106,10 @@ def test_stray_and_missing_apps_are_detected(tmp_path):
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "core.curriculum", *args],
-        capture_output=True, text=True, cwd=curriculum.REPO_ROOT, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        timeout=60,
     )
 
 
@@ -220,3 +223,14 @@ def test_every_track_app_mirrors_a_lesson_of_the_map_once():
     assert f"Phase {number}: " in line and "(apps/cnn_digits.py)*" in line
     with pytest.raises(ValueError, match="no track app 'tiny_mlp'"):
         curriculum.track_of("tiny_mlp")
+
+
+def test_the_readme_lists_each_track_app_beside_the_lesson_it_mirrors(tmp_path):
+    (tmp_path / "keras_cnn_digits.py").write_text("")
+    text = curriculum.apps_readme(tmp_path)
+    assert "## Keras multi-backend track" in text
+    assert "(`cnn_digits.py`) | [`keras_cnn_digits.py`](keras_cnn_digits.py) | built |" in text
+    assert "(`tiny_mlp.py`) | `keras_tiny_mlp.py` | planned |" in text
+    ((track, twin),) = curriculum.track_twins("cnn_digits")
+    assert (track.title, twin) == ("Keras multi-backend track", "keras_cnn_digits")
+    assert curriculum.track_twins("attention") == []

@@ -205,6 +205,15 @@ def test_course_home_lists_every_phase(browser, gallery_url):
             link = page.locator(f'a[data-lesson="{lesson.slug}.py"]')
             assert link.count() == 1, lesson.slug
             assert link.get_attribute("href") == f"/?file={lesson.slug}.py"
+        # Each built track app is linked beside the lesson it mirrors.
+        for track in curriculum.TRACKS:
+            for twin, lesson_slug in track.mirrors:
+                if curriculum.status(twin) != "present":
+                    continue
+                item = page.locator("li", has=page.locator(f'a[data-lesson="{lesson_slug}.py"]'))
+                link = item.locator(f'a[data-twin="{twin}.py"]')
+                assert link.count() == 1, (twin, lesson_slug)
+                assert link.get_attribute("href") == f"/?file={twin}.py"
     finally:
         page.close()
 
