@@ -76,3 +76,14 @@ def test_forking_is_refused_once_jax_has_started():
 
     jax.devices()
     assert _runner()._fork_problem() is not None
+
+
+def test_a_server_that_refused_to_fork_is_not_started_again():
+    runner = _runner()
+    env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
+    key = (tuple(sorted(env.items())), str(curriculum.REPO_ROOT))
+    runner._SERVERS[key] = None  # as _server records a refusal
+    assert runner._server(env, str(curriculum.REPO_ROOT)) is None
+    fresh = runner.run([PROBE, "4"], env=env, cwd=curriculum.REPO_ROOT, timeout=60)
+    assert fresh.returncode == 4 and "thread finished" in fresh.stdout
+    assert runner._SERVERS[key] is None

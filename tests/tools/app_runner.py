@@ -1,6 +1,6 @@
 """Headless app runs from a pre-imported Python: `python apps/NAME.py FLAGS` without the imports.
 
-The suite runs ~170 lesson apps as scripts (every app headless, the refusals, the claims that
+The suite runs about 190 lesson apps as scripts (every app headless, the refusals, the claims that
 once failed). Each fresh interpreter spent ~2 s of CPU (4-5 s on a slower machine) importing
 marimo, JAX, NumPy, pandas, Altair, Flax and core.lab before the app's first line. Here one
 server process per xdist worker imports them once and forks a child per run; the child runs the
@@ -140,9 +140,12 @@ def serve() -> int:
 def _server(env: dict[str, str], cwd: str) -> subprocess.Popen | None:
     key = (tuple(sorted(env.items())), cwd)
     with _LOCK:
-        server = _SERVERS.get(key)
-        if server is not None and server.poll() is None:
-            return server
+        if key in _SERVERS:
+            server = _SERVERS[key]
+            if server is None:  # this server refused to fork: fresh interpreters from now on
+                return None
+            if server.poll() is None:
+                return server
         server = subprocess.Popen(
             [sys.executable, __file__],
             stdin=subprocess.PIPE,
