@@ -175,6 +175,13 @@ def _close_all() -> None:
 atexit.register(_close_all)
 
 
+def _fresh(argv: list[str], env, cwd: str, timeout: float) -> subprocess.CompletedProcess:
+    """The run in a fresh interpreter (the server refused to fork)."""
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
+
+
 def run(
     argv: list[str], *, env: dict[str, str], cwd: str | os.PathLike, timeout: float
 ) -> subprocess.CompletedProcess:
@@ -184,10 +191,7 @@ def run(
     cwd = str(cwd)
     server = _server(dict(env), cwd)
     if server is None:
-        return subprocess.run(
-            [sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=env,
-            timeout=timeout,
-        )  # fmt: skip
+        return _fresh(argv, env, cwd, timeout)
     with tempfile.TemporaryDirectory(prefix="app-run-") as folder:
         out, err = pathlib.Path(folder, "stdout"), pathlib.Path(folder, "stderr")
         request = {"argv": argv, "cwd": cwd, "stdout": str(out), "stderr": str(err)}
@@ -198,10 +202,7 @@ def run(
         stdout = out.read_text(errors="replace") if out.exists() else ""
         stderr = err.read_text(errors="replace") if err.exists() else ""
     if "fork_problem" in answer:
-        return subprocess.run(
-            [sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=env,
-            timeout=timeout,
-        )  # fmt: skip
+        return _fresh(argv, env, cwd, timeout)
     if answer.get("timed_out"):
         raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, stdout, stderr)
     return subprocess.CompletedProcess(
