@@ -22,7 +22,7 @@ export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev,frameworks,tpu]'
+	$(BIN)/python -m pip install -e '.[dev,frameworks,tpu,operations]'
 	@touch $(STAMP)
 
 install: $(STAMP)
