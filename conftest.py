@@ -96,3 +96,23 @@ def run_app():
     """``run_app(argv, env=..., cwd=..., timeout=...)``: `python ARGV...` as a
     subprocess.CompletedProcess, from a pre-imported server (tests/tools/app_runner.py)."""
     return _load_tool("app_runner").run
+
+
+# Seconds per test module (setup + call + teardown, summed over its tests): the list to read
+# before cutting CI time. With xdist these reports arrive in the controller process.
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values())
+    ranked = sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1])
+    terminalreporter.section(f"test time by module (all workers: {total:.0f} s)")
+    for module, seconds in ranked[:30]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {module}")
