@@ -17,7 +17,7 @@ MALLOC_TUNABLES := $(MALLOC_TUNABLES):glibc.malloc.trim_threshold=2147483647
 export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 
 .PHONY: lab test install lint check-apps pytest curriculum capstone pallas-capstone clean \
-	torch-xla-env
+	torch-xla-env kfp-env
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-lab: $(STAMP)
+# Kubeflow Pipelines' own environment, .venv-kfp/ (git-ignored; ~116 MB, ~15 s): kfp 2.17 pins
+# protobuf<7 and requests==2.33.0 (conflicts with tensorflow-cpu and locust in .venv). The MLOps
+# lesson runs its pipeline (core/lessons/operations/mlops_pipeline.py) with this env's python in
+# a subprocess; `make test` and `make lab` build it (rebuilt when the pins change).
+KFP_VENV := .venv-kfp
+KFP_REQUIREMENTS := core/lessons/operations/kfp_requirements.txt
+KFP_STAMP := $(KFP_VENV)/.kfp-installed
+$(KFP_STAMP): $(KFP_REQUIREMENTS)
+	@test -x $(KFP_VENV)/bin/python || $(PYTHON) -m venv $(KFP_VENV)
+	$(KFP_VENV)/bin/python -m pip install --quiet -r $(KFP_REQUIREMENTS)
+	@touch $(KFP_STAMP)
+
+kfp-env: $(KFP_STAMP)
+
+lab: $(STAMP) $(KFP_STAMP)
 	@echo "Serving the course gallery on http://$(HOST):$(PORT) (course home: http://$(HOST):$(PORT)/?file=index.py)"
 	$(BIN)/marimo run apps/ --host $(HOST) --port $(PORT) $(LAB_FLAGS)
 
@@ -44,11 +58,11 @@ check-apps: $(STAMP)
 # each module's tests on one worker, so a module's expensive fixtures (a reference training
 # run, a served gallery) are built once.
 PYTEST_WORKERS ?= 2
-pytest: $(STAMP)
+pytest: $(STAMP) $(KFP_STAMP)
 	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
 		--durations=60 $(PYTEST_FLAGS)
 
-test: $(STAMP)
+test: $(STAMP) $(KFP_STAMP)
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint pytest && \
 	echo "make test: passed in $$(( $$(date +%s) - start )) s"
