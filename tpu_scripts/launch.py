@@ -77,6 +77,7 @@ def plan(args: argparse.Namespace) -> list[Step]:
         zone=args.zone,
         spot=getattr(args, "spot", False),
         project=args.project,
+        labels=cloud_tpu.parse_labels(getattr(args, "label", None) or []),
     )
     if args.verb == "create":
         return [Step("create the TPU VM", tuple(cloud_tpu.create_command(vm)))]
@@ -164,6 +165,13 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
     create = common(verbs.add_parser("create", help="create the TPU VM"))
     create.add_argument("--spot", action="store_true", help="preemptible, cheaper")
+    create.add_argument(
+        "--label",
+        action="append",
+        metavar="KEY=VALUE",
+        help="cost-attribution label (repeat, or k=v,k2=v2): team=ml, job=sweep, "
+        "cost-center=research; lowercase keys, <= 63 characters, [a-z0-9_-], at most 64",
+    )
     stage = common(verbs.add_parser("stage", help="copy a script (and files) to every worker"))
     stage.add_argument("script", help="the exported script")
     stage.add_argument("extra", nargs="*", help="more files to copy, e.g. the project wheel")

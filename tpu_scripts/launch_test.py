@@ -194,3 +194,25 @@ def test_kill_step_must_leave_steps_to_resume():
 
     with pytest.raises(ValueError, match="kill after step"):
         launch_module.interrupted_and_resumed("x.py", "d", steps=3, kill_after_step=3)
+
+
+def test_create_carries_the_cost_labels(fake_gcloud):
+    result = with_fake(
+        fake_gcloud,
+        "create",
+        "--label",
+        "team=ml-platform",
+        "--label",
+        "job=sweep-7,cost-center=cc_42",
+    )
+    assert result.returncode == 0, result.stderr
+    (argv,) = calls(fake_gcloud)
+    assert "--labels=team=ml-platform,job=sweep-7,cost-center=cc_42" in argv
+
+
+def test_create_refuses_bad_labels_before_running_anything(fake_gcloud):
+    for bad in ("Team=ml", "team=ML", "team", "t=" + "x" * 64, "1team=x"):
+        result = with_fake(fake_gcloud, "create", "--label", bad)
+        assert result.returncode == 2, (bad, result.stdout)
+        assert "label" in result.stderr
+    assert calls(fake_gcloud) == []

@@ -156,8 +156,12 @@ class TpuVm:
     runtime_version: str = ""  # empty: the generation's default from RUNTIME_VERSIONS
     spot: bool = False
     project: str = ""  # empty: gcloud's configured project
+    # cost-attribution labels, (key, value) pairs: `--labels=team=x,job=y` on create
+    labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
+        if problems := label_problems(self.labels):
+            raise ValueError("labels: " + "; ".join(problems))
         if not _NAME_RE.match(self.name):
             raise ValueError(f"TPU name {self.name!r} is not allowed: use {NAME_RULE}")
         if self.accelerator_type not in ACCELERATOR_TYPES:
@@ -206,6 +210,54 @@ class TpuVm:
         if self.project:
             flags.append(f"--project={self.project}")
         return flags
+
+
+# GCP label rules (cloud.google.com/resource-manager/docs/labels-overview, read 2026-12-03;
+# the SDK's labels_util.IsValidLabelKey/Value): at most 64 labels; a key 1-63 characters
+# starting with a lowercase letter, a value 0-63; both of lowercase letters, digits, '_', '-'.
+# (GCP also allows international lowercase letters; the course keeps to ASCII.)
+MAX_LABELS = 64
+_LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
+LABEL_RULE = (
+    "keys 1-63 characters starting with a lowercase letter, values 0-63 characters, both "
+    "only lowercase letters, digits, '_' or '-'; at most 64 labels"
+)
+
+
+def label_problems(labels: Sequence[tuple[str, str]]) -> list[str]:
+    """What breaks GCP's label rules in ``labels`` ([] when nothing does)."""
+    problems = []
+    if len(labels) > MAX_LABELS:
+        problems.append(f"{len(labels)} labels, at most {MAX_LABELS} allowed")
+    keys = [key for key, _ in labels]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        problems.append(f"key {key!r} given twice")
+    for key, value in labels:
+        if not isinstance(key, str) or not _LABEL_KEY_RE.match(key):
+            problems.append(f"key {key!r} is not allowed ({LABEL_RULE})")
+        if not isinstance(value, str) or not _LABEL_VALUE_RE.match(value):
+            problems.append(f"value {value!r} of {key!r} is not allowed ({LABEL_RULE})")
+    return problems
+
+
+def parse_labels(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``["team=ml", "job=sweep"]`` (or one ``"team=ml,job=sweep"``) as validated pairs."""
+    pairs = []
+    for item in items:
+        for part in item.split(","):
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"label {part!r} is not KEY=VALUE")
+            pairs.append((key, value))
+    if problems := label_problems(pairs):
+        raise ValueError("labels: " + "; ".join(problems))
+    return tuple(pairs)
+
+
+def labels_flag(labels: Sequence[tuple[str, str]]) -> str:
+    """``--labels=k1=v1,k2=v2`` (gcloud's dict flag syntax)."""
+    return "--labels=" + ",".join(f"{key}={value}" for key, value in labels)
 
 
 _TPU_VM = ["gcloud", "compute", "tpus", "tpu-vm"]
@@ -295,6 +347,8 @@ def create_command(vm: TpuVm) -> list[str]:
     argv += [f"--accelerator-type={vm.accelerator_type}", f"--version={vm.runtime_version}"]
     if vm.spot:
         argv.append("--spot")
+    if vm.labels:
+        argv.append(labels_flag(vm.labels))
     return argv
 
 

@@ -483,3 +483,53 @@ def test_ironwood_is_refused_by_the_cloud_tpu_api_with_the_documented_way():
     with pytest.raises(ValueError, match="v5litepod-8") as unknown:
         cloud_tpu.TpuVm(accelerator_type="v7x-8")
     assert "tpu7x" not in str(unknown.value), "the choices offered are the creatable ones"
+
+
+def test_create_with_labels_appends_one_labels_flag():
+    vm = cloud_tpu.TpuVm(labels=(("team", "ml"), ("job", "sweep-1"), ("cost-center", "cc_7")))
+    argv = cloud_tpu.create_command(vm)
+    assert argv[-1] == "--labels=team=ml,job=sweep-1,cost-center=cc_7"
+    assert cloud_tpu.parse_tpu_command(cloud_tpu.shell_join(argv)).flags["labels"] == (
+        "team=ml,job=sweep-1,cost-center=cc_7"
+    )
+    assert not any(a.startswith("--labels") for a in cloud_tpu.create_command(cloud_tpu.TpuVm()))
+
+
+# The SDK's own rule (googlecloudsdk/command_lib/util/args/labels_util.py, SDK 528): key PCRE
+# [\p{Ll}\p{Lo}][\p{Ll}\p{Lo}\p{N}_-]{0,62}, value [\p{Ll}\p{Lo}\p{N}_-]{0,63}; restricted to
+# ASCII here, written independently of cloud_tpu's regexes.
+def _sdk_key_ok(key):
+    return (
+        1 <= len(key) <= 63
+        and key[0].islower()
+        and all(c in "_-" or c.isdigit() or (c.isascii() and c.islower()) for c in key)
+    )
+
+
+def _sdk_value_ok(value):
+    return len(value) <= 63 and all(
+        c in "_-" or c.isdigit() or (c.isascii() and c.islower()) for c in value
+    )
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("team", "ml"), ("a", ""), ("cost-center", "cc_1"), ("k" * 63, "v" * 63),
+        ("k" * 64, "v"), ("k", "v" * 64), ("Team", "x"), ("team", "X"), ("1a", "x"),
+        ("_a", "x"), ("a.b", "x"), ("a", "b c"), ("", "x"), ("a", "é"),
+    ],
+)  # fmt: skip
+def test_label_rules_agree_with_the_sdk_rule(key, value):
+    ok = _sdk_key_ok(key) and _sdk_value_ok(value)
+    assert (cloud_tpu.label_problems([(key, value)]) == []) is ok
+
+
+def test_label_counts_and_duplicates():
+    assert cloud_tpu.label_problems([(f"k{i}", "v") for i in range(64)]) == []
+    assert "at most 64" in cloud_tpu.label_problems([(f"k{i}", "v") for i in range(65)])[0]
+    assert "twice" in cloud_tpu.label_problems([("a", "1"), ("a", "2")])[0]
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        cloud_tpu.parse_labels(["team"])
+    with pytest.raises(ValueError, match="labels"):
+        cloud_tpu.TpuVm(labels=(("Team", "x"),))
