@@ -26,9 +26,10 @@ from kfp import compiler, dsl, local
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
 PIPELINE_NAME = "digits-preprocess-train-evaluate-publish"
+BASE_IMAGE = "python:3.11"  # the image Vertex AI runs each component in (stdlib only)
 
 
-@dsl.component
+@dsl.component(base_image=BASE_IMAGE)
 def preprocess(
     raw_path: str, seed: int, test_fraction: float, train: Output[Dataset], test: Output[Dataset]
 ):
@@ -51,7 +52,7 @@ def preprocess(
         artifact.metadata["rows"] = len(part)
 
 
-@dsl.component
+@dsl.component(base_image=BASE_IMAGE)
 def train(train: Input[Dataset], model: Output[Model]):
     """A nearest-centroid classifier: the mean image of every class."""
     import json
@@ -71,7 +72,7 @@ def train(train: Input[Dataset], model: Output[Model]):
     model.metadata["train_rows"] = len(data["labels"])
 
 
-@dsl.component
+@dsl.component(base_image=BASE_IMAGE)
 def evaluate(model: Input[Model], test: Input[Dataset], metrics: Output[Metrics]) -> float:
     """Accuracy of the model on the test rows (logged as a kfp Metrics artifact)."""
     import json
@@ -88,7 +89,7 @@ def evaluate(model: Input[Model], test: Input[Dataset], metrics: Output[Metrics]
     return accuracy
 
 
-@dsl.component
+@dsl.component(base_image=BASE_IMAGE)
 def publish(model: Input[Model], accuracy: float, min_accuracy: float, published: Output[Model]):
     """The gate: publish (copy, with its accuracy) only a model at or above min_accuracy."""
     import json
