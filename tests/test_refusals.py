@@ -56,6 +56,7 @@ REFUSALS = [
     ("random_keys", ["--devices", "16"], "more devices than JAX sees"),
     ("resilient_training", ["--batch", "7"], "7 over 8 devices"),
     ("resume_data_position", ["--resume-at", "16"], "resume at the last step"),
+    ("rollback_provenance", ["--steps", "10"], "v1 too weak to protect"),
     ("select_tpu_slice", ["--params-billion", "500"], "no slice fits"),
     ("shapes_broadcasting", ["--shape-a", "x"], "not a shape"),
     ("sharded_train_step", ["--batch", "12"], "12 over 8 devices"),

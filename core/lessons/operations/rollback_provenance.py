@@ -46,6 +46,10 @@ LABEL_NOISE = 0.6
 # regression costs at least 7 points there.
 MAX_ACCURACY_DROP = 0.03
 HIDDEN = 64
+# The served program runs in float32, the reference forward in float64: an image whose two
+# best classes are within float32 rounding may take the other label. One such image per
+# version is allowed (measured: none at seeds 0-3).
+ARGMAX_TIE_SLACK = 1
 MAX_BATCH = 512  # the whole held-out set (359 images) in one call
 CHANNEL = "releases.json"
 
