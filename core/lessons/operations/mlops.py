@@ -239,15 +239,32 @@ PSI_EPS = 1e-4  # floor of a bin's share: an empty bin would make ln(p/q) infini
 
 
 def psi(reference, current, bins: int) -> float:
-    """Population stability index over ``bins`` quantile bins of the reference sample."""
+    """Population stability index over the reference's quantile bins, right-closed:
+    (-inf, e0], (e0, e1], ..., (e_last-1, inf) for the distinct quantile edges e0 < e1 < ...
+    (the maximum dropped), so the minimum gets a bin of its own: a point mass there (most
+    pixels are 0 in most digits) stays visible when it moves."""
     reference, current = np.asarray(reference, np.float64), np.asarray(current, np.float64)
-    edges = np.unique(np.quantile(reference, np.linspace(0, 1, bins + 1)))
-    inner = edges[1:-1]
-    p = np.bincount(np.searchsorted(inner, reference, "right"), minlength=len(edges) - 1)
-    q = np.bincount(np.searchsorted(inner, current, "right"), minlength=len(edges) - 1)
+    inner = np.unique(np.quantile(reference, np.linspace(0, 1, bins + 1)))[:-1]
+    p = np.bincount(np.searchsorted(inner, reference, "left"), minlength=inner.size + 1)
+    q = np.bincount(np.searchsorted(inner, current, "left"), minlength=inner.size + 1)
     p = np.maximum(p / p.sum(), PSI_EPS)
     q = np.maximum(q / q.sum(), PSI_EPS)
     return float(np.sum((q - p) * np.log(q / p)))
+
+
+def psi_reference(reference, current, bins: int) -> float:
+    """PSI another way (the check's reference): pandas.cut into the same right-closed bins,
+    then the symmetric Kullback-Leibler divergence with scipy.special.rel_entr."""
+    import scipy.special
+
+    reference, current = np.asarray(reference, np.float64), np.asarray(current, np.float64)
+    edges = sorted(set(np.quantile(reference, np.linspace(0, 1, bins + 1)).tolist()))
+    cuts = [-np.inf, *edges[:-1], np.inf]
+    n = len(cuts) - 1
+    p = np.bincount(pd.cut(reference, cuts, right=True).codes, minlength=n) / reference.size
+    q = np.bincount(pd.cut(current, cuts, right=True).codes, minlength=n) / current.size
+    p, q = np.maximum(p, PSI_EPS), np.maximum(q, PSI_EPS)
+    return float(np.sum(scipy.special.rel_entr(p, q) + scipy.special.rel_entr(q, p)))
 
 
 def drift_table(reference_NF, current_NF, bins: int) -> list[dict]:

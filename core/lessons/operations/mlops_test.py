@@ -69,12 +69,19 @@ def test_psi_is_the_symmetric_kl_of_the_binned_shares(bins):
     rng = np.random.default_rng(bins)
     ref, cur = rng.normal(0, 1, 2000), rng.normal(0.3, 1.2, 1500)
     edges = np.quantile(ref, np.linspace(0, 1, bins + 1))
-    edges[0], edges[-1] = -np.inf, np.inf
-    p = np.maximum(np.histogram(ref, edges)[0] / ref.size, mlops.PSI_EPS)
-    q = np.maximum(np.histogram(cur, edges)[0] / cur.size, mlops.PSI_EPS)
+    cuts = np.concatenate([[-np.inf], edges[:-1], [np.inf]])
+    p = np.maximum(np.histogram(-ref, -cuts[::-1])[0][::-1] / ref.size, mlops.PSI_EPS)
+    q = np.maximum(np.histogram(-cur, -cuts[::-1])[0][::-1] / cur.size, mlops.PSI_EPS)
     want = np.sum(scipy.special.rel_entr(p, q) + scipy.special.rel_entr(q, p))
     assert abs(mlops.psi(ref, cur, bins) - want) <= numerics.tolerance("float64") * max(1, want)
+    assert abs(mlops.psi_reference(ref, cur, bins) - want) <= 1e-12 * max(1, want)
     assert mlops.psi(ref, ref, bins) == 0.0
+
+
+def test_psi_sees_a_point_mass_move():
+    ref = np.r_[np.zeros(80), np.linspace(0.2, 1, 20)]
+    assert mlops.psi(ref, ref + 0.05, 10) > 1.0  # the zeros left their own bin
+    assert abs(mlops.psi(ref, ref + 0.05, 10) - mlops.psi_reference(ref, ref + 0.05, 10)) < 1e-12
 
 
 def test_cloudbuild_config_passes_and_broken_ones_are_caught():
