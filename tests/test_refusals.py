@@ -31,6 +31,8 @@ REFUSALS = [
     ("export_serving_contract", ["--batch-sizes", "3,16,64", "--max-batch", "32"], "over 32"),
     ("framework_interop", ["--formats", "jax,torch", "--mistake", "gelu_swapped"], "onnx not run"),
     ("inference_capacity", ["--max-wait-ms", "20", "--p95-budget-ms", "10"], "wait > budget"),
+    ("capacity_cost", ["--team", "ML Platform"], "label value breaks GCP rules"),
+    ("accelerator_jobs", ["--steps", "4", "--preempt-after", "4"], "preempt after the end"),
     ("precision_policy", ["--accumulator", "int16"], "int16 can overflow with 8-bit operands"),
     ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
     ("attention", ["--head", "5"], "head 5 of 2"),
