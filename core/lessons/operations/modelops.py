@@ -66,8 +66,8 @@ class Registry:
         self.name = name
         self.ops: list[Op] = []
 
-    def _log(self, op: str, version: str | None, by: str, detail: str = "") -> Op:
-        entry = Op(_now(), op, version, by, detail)
+    def _log(self, op: str, version: str | None, by: str, detail: str = "", at=None) -> Op:
+        entry = Op(at or _now(), op, version, by, detail)
         self.client.set_registered_model_tag(
             self.name, f"{AUDIT_PREFIX}{len(self.ops):04d}", json.dumps(entry.to_dict())
         )
@@ -100,7 +100,7 @@ class Registry:
         at = _now()
         self.client.set_model_version_tag(self.name, version, "approval.by", by)
         self.client.set_model_version_tag(self.name, version, "approval.at", at)
-        self._log("approve", version, by, note)
+        self._log("approve", version, by, note, at)
 
     def _tags(self, version: str) -> dict:
         return dict(self.client.get_model_version(self.name, version).tags)
@@ -153,7 +153,7 @@ class Registry:
         self.client.set_model_version_tag(self.name, version, "retired.at", at)
         for alias in self.client.get_model_version(self.name, version).aliases:
             self.client.delete_registered_model_alias(self.name, alias)
-        self._log("retire", version, by, reason)
+        self._log("retire", version, by, reason, at)
 
 
 # --- the expected state and an independent reader -----------------------------------------
@@ -183,6 +183,9 @@ def read_back(uri: str, name: str = MODEL) -> dict:
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     model = client.get_registered_model(name)
     versions = sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: int(v.version))
+    held = {}  # search_model_versions leaves a version's aliases empty: take the model's
+    for alias, version in model.aliases.items():
+        held.setdefault(str(version), []).append(alias)
     audit = [
         json.loads(value)
         for key, value in sorted(model.tags.items())
@@ -208,7 +211,7 @@ def read_back(uri: str, name: str = MODEL) -> dict:
                 "owner": v.tags.get("owner"),
                 "approved by": v.tags.get("approval.by", ""),
                 "approved at": v.tags.get("approval.at", ""),
-                "aliases": ", ".join(sorted(v.aliases)),
+                "aliases": ", ".join(sorted(held.get(str(v.version), []))),
                 "retired by": v.tags.get("retired.by", ""),
                 "source": v.source,
                 "description": v.description,
@@ -277,10 +280,8 @@ def lifecycle(store_dir: pathlib.Path, seed: int, steps: int, revision: str) -> 
     x, y = held_out(seed)
     predictions, refused = {}, []
 
-    def add(label, lr, extra_steps, why):
-        directory, _ = build(
-            store_dir / "artifacts", label, seed, steps + extra_steps, lr, revision
-        )
+    def add(label, lr, why):  # equal steps: one compiled training program for all three
+        directory, _ = build(store_dir / "artifacts", label, seed, steps, lr, revision)
         version = registry.register(directory, OWNER, why)
         labels, probabilities = export.load_artifacts(directory).predict(x)
         predictions[version] = (labels, probabilities)
@@ -294,10 +295,10 @@ def lifecycle(store_dir: pathlib.Path, seed: int, steps: int, revision: str) -> 
         else:
             raise AssertionError(f"{what} was not refused")
 
-    v1 = add("m1", 0.1, 0, "first release")
+    v1 = add("m1", 0.1, "first release")
     registry.approve(v1, REVIEWER, "held-out accuracy reviewed")
     registry.promote(v1, "champion", OWNER, "first release")
-    v2 = add("m2", 0.3, steps // 2, "higher learning rate, longer training")
+    v2 = add("m2", 0.3, "higher learning rate")
     registry.promote(v2, "challenger", OWNER, "evaluate beside the champion")
     attempt(
         f"champion -> v{v2} before approval",
@@ -311,6 +312,6 @@ def lifecycle(store_dir: pathlib.Path, seed: int, steps: int, revision: str) -> 
         f"challenger -> v{v2} after retirement",
         lambda: registry.promote(v2, "challenger", OWNER, "retry"),
     )
-    v3 = add("m3", 0.1, steps, "longer training, awaiting review")
+    v3 = add("m3", 0.05, "lower learning rate, awaiting review")
     registry.promote(v3, "challenger", OWNER, "next candidate")
     return Lifecycle(registry, predictions, refused, x, y)

@@ -23,6 +23,9 @@ def test_a_fresh_reader_sees_exactly_the_operations_performed(life):
     assert seen["retired"] == {"2": modelops.OWNER}
     assert seen["approved"] == {"1": modelops.REVIEWER, "2": modelops.REVIEWER}
     assert seen["model_owner"] == modelops.OWNER
+    assert [r["aliases"] for r in seen["versions"]] == ["champion", "", "challenger"]
+    approve = [o for o in life.registry.ops if o.op == "approve"]
+    assert [r["approved at"] for r in seen["versions"][:2]] == [o.at for o in approve]
 
 
 def test_the_sqlite_file_itself_holds_the_aliases(life):
