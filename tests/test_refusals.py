@@ -109,6 +109,7 @@ REFUSALS = [
     ("keras_train_eval_step", ["--jit-compile", "on"], "torch.compile is not run here"),
     ("keras_debug_unstable", ["--backends", "jax,jax"], "a backend named twice"),
     ("mlops", ["--psi-bins", "50", "--drift-rows", "100"], "2 reference rows per PSI bin"),
+    ("llmops", ["--candidate", "continue the pattern: {pattern}"], "prompt too long"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
 LIMIT_S = 120
