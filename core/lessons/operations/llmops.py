@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from core import documents
-from core.lm import generate, tokenizer, transformer
+from core.lm import tokenizer, transformer
 from core.serving.byte_lm import app as service_app
 from core.serving.byte_lm import engine as service_engine
 
@@ -204,6 +204,22 @@ def numpy_loss(logits_BTV, batch: dict) -> float:
     return float((nll * w).sum() / w.sum())
 
 
+def greedy_in_row(model, prompt_BT, num_new: int) -> np.ndarray:
+    """Greedy decoding by full forward passes over rows padded to SEQ_LEN (causal: the
+    padding after a position does not change its logits), so every template and step reuses
+    the one compiled (B, SEQ_LEN) forward (core.lm.generate.greedy_without_cache pads to
+    prompt + new tokens: one compile per prompt length)."""
+    prompt = np.asarray(prompt_BT, np.int32)
+    length = prompt.shape[1]
+    if length + num_new > SEQ_LEN:
+        raise ValueError(f"prompt {length} + {num_new} new tokens exceed SEQ_LEN={SEQ_LEN}")
+    rows = np.zeros((prompt.shape[0], SEQ_LEN), np.int32)
+    rows[:, :length] = prompt
+    for t in range(length, length + num_new):
+        rows[:, t] = np.argmax(np.asarray(transformer.forward(model, rows))[:, t - 1], -1)
+    return rows[:, : length + num_new]
+
+
 @dataclasses.dataclass
 class Evaluation:
     version: int
@@ -225,8 +241,7 @@ def evaluate(model, template: str, version: int, cases: int, seed: int) -> Evalu
                             batch["positions_BT"])
     )  # fmt: skip
     prompts = [tokenizer.encode(template.replace(SLOT, p * 2)) for p in held]
-    width = 2 * PATTERN_LEN
-    out = generate.greedy_without_cache(model, np.stack(prompts), width)
+    out = greedy_in_row(model, np.stack(prompts), 2 * PATTERN_LEN)
     samples = []
     for p, row, prompt in zip(held, out, prompts, strict=True):
         got = tokenizer.decode(row[len(prompt) :], errors="replace")

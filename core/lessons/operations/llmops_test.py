@@ -73,6 +73,14 @@ def test_heldout_loss_matches_numpy_and_the_training_format_wins(models, seed):
     assert trained.heldout_loss < bare.heldout_loss
 
 
+def test_greedy_in_row_equals_the_course_greedy_decoder(models):
+    from core.lm import generate
+
+    prompts = np.stack([llmops.tokenizer.encode(f"rep: {p * 2}") for p in ("abc", "hhg")])
+    want = generate.greedy_without_cache(models[1], prompts, 6)
+    np.testing.assert_array_equal(llmops.greedy_in_row(models[1], prompts, 6), want)
+
+
 def test_traces_follow_each_request_through_the_service(models):
     prompts = ["rep: abcabc", "rep: hgahga", "rep: ddcddc"]
     traced = llmops.serve_and_trace(models[0], prompts, 4)
