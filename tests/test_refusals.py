@@ -33,6 +33,7 @@ REFUSALS = [
     ("inference_capacity", ["--max-wait-ms", "20", "--p95-budget-ms", "10"], "wait > budget"),
     ("capacity_cost", ["--team", "ML Platform"], "label value breaks GCP rules"),
     ("accelerator_jobs", ["--steps", "4", "--preempt-after", "4"], "preempt after the end"),
+    ("observability", ["--heartbeat-s", "2", "--stall-after-s", "1"], "stall < heartbeat"),
     ("precision_policy", ["--accumulator", "int16"], "int16 can overflow with 8-bit operands"),
     ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
     ("attention", ["--head", "5"], "head 5 of 2"),

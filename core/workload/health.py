@@ -145,13 +145,22 @@ class Alert:
 
 
 class StallDetector:
-    """No step event for ``stall_after_s`` seconds -> one "stall" alert (until a step arrives)."""
+    """No step event for ``stall_after_s`` seconds -> one "stall" alert (until a step arrives).
 
-    def __init__(self, stall_after_s: float, clock=time.time):
+    ``startup_s`` (optional): the limit from "running" to the FIRST step instead, which
+    includes XLA's compilation of the step (seconds on a CPU, minutes for a large model on a
+    slice); without it a tight threshold pages on every start.
+    """
+
+    def __init__(self, stall_after_s: float, clock=time.time, startup_s: float | None = None):
         if not stall_after_s > 0:
             raise ValueError(f"stall_after_s must be > 0, got {stall_after_s}")
+        if startup_s is not None and not startup_s >= stall_after_s:
+            raise ValueError(f"startup_s must be >= stall_after_s, got {startup_s}")
         self.stall_after_s = stall_after_s
+        self.startup_s = startup_s
         self.clock = clock
+        self.awaiting_first_step = False
         self.job: str | None = None
         self.last_step = 0
         self.last_step_ts: float | None = None  # None until the job is running
@@ -166,9 +175,11 @@ class StallDetector:
             if kind == "running":
                 self.last_step = int(event.get("start_step", 0))
                 self.last_step_ts = float(event["ts"])
+                self.awaiting_first_step = True
             elif kind == "step":
                 self.last_step, self.last_step_ts = int(event["step"]), float(event["ts"])
                 self._alerting = False
+                self.awaiting_first_step = False
             elif kind == "heartbeat":
                 self.last_heartbeat_ts = float(event["ts"])
             elif kind in ("succeeded", "failed", "preempted"):
@@ -180,7 +191,9 @@ class StallDetector:
         if self.last_step_ts is None or self._alerting:
             return None
         silent = now - self.last_step_ts
-        if silent < self.stall_after_s:
+        startup = self.awaiting_first_step and self.startup_s is not None
+        limit = self.startup_s if startup else self.stall_after_s
+        if silent < limit:
             return None
         beating = self.last_heartbeat_ts is not None and self.last_heartbeat_ts > self.last_step_ts
         alert = Alert(
@@ -189,8 +202,12 @@ class StallDetector:
             now,
             self.last_step,
             silent,
-            f"no step for {silent:.1f} s after step {self.last_step} "
-            f"(threshold {self.stall_after_s:g} s); "
+            (
+                f"no first step for {silent:.1f} s after start (startup limit {limit:g} s); "
+                if startup
+                else f"no step for {silent:.1f} s after step {self.last_step} "
+                f"(threshold {limit:g} s); "
+            )
             + (
                 "heartbeats continue: the process is alive, a step is hung"
                 if beating

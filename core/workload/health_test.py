@@ -107,3 +107,21 @@ def test_gaps():
     evts = [ev("heartbeat", 1.0), ev("step", 1.5), ev("heartbeat", 2.0), ev("heartbeat", 4.0)]
     assert health.gaps(evts, "heartbeat") == [(2.0, 1.0), (4.0, 2.0)]
     assert events.REQUIRED == ("ts", "job", "event")
+
+
+def test_startup_limit_covers_the_first_step_only():
+    """The first step compiles: with ``startup_s`` its silence is held to that limit, and every
+    later silence to ``stall_after_s`` again."""
+    d = health.StallDetector(1.0, startup_s=10.0)
+    d.observe([ev("running", 0.0, start_step=0), ev("heartbeat", 0.5, step=0)])
+    assert d.check(now=5.0) is None  # compiling: 5 s < the startup limit
+    alert = d.check(now=10.5)
+    assert alert is not None and "no first step" in alert.message and alert.last_step == 0
+    d.observe([ev("step", 11.0, step=1)])
+    assert d.check(now=11.9) is None
+    assert d.check(now=12.1).silent_s == pytest.approx(1.1)  # back to the 1 s threshold
+    plain = health.StallDetector(1.0)
+    plain.observe([ev("running", 0.0, start_step=0)])
+    assert plain.check(now=1.5) is not None  # no startup limit: the threshold from the start
+    with pytest.raises(ValueError, match="startup_s"):
+        health.StallDetector(2.0, startup_s=1.0)
