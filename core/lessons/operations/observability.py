@@ -33,7 +33,8 @@ POLL_S = 0.05  # the watcher's loop period: an alert comes at most this late pas
 SCRAPE_EVERY_S = 0.25  # Prometheus scrapes every 15-60 s; a tiny job needs a finer look
 # From "running" to the first step the job compiles its step (1.8 s measured on the loaded
 # 2-core CI box; minutes for a large model on a slice): held to this limit, not the threshold.
-STARTUP_S = 60.0
+STARTUP_S = 20.0
+MIN_HANG_AT = 3  # steps 1 (compiles) and 2 (the first steady one) must finish before a hang
 JOB_TIMEOUT_S = 120.0  # the runner kills the job past this whatever happens (bounded lifetime)
 SETTLE_TRIES = 20  # pairs of back-to-back scrapes tried until two agree (see settled_scrape)
 # The gauges and counters the check reads; heartbeat_ts moves while the job hangs, so it is
@@ -76,6 +77,12 @@ def problem(
         )
     if hang_at > steps:
         return f"a hang at step {hang_at} of a {steps}-step job never happens (0: no hang)"
+    if 0 < hang_at < MIN_HANG_AT:
+        return (
+            f"a hang at step {hang_at} leaves no steady step to measure (step 1 compiles; before "
+            f"it the startup limit of {STARTUP_S:g} s applies, not the threshold): hang at step "
+            f"{MIN_HANG_AT} or later, or 0 for no hang"
+        )
     return None
 
 

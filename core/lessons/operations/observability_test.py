@@ -98,6 +98,7 @@ def test_refusals_say_why():
     assert "shorter than the heartbeat" in lesson.problem(8, 6, 0.05, 2.0, 1.0)
     assert "every step would page" in lesson.problem(8, 6, 1.0, 0.25, 1.0)
     assert "never happens" in lesson.problem(8, 9, 0.05, 0.25, 1.5)
+    assert "no steady step" in lesson.problem(8, 2, 0.05, 0.25, 1.5)
     with pytest.raises(ValueError, match="heartbeat"):
         lesson.watch_job("/nonexistent", 8, 6, 0.05, 2.0, 1.0)
 
