@@ -110,6 +110,8 @@ REFUSALS = [
     ("keras_train_eval_step", ["--jit-compile", "on"], "torch.compile is not run here"),
     ("keras_debug_unstable", ["--backends", "jax,jax"], "a backend named twice"),
     ("mlops", ["--psi-bins", "50", "--drift-rows", "100"], "2 reference rows per PSI bin"),
+    ("failure_runbooks", ["--at-step", "12", "--steps", "10"], "is after the last step 10"),
+    ("failure_runbooks", ["--failure", "disk-full", "--at-step", "5"], "full disk shows at a save"),
     ("llmops", ["--candidate", "continue the pattern: {pattern}"], "prompt too long"),
 ]
 # A hang guard, not a speed assertion (a stopped app does less than a full run).
