@@ -174,17 +174,20 @@ def _(budget, controls, cost, iam_commands, launch, measured, plan, problem, tab
     _mine = {(r["generation"], r["tier"]): r for r in cost}
     _got, _want = [], []
     for _p in [*_raw, *[p.model_dump() for p in table.prices if p.generation == "v5p"]]:
-        _peak = np.float64(specs.chip(_p["generation"]).bf16_flops.value)
-        _tok_h = np.float64(controls["mfu"].value) * _peak / (
-            6.0 * np.float64(controls["params_b"].value) * 1e9) * 3600.0  # fmt: skip
-        _want.append(np.float64(_p["usd_per_chip_hour"]) / _tok_h * 1e6)
+        # The other way round from the lesson's tokens/s: the work of a million tokens (6N
+        # FLOPs each) in chip-hours at the useful FLOP/s, times the price of a chip-hour.
+        _useful = np.float64(controls["mfu"].value) * np.float64(
+            specs.chip(_p["generation"]).bf16_flops.value)  # fmt: skip
+        _work = 1e6 * 6.0 * np.float64(controls["params_b"].value) * 1e9
+        _want.append(_work / _useful / 3600.0 * np.float64(_p["usd_per_chip_hour"]))
         _got.append(_mine[(_p["generation"], _p["tier"])]["USD per Mtok"])
     _closed = [sweep.closed_form_losses(problem, t.lr, t.momentum) for t in trials]
     _ok = [np.isfinite(c[-1]) and c[-1] < 1e6 for c in _closed]
     _bindings, _roles = iam.bindings_from_commands(iam_commands)
     _budget_argv = launch[-1]
     check = lab.Check(
-        "cost per Mtok vs NumPy float64 from the raw price file; each sweep trial's training "
+        "cost per Mtok vs the chip-hours of a million tokens' FLOPs (NumPy float64, the raw "
+        "price file); each sweep trial's training "
         "losses vs the float64 closed form; the step's FLOPs vs the closed form; commands vs "
         "the recorded gcloud grammar; IAM least privilege",
         {
