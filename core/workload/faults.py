@@ -94,16 +94,19 @@ def disk_full_supported() -> bool:
     global _support
     if _support is None:
         import subprocess
+        import tempfile
 
         probe = (
-            "import sys; from core.workload import faults; import tempfile, pathlib;"
+            "import sys, pathlib; from core.workload import faults;"
             "faults._enter_private_mount_namespace();"
-            "faults._mount_tiny_fs(pathlib.Path(tempfile.mkdtemp()))"
+            "faults._mount_tiny_fs(pathlib.Path(sys.argv[1]))"
         )
         root = pathlib.Path(__file__).resolve().parents[2]
-        result = subprocess.run(
-            [sys.executable, "-c", probe], cwd=root, capture_output=True, timeout=60
-        )
+        # The parent owns the probe's folder: the child's mount dies with it, the folder not.
+        with tempfile.TemporaryDirectory(prefix="disk-full-probe-") as folder:
+            result = subprocess.run(
+                [sys.executable, "-c", probe, folder], cwd=root, capture_output=True, timeout=60
+            )
         _support = sys.platform == "linux" and result.returncode == 0
     return _support
 
