@@ -21,21 +21,13 @@ import sys
 
 import pytest
 
-from capstones.byte_transformer import training
+from capstones.byte_transformer import spot_drill, training
 from core import curriculum, runtime
 from core.state import checkpoint
 
 STEPS = 30
 TINY = [
-    "d_model=32",
-    "num_layers=2",
-    "num_heads=4",
-    "max_len=64",
-    "seq_len=32",
-    "batch_size=2",
-    "max_files=6",
-    "max_bytes=1024",
-    "heldout_fraction=0.34",
+    *spot_drill.MODEL,
     f"steps={STEPS}",
     "ckpt_every=3",
     "eval_every=10",
