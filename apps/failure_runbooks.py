@@ -24,9 +24,11 @@ with app.setup:
         lab.Flag("at_step", 5, "inject it at this step", lo=1, hi=40),
         lab.Flag("steps", 10, "training steps", lo=2, hi=40),
         lab.Flag("save_every", 2, "checkpoint every N steps", lo=1, hi=20),
+        lab.Flag("spot_drill", False, "headless: also run the drill on the capstone's trainer"),
         description="Inject a failure into a real job, recover it, compare bitwise.",
     )  # fmt: skip
     ARGS = FLAGS.parse()
+    SPOT_NOTICES = (3, 4)  # steps each capstone trainer process trains before its SIGTERM
 
 
 @app.cell(hide_code=True)
@@ -120,6 +122,56 @@ def _(failure):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    spot_button = mo.ui.run_button(label="Run the drill on the capstone's trainer")
+    mo.vstack([
+        mo.md(f"""
+        ## The same drill on the capstone's trainer
+
+        The SIGTERM path again, on `python -m capstones.byte_transformer train` (a tiny
+        config): SIGTERM reaches its process group once it has trained {SPOT_NOTICES[0]}
+        steps; its handler lets the step in flight finish, saves it and exits 0; a fresh
+        process resumes and is preempted after {SPOT_NOTICES[1]} steps of its own; a last one
+        trains to the end. It saves only at a notice or the last step, so a step kept can
+        only come from the save at the notice. Steps lost = steps finished before the exit
+        but trained again after the resume (the goal: 0). Compared with a fresh uninterrupted
+        process: every loss and the final state, bit for bit. Four trainer processes (~15 s
+        of CPU), so headless runs show the command and the test unless `--spot-drill`.
+        """),
+        spot_button,
+    ])  # fmt: skip
+    return (spot_button,)
+
+
+@app.cell
+def _(spot_button):
+    # not mo.stop: the lesson's check below reads `spot`, and must not wait for this button
+    # (it gains the drill's line once the drill has run)
+    if lab.interactive() and not spot_button.value:
+        spot, _shown = None, mo.md("Press **Run the drill on the capstone's trainer**.")
+    elif lab.interactive() or ARGS.spot_drill:
+        # imported here: the capstone's trainer pulls in flax/optax/orbax (~0.6 s of CPU),
+        # which the lesson's default headless run does not need
+        from capstones.byte_transformer import spot_drill
+
+        _base = pathlib.Path(tempfile.mkdtemp(prefix="spot_drill-"))
+        spot = spot_drill.drill(_base, SPOT_NOTICES)
+        _shown = lab.table(spot_drill.rows(spot), "SIGTERM on the capstone's trainer, per notice")
+        lab.report("capstone: steps lost to preemption", spot.steps_lost)
+        lab.report("capstone: losses and final state == uninterrupted",
+                   spot.losses_equal_reference and spot.final_state_equal_reference)  # fmt: skip
+    else:
+        spot, _shown = None, mo.md(f"""
+        Not run headless (four JAX processes): `python apps/failure_runbooks.py --spot-drill`
+        runs it, or on its own: `python -m capstones.byte_transformer.spot_drill OUT_DIR
+        --after {" ".join(map(str, SPOT_NOTICES))}` (writes `OUT_DIR/spot_drill.json`). Proven
+        over three notices at different steps by `capstones/byte_transformer/spot_drill_test.py`.
+        """)  # fmt: skip
+    _shown
+    return (spot,)
+
+
 @app.cell
 def _():
     _state = {"w": jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4) / 7,
@@ -136,7 +188,7 @@ def _():
 
 
 @app.cell
-def _(gcs_trip, problems, reference, result):
+def _(gcs_trip, problems, reference, result, spot):
     _diff = max(
         (abs(result.losses[s] - reference.losses[s]) for s in reference.losses
          if s in result.losses), default=float("inf"),
@@ -152,8 +204,12 @@ def _(gcs_trip, problems, reference, result):
             <= (0 if result.failures[0].kind == "sigterm" else ARGS.save_every),
             "gs:// checkpoint read back bitwise": gcs_trip.bitwise_equal,
             "a gs:// step without its commit marker is refused": bool(gcs_trip.partial_problems),
-        },
-    )
+        } | ({} if spot is None else {
+            "capstone's trainer: SIGTERM loses no step, ends bitwise == a fresh uninterrupted "
+            "process": spot.steps_lost == 0 and spot.losses_equal_reference
+            and spot.final_state_equal_reference,
+        }),
+    )  # fmt: skip
     check
     return (check,)
 
