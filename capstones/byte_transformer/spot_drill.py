@@ -126,7 +126,7 @@ def _env(cache_dir: str | os.PathLike | None) -> dict[str, str]:
     unless JAX_PLATFORMS says otherwise; with ``cache_dir`` JAX's persistent compilation cache
     there: a later process loads the train step instead of compiling it (9.2 -> 3.3 s of CPU
     per trainer process measured here), the same compiled program, so the same bits."""
-    return {"JAX_PLATFORMS": "cpu"} | workload_recovery._env(cache_dir)
+    return {"JAX_PLATFORMS": "cpu"} | workload_recovery.job_env(cache_dir)
 
 
 class Trainer:

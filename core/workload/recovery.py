@@ -117,14 +117,16 @@ def _job_argv(attempt_dir: pathlib.Path, job_id: str, steps: int, options: Seque
     return job.command(attempt_dir, job_id, steps, *options)
 
 
-def _env(cache_dir: str | os.PathLike | None) -> dict[str, str]:
+def job_env(cache_dir: str | os.PathLike | None) -> dict[str, str]:
     """The job's environment; with ``cache_dir``, JAX's persistent compilation cache there
     (every entry kept): a restarted job loads its train step instead of compiling it again,
-    ~3.7 -> ~2.1 s of CPU per job process here, the same compiled program, so the same bits."""
+    ~3.7 -> ~2.1 s of CPU per job process here, the same compiled program, so the same bits.
+    A cache this process was already given (JAX_COMPILATION_CACHE_DIR: a test session's, which
+    it probed on this CPU, or the user's) is kept: every job of the session shares it."""
     from core import runtime
 
     extra = {"PYTHONUNBUFFERED": "1"}
-    if cache_dir is not None:
+    if cache_dir is not None and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         extra |= {
             "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
@@ -181,7 +183,7 @@ def uninterrupted(
     run_dir = pathlib.Path(run_dir)
     argv = _job_argv(run_dir, "reference", steps, _options(save_every, 0.0, overrides))
     with runner.JobRunner(
-        argv, run_dir / "events.jsonl", timeout_s=timeout_s, env=_env(cache_dir)
+        argv, run_dir / "events.jsonl", timeout_s=timeout_s, env=job_env(cache_dir)
     ) as job_runner:
         end = job_runner.wait()
         stderr = job_runner.stderr_tail
@@ -258,7 +260,7 @@ def _run_attempt(
     )
     sent, sent_at, stalled_for = None, None, None
     with runner.JobRunner(
-        argv, attempt_dir / "events.jsonl", timeout_s=timeout_s, env=_env(cache_dir)
+        argv, attempt_dir / "events.jsonl", timeout_s=timeout_s, env=job_env(cache_dir)
     ) as job_runner:
         job_runner.start()
         seen, last_step, last_step_at, stepped = 0, 0, None, False
