@@ -56,10 +56,12 @@ check-apps: $(STAMP)
 
 # pytest-xdist: PYTEST_WORKERS processes (0 runs in this process). --dist loadscope keeps
 # each module's tests on one worker, so a module's expensive fixtures (a reference training
-# run, a served gallery) are built once.
+# run, a served gallery) are built once. --no-loadscope-reorder keeps conftest.py's order:
+# the longest modules first (tests/module_seconds.json), so none starts last on its own.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP) $(KFP_STAMP)
 	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
+		--no-loadscope-reorder \
 		--durations=60 $(PYTEST_FLAGS)
 
 test: $(STAMP) $(KFP_STAMP)

@@ -13,9 +13,15 @@
    workers and browser kernels of the session load it; the next session starts empty, so every
    run trains once and never reads an earlier run's results. A JAX_LAB_CACHE_DIR set by the
    caller (a folder, or "off") is kept.
+5. Modules run longest first (tests/module_seconds.json: seconds per module from an earlier
+   run; `make test PYTEST_FLAGS=--module-seconds-out=tests/module_seconds.json` rewrites it),
+   so with xdist's one-module-per-worker scheduling (Makefile: --no-loadscope-reorder) no long
+   module starts last while the other worker idles. A module not in the file is placed by its
+   test count. Within a module the order is untouched.
 """
 
 import importlib.util
+import json
 import os
 import pathlib
 import shutil
@@ -98,6 +104,39 @@ def run_app():
     return _load_tool("app_runner").run
 
 
+MODULE_SECONDS_FILE = REPO_ROOT / "tests" / "module_seconds.json"
+SECONDS_PER_UNKNOWN_TEST = 0.3  # a module missing from the file: about the suite's median test
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--module-seconds-out",
+        default=None,
+        help="write the seconds each test module took (JSON) to this file after the run",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    try:
+        recorded = json.loads(MODULE_SECONDS_FILE.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError):
+        recorded = {}
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def expected_seconds(module: str) -> float:
+        seconds = recorded.get(module)
+        if isinstance(seconds, (int, float)):
+            return float(seconds)
+        return SECONDS_PER_UNKNOWN_TEST * len(modules[module])
+
+    # sorted() is stable, and every xdist worker collects the same items: the same order.
+    ordered = sorted(modules, key=lambda module: -expected_seconds(module))
+    items[:] = [item for module in ordered for item in modules[module]]
+
+
 # Seconds per test module (setup + call + teardown, summed over its tests): the list to read
 # before cutting CI time. With xdist these reports arrive in the controller process.
 _MODULE_SECONDS: dict[str, float] = {}
@@ -116,3 +155,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section(f"test time by module (all workers: {total:.0f} s)")
     for module, seconds in ranked[:30]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {module}")
+    out = terminalreporter.config.getoption("--module-seconds-out")
+    if out and "PYTEST_XDIST_WORKER" not in os.environ:
+        document = {
+            "about": "seconds per test module in one run of the suite (conftest.py orders "
+            "modules longest first from it)",
+            "seconds": {module: round(seconds, 1) for module, seconds in ranked},
+        }
+        pathlib.Path(out).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

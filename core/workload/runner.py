@@ -52,6 +52,31 @@ class Transition:
         return dataclasses.asdict(self)
 
 
+GROUP_EXIT_TIMEOUT_S = 5.0  # close(): the longest wait for a killed group's last member
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """The pids of process group ``pgid`` that are not zombies (read from Linux's /proc; []
+    where there is no /proc)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    members = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8") as file:
+                # after "(comm)": state, ppid, pgrp, ...
+                fields = file.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we read
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(name))
+    return members
+
+
 class JobRunner:
     """Runs ``argv`` once; ``transitions`` is its life so far."""
 
@@ -136,8 +161,7 @@ class JobRunner:
         status = self.proc.poll()
         if status is None and time.monotonic() > self._deadline:
             self._timed_out = True
-            self._kill_group(signal.SIGKILL)
-            status = self.proc.wait()
+            status = self._kill_and_reap_group()
         if status is not None:
             self._finish(status)
         return self.state
@@ -204,16 +228,34 @@ class JobRunner:
         self._record(state, cause, exit_status=status, signal=signame, last_events=last)
 
     def close(self) -> None:
-        """Kill the process group if it is still running and reap it."""
+        """Kill the process group if it is still running, reap it, and return only once no
+        process of the group is left running (bounded by GROUP_EXIT_TIMEOUT_S)."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self._kill_group(signal.SIGKILL)
-            self.proc.wait()
-            if not self.done:
-                self._closed = True
-                self._finish(self.proc.returncode)
+        was_running = self.proc.poll() is None
+        status = self._kill_and_reap_group()
+        if not self.done:
+            self._closed = was_running  # an exit it made on its own keeps its own cause
+            self._finish(status)
         self._stderr.close()
+
+    def _kill_and_reap_group(self) -> int:
+        """SIGKILL the group, reap the job, and wait until no member of the group runs.
+
+        SIGKILL reaches the other members asynchronously, and a grandchild may outlive the
+        leader: what is left of the group is killed until none of it runs (bounded). The
+        group id cannot be reused while a member exists, so this never signals a stranger.
+        """
+        self._kill_group(signal.SIGKILL)
+        status = self.proc.wait()
+        deadline = time.monotonic() + GROUP_EXIT_TIMEOUT_S
+        while live_group_members(self.proc.pid) and time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+        return status
 
     def __enter__(self) -> JobRunner:
         return self
