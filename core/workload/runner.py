@@ -30,11 +30,11 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from core.workload import events
+from core.workload import events, job
 
 STATES = ("queued", "provisioning", "running", "succeeded", "failed", "preempted")
 TERMINAL = ("succeeded", "failed", "preempted")
-EXIT_PREEMPTED = 143  # core.workload.job.EXIT_PREEMPTED (128 + SIGTERM); job_test checks equal
+EXIT_PREEMPTED = job.EXIT_PREEMPTED  # 143 (128 + SIGTERM): a job that honoured SIGTERM
 LAST_EVENTS = 5  # events kept with the terminal transition: enough to read the ending
 POLL_S = 0.05
 
