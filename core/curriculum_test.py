@@ -137,7 +137,30 @@ def test_cli_summary_counts_every_lesson():
 def test_cli_map_marks_each_lesson():
     result = run_cli()
     assert result.returncode == 0
-    assert result.stdout.count("[x]") + result.stdout.count("[ ]") == 91 + len(curriculum.CAPSTONES)
+    marks = result.stdout.count("[x]") + result.stdout.count("[ ]")
+    assert marks == 91 + len(curriculum.CAPSTONES) + len(curriculum.ASSESSMENTS)
+
+
+def test_cli_map_shows_the_assessments_and_guides():
+    out = run_cli().stdout
+    for assessment in curriculum.ASSESSMENTS:
+        assert assessment.app in out and f"--path {assessment.paper} " in out
+    for capstone in curriculum.CAPSTONES:
+        assert f"portfolio guide: docs/portfolio/{capstone.slug}.md" in out
+
+
+def test_every_path_has_one_assessment_and_a_capstone_guide():
+    paths = {p.title for p in curriculum.LEARNING_PATHS}
+    assert {a.path_title for a in curriculum.ASSESSMENTS} == paths
+    capstones = {c.slug for c in curriculum.CAPSTONES}
+    for path in curriculum.LEARNING_PATHS:
+        assessment = curriculum.assessment_for(path.title)
+        assert assessment.slug.startswith(curriculum.ASSESSMENT_PREFIX)
+        assert assessment.capstone in capstones
+    with pytest.raises(ValueError, match="no assessment"):
+        curriculum.assessment_for("Learn Fortran")
+    with pytest.raises(ValueError, match="no capstone"):
+        curriculum.portfolio_guide("capstone_missing")
 
 
 @pytest.mark.parametrize("bad", [["--bogus"], ["--json", "--summary"], ["extra"]])

@@ -1,0 +1,433 @@
+"""The three kinds of assessment item: predict-then-check, diagnose, and code exercise.
+
+An item is a question whose numbers come from the learner's seed (``rng(item_id, seed)``),
+so two learners get different numbers and a copied answer fails. The expected answer is
+always computed, never typed in:
+
+- ``PredictItem``: the learner commits a number (or a shape) before the app computes it live
+  with the course's library (``live``). ``derive`` is the closed-form derivation shown as
+  feedback; it is computed independently of ``live``, and the two must agree (``self_check``).
+- ``DiagnoseItem``: the seed plants one defect from the course into a short program; the
+  learner names it from the choices; ``evidence`` runs the defective and the fixed program
+  and shows what differs.
+- ``CodeItem``: the learner completes a stub; hidden tests from core grade the function it
+  defines; the reference solution lives in core and is shown only after an attempt.
+
+Answers have one of three Python types: a float (predict, ``answer_type="number"``), a list
+of ints (predict, ``answer_type="shape"``), or a str (a choice id, or Python source).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import importlib
+import math
+import pathlib
+import traceback
+import zlib
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+Kind = Literal["predict", "diagnose", "code"]
+Answer = float | list[int] | str
+
+
+def rng(item_id: str, seed: int) -> np.random.Generator:
+    """The item's own generator for a learner seed: items never share a stream."""
+    return np.random.default_rng([int(seed), zlib.crc32(item_id.encode())])
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """What the learner sees for one item at one seed, before any attempt.
+
+    ``prompt`` is Markdown with this seed's numbers in it; ``answer_hint`` says what to enter
+    ("a number, in GiB"); ``tolerance`` is stated beside a predict item; ``choices`` are a
+    diagnose item's (id, text) options; ``program`` is the code a diagnose item shows;
+    ``stub`` is the source a code exercise starts from.
+    """
+
+    prompt: str
+    answer_hint: str
+    tolerance: str = ""
+    choices: tuple[tuple[str, str], ...] = ()
+    program: str = ""
+    stub: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Feedback:
+    """The verdict on one answer: ``summary`` is one line, ``detail`` is Markdown that teaches
+    (the derivation, the evidence, or which hidden tests failed and why)."""
+
+    passed: bool
+    summary: str
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfCheck:
+    """An item's own check at one seed, for the app's ``lab.Check``: measured errors between
+    the live computation and its independent derivation, and facts that must hold."""
+
+    errors: dict[str, float]
+    facts: dict[str, bool]
+
+
+class Item(abc.ABC):
+    """One assessment item. Subclasses set the class attributes and implement the methods."""
+
+    id: ClassVar[str]  # unique, "phase_package.short_name": "tpu_systems.kv_cache_hbm"
+    phase: ClassVar[str]  # the phase title in core.curriculum.PHASES
+    lesson: ClassVar[str]  # the lesson slug to revisit when the answer fails
+    kind: ClassVar[Kind]
+    title: ClassVar[str]  # a short name for tables: "KV-cache HBM on a TPU generation"
+
+    @abc.abstractmethod
+    def question(self, seed: int) -> Question: ...
+
+    @abc.abstractmethod
+    def grade(self, seed: int, answer: Answer) -> Feedback:
+        """Grade an answer that ``answer_problem`` accepted."""
+
+    @abc.abstractmethod
+    def reference_answer(self, seed: int) -> Answer:
+        """The answer that passes (tests, and the app's own check); never shown unasked."""
+
+    @abc.abstractmethod
+    def wrong_answers(self, seed: int) -> dict[str, Answer]:
+        """At least two planted wrong answers, named by the mistake ("units: MiB for GiB")."""
+
+    @abc.abstractmethod
+    def answer_problem(self, answer: Any) -> str | None:
+        """None when ``answer`` has this item's type, else what is wrong with it."""
+
+    @abc.abstractmethod
+    def self_check(self, seed: int) -> SelfCheck: ...
+
+
+def _is_number(answer: Any) -> bool:
+    return isinstance(answer, int | float) and not isinstance(answer, bool)
+
+
+class PredictItem(Item):
+    """Commit a number, then see it computed live with the course's library.
+
+    Subclasses implement ``params`` (the seeded numbers), ``prompt``, ``live`` (the course
+    library's value), ``derive`` (the closed form, independently, with its Markdown
+    derivation) and ``wrong`` (planted mistakes), and set ``units`` and the tolerance.
+    """
+
+    kind: ClassVar[Kind] = "predict"
+    answer_type: ClassVar[Literal["number", "shape"]] = "number"
+    units: ClassVar[str] = ""  # "GiB", "FLOP/byte", "" for a count
+    rel_tol: ClassVar[float] = 0.02  # |answer - expected| <= max(abs_tol, rel_tol * |expected|)
+    abs_tol: ClassVar[float] = 0.0
+
+    @abc.abstractmethod
+    def params(self, generator: np.random.Generator) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def prompt(self, params: dict[str, Any]) -> str: ...
+
+    @abc.abstractmethod
+    def live(self, params: dict[str, Any]) -> float | tuple[int, ...]:
+        """The expected answer, computed with the course's library (core/)."""
+
+    @abc.abstractmethod
+    def derive(self, params: dict[str, Any]) -> tuple[float | tuple[int, ...], str]:
+        """(value, Markdown derivation) by the closed form, independent of ``live``."""
+
+    @abc.abstractmethod
+    def wrong(self, params: dict[str, Any], expected) -> dict[str, float | tuple[int, ...]]:
+        """Planted wrong answers derived from the expected one (off by an axis, units)."""
+
+    @functools.cache  # noqa: B019 (items are module-level singletons; a seed's values are fixed)
+    def seeded(self, seed: int) -> tuple[dict[str, Any], Any, Any, str]:
+        """(params, live value, derived value, derivation) for one seed, computed once."""
+        params = self.params(rng(self.id, seed))
+        derived, derivation = self.derive(params)
+        return params, self.live(params), derived, derivation
+
+    def tolerance_text(self) -> str:
+        if self.answer_type == "shape":
+            return "exact"
+        parts = []
+        if self.rel_tol:
+            parts.append(f"within {self.rel_tol * 100:g}%")
+        if self.abs_tol:
+            parts.append(f"within {self.abs_tol:g} {self.units}".rstrip())
+        return " or ".join(parts) or "exact"
+
+    def question(self, seed: int) -> Question:
+        params = self.seeded(seed)[0]
+        hint = (
+            "a shape: integers separated by commas"
+            if self.answer_type == "shape"
+            else f"a number{', in ' + self.units if self.units else ''}"
+        )
+        return Question(self.prompt(params), hint, tolerance=self.tolerance_text())
+
+    def answer_problem(self, answer: Any) -> str | None:
+        if self.answer_type == "shape":
+            ok = isinstance(answer, list) and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in answer
+            )
+            return None if ok else "expected a shape: a list of integers, like [4, 128]"
+        if not _is_number(answer):
+            return f"expected a number{' in ' + self.units if self.units else ''}"
+        if not math.isfinite(answer):
+            return "expected a finite number"
+        return None
+
+    def matches(self, answer, expected) -> bool:
+        if self.answer_type == "shape":
+            return tuple(answer) == tuple(expected)
+        bound = max(self.abs_tol, self.rel_tol * abs(float(expected)))
+        return abs(float(answer) - float(expected)) <= bound
+
+    def grade(self, seed: int, answer: Answer) -> Feedback:
+        _params, expected, _derived, derivation = self.seeded(seed)
+        shown = _show(expected, self.units)
+        passed = self.matches(answer, expected)
+        verdict = "right" if passed else "not right"
+        summary = (
+            f"{verdict}: you said {_show(answer, self.units)}; the course library computes "
+            f"{shown} (tolerance: {self.tolerance_text()})"
+        )
+        return Feedback(passed, summary, derivation)
+
+    def reference_answer(self, seed: int) -> Answer:
+        expected = self.seeded(seed)[1]
+        if self.answer_type == "shape":
+            return [int(x) for x in expected]
+        return float(expected)
+
+    def wrong_answers(self, seed: int) -> dict[str, Answer]:
+        params, expected, _derived, _derivation = self.seeded(seed)
+        found = self.wrong(params, expected)
+        if self.answer_type == "shape":
+            return {name: [int(x) for x in value] for name, value in found.items()}
+        return {name: float(value) for name, value in found.items()}
+
+    def self_check(self, seed: int) -> SelfCheck:
+        _params, expected, derived, _derivation = self.seeded(seed)
+        if self.answer_type == "shape":
+            error = 0.0 if tuple(expected) == tuple(derived) else float("inf")
+        else:
+            scale = max(abs(float(derived)), 1e-300)
+            error = abs(float(expected) - float(derived)) / scale
+        return SelfCheck({f"{self.id}: library vs derivation": error}, {})
+
+
+def _show(value, units: str) -> str:
+    if isinstance(value, list | tuple):
+        return "(" + ", ".join(str(int(x)) for x in value) + ")"
+    text = f"{float(value):.6g}"
+    return f"{text} {units}".rstrip()
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What running the defective and the fixed program showed: Markdown for the learner and
+    the facts that make it evidence (``"the defect changes the result": True``)."""
+
+    markdown: str
+    facts: dict[str, bool]
+
+
+class DiagnoseItem(Item):
+    """Name the defect the seed planted in a short program, then see the evidence.
+
+    Subclasses set ``defects`` ({id: (choice text, why it is wrong and how to fix it)}) and
+    implement ``params``, ``program`` (the source with one defect planted) and ``evidence``
+    (run the defective and the fixed variant; the facts must hold for every defect).
+    """
+
+    kind: ClassVar[Kind] = "diagnose"
+    defects: ClassVar[dict[str, tuple[str, str]]]
+
+    @abc.abstractmethod
+    def params(self, generator: np.random.Generator) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def prompt(self, params: dict[str, Any]) -> str: ...
+
+    @abc.abstractmethod
+    def program(self, defect: str, params: dict[str, Any]) -> str:
+        """The short program with ``defect`` planted, as the learner reads it."""
+
+    @abc.abstractmethod
+    def evidence(self, defect: str, params: dict[str, Any]) -> Evidence: ...
+
+    @functools.cache  # noqa: B019 (module-level singletons)
+    def seeded(self, seed: int) -> tuple[str, dict[str, Any], tuple[str, ...]]:
+        """(planted defect, params, choice order) for one seed."""
+        generator = rng(self.id, seed)
+        ids = sorted(self.defects)
+        planted = ids[int(generator.integers(len(ids)))]
+        order = tuple(ids[i] for i in generator.permutation(len(ids)))
+        return planted, self.params(generator), order
+
+    @functools.cache  # noqa: B019
+    def seeded_evidence(self, seed: int) -> Evidence:
+        planted, params, _order = self.seeded(seed)
+        return self.evidence(planted, params)
+
+    def question(self, seed: int) -> Question:
+        planted, params, order = self.seeded(seed)
+        choices = tuple((i, self.defects[i][0]) for i in order)
+        return Question(
+            self.prompt(params),
+            "one choice id",
+            choices=choices,
+            program=self.program(planted, params),
+        )
+
+    def answer_problem(self, answer: Any) -> str | None:
+        if not isinstance(answer, str) or answer not in self.defects:
+            return f"expected one of the choice ids {sorted(self.defects)}"
+        return None
+
+    def grade(self, seed: int, answer: Answer) -> Feedback:
+        planted, _params, _order = self.seeded(seed)
+        passed = answer == planted
+        named = self.defects[answer][0] if answer in self.defects else str(answer)
+        summary = (
+            f"right: the planted defect is {self.defects[planted][0].lower()}"
+            if passed
+            else f"not right: you named {named.lower()!r}; the planted defect is another one"
+        )
+        evidence = self.seeded_evidence(seed)
+        # The explanation names the defect, so it is shown once the answer is right, or after
+        # any committed attempt (the learner has committed; the evidence teaches).
+        detail = f"{evidence.markdown}\n\n**Why:** {self.defects[planted][1]}"
+        return Feedback(passed, summary, detail)
+
+    def reference_answer(self, seed: int) -> Answer:
+        return self.seeded(seed)[0]
+
+    def wrong_answers(self, seed: int) -> dict[str, Answer]:
+        planted = self.seeded(seed)[0]
+        return {f"names {other}": other for other in sorted(self.defects) if other != planted}
+
+    def self_check(self, seed: int) -> SelfCheck:
+        evidence = self.seeded_evidence(seed)
+        return SelfCheck({}, {f"{self.id}: {k}": v for k, v in evidence.facts.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class HiddenTest:
+    """One hidden test's verdict on a learner's function."""
+
+    name: str
+    passed: bool
+    message: str  # what was compared, and the measured error or the exception
+
+
+class CodeItem(Item):
+    """Complete a stub; hidden tests from core grade the function it defines.
+
+    Subclasses set ``function_name``, ``stub`` (complete source whose function raises
+    NotImplementedError) and ``solution_module`` (the reference solution: a module under
+    core/assessment/solutions/ that defines ``function_name``, imports included, tested
+    there), and implement ``planted_wrong`` ({mistake: source}) and ``hidden_tests`` (seeded
+    inputs; compare with an independent reference such as float64 NumPy).
+    """
+
+    kind: ClassVar[Kind] = "code"
+    function_name: ClassVar[str]
+    stub: ClassVar[str]
+    solution_module: ClassVar[str]  # "core.assessment.solutions.causal_attention"
+
+    @abc.abstractmethod
+    def prompt(self, seed: int) -> str: ...
+
+    def reference_source(self) -> str:
+        """The reference solution's whole module source: what the learner sees after trying."""
+        module = importlib.import_module(self.solution_module)
+        return pathlib.Path(module.__file__).read_text(encoding="utf-8")
+
+    @abc.abstractmethod
+    def planted_wrong(self) -> dict[str, str]:
+        """At least two wrong solutions, {mistake: source}, each failing a hidden test."""
+
+    @abc.abstractmethod
+    def hidden_tests(self, function: Callable, seed: int) -> list[HiddenTest]:
+        """Run ``function`` on seeded inputs against an independent reference."""
+
+    def question(self, seed: int) -> Question:
+        return Question(
+            self.prompt(seed),
+            f"Python source that defines {self.function_name}(...)",
+            stub=self.stub,
+        )
+
+    def answer_problem(self, answer: Any) -> str | None:
+        return None if isinstance(answer, str) else "expected Python source as one string"
+
+    def load(self, source: str) -> Callable:
+        """Execute ``source`` in a fresh namespace and return its ``function_name``."""
+        namespace: dict[str, Any] = {"__name__": f"learner_{self.function_name}"}
+        exec(compile(source, f"<your {self.function_name}>", "exec"), namespace)  # noqa: S102
+        function = namespace.get(self.function_name)
+        if not callable(function):
+            raise ValueError(f"the source defines no function named {self.function_name!r}")
+        return function
+
+    def run_tests(self, seed: int, source: str) -> list[HiddenTest]:
+        try:
+            function = self.load(source)
+        except Exception as error:  # the learner's code: any error is feedback, not a crash
+            return [HiddenTest("the source runs", False, _last_line(error))]
+        return self._guarded(function, seed)
+
+    def _guarded(self, function: Callable, seed: int) -> list[HiddenTest]:
+        try:
+            return self.hidden_tests(function, seed)
+        except Exception as error:
+            return [HiddenTest("the hidden tests run", False, _last_line(error))]
+
+    def grade(self, seed: int, answer: Answer) -> Feedback:
+        tests = self.run_tests(seed, str(answer))
+        passed = bool(tests) and all(t.passed for t in tests)
+        count = sum(t.passed for t in tests)
+        summary = f"{'right' if passed else 'not right'}: {count} of {len(tests)} hidden tests pass"
+        lines = [f"- {'pass' if t.passed else 'FAIL'} · {t.name}: {t.message}" for t in tests]
+        detail = "\n".join(lines)
+        detail += (
+            f"\n\nThe reference solution ({self.solution_module}):\n\n"
+            f"```python\n{self.reference_source().strip()}\n```"
+        )
+        return Feedback(passed, summary, detail)
+
+    def reference_answer(self, seed: int) -> Answer:
+        return self.reference_source()
+
+    def wrong_answers(self, seed: int) -> dict[str, Answer]:
+        return {"the stub": self.stub, **self.planted_wrong()}
+
+    def self_check(self, seed: int) -> SelfCheck:
+        reference = self.run_tests(seed, self.reference_source())
+        stub = self.run_tests(seed, self.stub)
+        return SelfCheck(
+            {},
+            {
+                f"{self.id}: the reference passes the hidden tests": all(
+                    t.passed for t in reference
+                ),
+                f"{self.id}: the stub fails them": not all(t.passed for t in stub),
+            },
+        )
+
+
+def _last_line(error: BaseException) -> str:
+    """The exception as the learner needs it: type, message, and the line of their code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    frames = [f for f in frames if f.filename.startswith("<your")]
+    where = f" (line {frames[-1].lineno} of your code)" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
