@@ -5,18 +5,21 @@ app = marimo.App(width="medium", app_title="jax-tpu-lab: course home")
 
 with app.setup:
     import html
+    import pathlib
 
     import altair as alt
     import marimo as mo
     import pandas as pd
 
     from core import curriculum, lab, numerics
+    from core.assessment import sheets, view
     from core.state import artifacts
 
     PATH_CHOICES = ("All phases",) + tuple(p.title for p in curriculum.LEARNING_PATHS)
     FLAGS = lab.Flags(
         lab.Flag("path", "All phases", "learning path to show", choices=PATH_CHOICES),
         lab.Flag("only_present", False, "list only lessons whose app exists"),
+        lab.Flag("progress_dir", str(sheets.WORKSPACE), "where the assessments save progress"),
         description="The jax-tpu-lab course home: phases, lessons, capstones and tracks.",
     )
     ARGS = FLAGS.parse()
@@ -188,6 +191,44 @@ def _(path):
 
 
 @app.cell
+def _(path):
+    _blocks, guides = [], {}
+    for _path in curriculum.LEARNING_PATHS:
+        if path.value not in ("All phases", _path.title):
+            continue
+        _assessment = curriculum.assessment_for(_path.title)
+        _capstone = next(c for c in curriculum.CAPSTONES if c.slug == _assessment.capstone)
+        _guide_file = _capstone.guide.relative_to(curriculum.REPO_ROOT)
+        _app = (
+            f'<a href="/?file={_assessment.slug}.py" target="_blank" '
+            f'data-assessment="{_assessment.slug}">{html.escape(_assessment.title)}</a>'
+            if curriculum.status(_assessment.slug) == "present"
+            else f'<span class="badge planned">planned</span>{html.escape(_assessment.title)}'
+        )
+        _blocks.append(
+            f'<section data-path="{html.escape(_path.title)}"><h3>{html.escape(_path.title)}'
+            f"</h3><p>1. Read the portfolio project guide of <em>{html.escape(_capstone.title)}"
+            f"</em> (below, and in the capstone app): <code>{_guide_file}"
+            f"</code>.</p><p>2. Work through the synthesis assessment: {_app} "
+            f"<code>{_assessment.app}</code>; graded headless with <code>python -m "
+            f"core.assessment grade --path {_assessment.paper} --answers FILE</code>.</p>"
+            f"{view.progress_html(_assessment.paper, pathlib.Path(ARGS.progress_dir))}</section>"
+        )
+        if _capstone.guide.is_file():
+            guides[f"Portfolio guide: {_capstone.title}"] = mo.md(
+                curriculum.portfolio_guide(_capstone.slug)
+            )
+    mo.vstack(
+        [
+            mo.md("## Finish a path: portfolio guide and synthesis assessment"),
+            mo.Html(HOME_CSS + f'<div class="course-home">{"".join(_blocks)}</div>'),
+            mo.accordion(guides) if guides else mo.md(""),
+        ]
+    )
+    return (guides,)
+
+
+@app.cell
 def _(summary):
     numbered = summary.assign(
         phase=[f"{i}. {title}" for i, title in enumerate(summary["phase"], start=1)],
@@ -306,6 +347,13 @@ def test_every_shown_path_lists_its_first_artifacts(path, shown_paths):
         assert [p.title for p in shown_paths] == [p.title for p in curriculum.LEARNING_PATHS]
     for learning_path in shown_paths:
         assert artifacts.for_path(learning_path.title), learning_path.title
+    return
+
+
+@app.cell
+def test_every_shown_path_offers_its_guide(path, guides):
+    shown = [p for p in curriculum.LEARNING_PATHS if path.value in ("All phases", p.title)]
+    assert len(guides) == len(shown)
     return
 
 

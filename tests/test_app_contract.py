@@ -85,7 +85,9 @@ def test_app_has_the_skeleton(app_path):
 def test_lesson_is_named_and_has_a_check(app_path):
     assert app_path.stem in {lesson.slug for lesson in curriculum.all_lessons()} | {
         c.slug for c in curriculum.CAPSTONES
-    } | {slug for track in curriculum.TRACKS for slug in track.slugs}
+    } | {slug for track in curriculum.TRACKS for slug in track.slugs} | {
+        a.slug for a in curriculum.ASSESSMENTS
+    }
     source = app_path.read_text(encoding="utf-8")
     assert "lab.Check(" in source, "the check cell is a lab.Check (core.numerics errors)"
     assert "title" in source

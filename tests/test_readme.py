@@ -55,3 +55,19 @@ def test_readme_shows_every_pallas_capstone_command():
     assert "\npallas-capstone:" in makefile
     for command in cli.REGISTRY:
         assert f"$K {command} " in README, f"README's Pallas capstone section lacks {command!r}"
+
+
+def test_readme_assessment_commands_parse():
+    """Every `python -m core.assessment ...` line the README shows is a valid command."""
+    import shlex
+
+    from core.assessment import __main__ as grader
+
+    lines = [
+        line.split("#")[0].strip()
+        for line in README.splitlines()
+        if line.startswith(".venv/bin/python -m core.assessment ")
+    ]
+    assert len(lines) >= 5
+    for line in lines:
+        grader.build_parser().parse_args(shlex.split(line)[3:])

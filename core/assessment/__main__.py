@@ -147,7 +147,7 @@ def print_progress(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m core.assessment",
         description="The synthesis assessments of the two learning paths, headless.",
@@ -177,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     progress = commands.add_parser("progress", help="show the workspace progress per path")
     progress.add_argument("--path", choices=_paper_names())
     progress.add_argument("--progress-dir", type=pathlib.Path, default=default_root)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 with usage on bad arguments
     if args.command == "paper":
         from core.assessment import sheets

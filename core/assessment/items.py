@@ -158,7 +158,7 @@ class PredictItem(Item):
             return "exact"
         parts = []
         if self.rel_tol:
-            parts.append(f"within {self.rel_tol * 100:g}%")
+            parts.append(f"within {self.rel_tol * 100:g}% of the value")
         if self.abs_tol:
             parts.append(f"within {self.abs_tol:g} {self.units}".rstrip())
         return " or ".join(parts) or "exact"
