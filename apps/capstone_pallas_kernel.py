@@ -17,7 +17,7 @@ with app.setup:
     import pandas as pd
 
     from capstones.pallas_kernel import agreement, common, objective, partition, profile
-    from core import lab, numerics
+    from core import curriculum, lab, numerics
     from core.kernels import matmul
     from core.tpu import topology_compile
 
@@ -79,6 +79,18 @@ def _():
     CPU figures of the kernel come from Pallas interpret mode: they establish semantics, not
     speed. A speed claim needs `tpu_scripts/pallas_kernel_tpu.py` on a TPU.
     """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.accordion(
+        {
+            "Portfolio guide: what to build, the evidence, how it is judged": mo.md(
+                curriculum.portfolio_guide("capstone_pallas_kernel")
+            )
+        }
+    )
     return
 
 

@@ -79,6 +79,18 @@ def _():
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    mo.accordion(
+        {
+            "Portfolio guide: what to build, the evidence, how it is judged": mo.md(
+                curriculum.portfolio_guide("capstone_transformer")
+            )
+        }
+    )
+    return
+
+
 @app.cell
 def _():
     d_model = FLAGS.control("d_model", ARGS, label="width D")
