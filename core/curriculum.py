@@ -465,7 +465,14 @@ def portfolio_guide(capstone_slug: str) -> str:
         raise ValueError(
             f"no capstone {capstone_slug!r}; choose one of {[c.slug for c in CAPSTONES]}"
         )
-    return capstone.guide.read_text(encoding="utf-8")
+    try:
+        return capstone.guide.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        # An app exported to a TPU VM runs from the installed wheel, which ships no docs/.
+        return (
+            f"The portfolio guide of *{capstone.title}* is `docs/portfolio/{capstone.slug}.md` "
+            "in the course repository (this installation does not include docs/)."
+        )
 
 
 def all_lessons() -> list[Lesson]:

@@ -257,3 +257,11 @@ def test_the_readme_lists_each_track_app_beside_the_lesson_it_mirrors(tmp_path):
     ((track, twin),) = curriculum.track_twins("cnn_digits")
     assert (track.title, twin) == ("Keras multi-backend track", "keras_cnn_digits")
     assert curriculum.track_twins("attention") == []
+
+
+def test_a_missing_guide_is_named_not_raised(monkeypatch, tmp_path):
+    monkeypatch.setattr(curriculum, "PORTFOLIO_DIR", tmp_path)
+    capstone = curriculum.CAPSTONES[0]
+    assert capstone.guide == tmp_path / f"{capstone.slug}.md"
+    text = curriculum.portfolio_guide(capstone.slug)
+    assert f"docs/portfolio/{capstone.slug}.md" in text and "does not include docs/" in text

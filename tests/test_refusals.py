@@ -38,6 +38,8 @@ REFUSALS = [
     ("async_checkpoints", ["--kill-at-save", "5"], "the 5th save is past --steps"),
     ("attention", ["--head", "5"], "head 5 of 2"),
     ("capstone_transformer", ["--ckpt-every", "8"], "no checkpoint before the crash"),
+    ("assessment_learn_tpus", ["--answers", "/nonexistent/answers.json"], "no answers file"),
+    ("assessment_make_it_fast", ["--answers", "README.md"], "an answers file that is not JSON"),
     ("containerize_service", ["--rows", "40", "--max-batch", "32"], "over the max batch"),
     ("contrastive", ["--min-crop", "1.0", "--max-shift", "0", "--noise-std", "0"], "views equal"),
     ("first_gradient", ["--x-lo", "3", "--x-hi", "-3"], "empty range"),
