@@ -86,6 +86,7 @@ def test_shard_shape_refuses_too_few_devices(monkeypatch):
     with pytest.raises(ValueError, match="JAX_NUM_CPU_DEVICES"):
         item.live(params)
     assert "needs 4 devices" in item.prompt(params)
+    assert "needs 4 devices" in item.question(1234).prompt  # a seed not computed yet
 
 
 # --- arrays.plausible_bug ------------------------------------------------------------------
