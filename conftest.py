@@ -13,6 +13,9 @@
    workers and browser kernels of the session load it; the next session starts empty, so every
    run trains once and never reads an earlier run's results. A JAX_LAB_CACHE_DIR set by the
    caller (a folder, or "off") is kept.
+6. One fresh folder for the assessments' progress files (JAX_TPU_LAB_PROGRESS_DIR,
+   core/assessment/sheets.py), so no test, app or served kernel writes a learner's progress
+   into runs/assessments/.
 5. Modules run longest first (tests/module_seconds.json: seconds per module from an earlier
    run; `make test PYTEST_FLAGS=--module-seconds-out=tests/module_seconds.json` rewrites it),
    so with xdist's one-module-per-worker scheduling (Makefile: --no-loadscope-reorder) no long
@@ -57,6 +60,13 @@ if "PYTEST_XDIST_WORKER" not in os.environ and _WEIGHTS_CACHE_ENV not in os.envi
     os.environ[_WEIGHTS_CACHE_ENV] = _SESSION_WEIGHTS_CACHE
 
 
+_PROGRESS_ENV = "JAX_TPU_LAB_PROGRESS_DIR"  # core.assessment.sheets.PROGRESS_DIR_ENV
+_SESSION_PROGRESS_DIR = None
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    _SESSION_PROGRESS_DIR = tempfile.mkdtemp(prefix="jax-lab-assessment-progress-")
+    os.environ[_PROGRESS_ENV] = _SESSION_PROGRESS_DIR
+
+
 def pytest_report_header(config):
     # xdist workers inherit both decisions and report neither (None: no header line).
     weights = _SESSION_WEIGHTS_CACHE and f"trained-weights cache: {_SESSION_WEIGHTS_CACHE}"
@@ -66,6 +76,8 @@ def pytest_report_header(config):
 def pytest_unconfigure(config):
     if _SESSION_WEIGHTS_CACHE and "PYTEST_XDIST_WORKER" not in os.environ:
         shutil.rmtree(_SESSION_WEIGHTS_CACHE, ignore_errors=True)
+    if _SESSION_PROGRESS_DIR and "PYTEST_XDIST_WORKER" not in os.environ:
+        shutil.rmtree(_SESSION_PROGRESS_DIR, ignore_errors=True)
 
 
 def _is_marimo_cell(obj) -> bool:

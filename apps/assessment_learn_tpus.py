@@ -42,7 +42,7 @@ def _():
     - **code exercise**: complete the stub; hidden tests from `core/` grade it; the reference
       solution appears only after your attempt.
 
-    Progress is saved in your workspace (`{sheets.WORKSPACE.relative_to(curriculum.REPO_ROOT)}/`)
+    Progress is saved in your workspace (`{view.shown_path(pathlib.Path(ARGS.progress_dir))}/`)
     and shown on the course home with the lesson to revisit for each miss. Before this,
     read the portfolio guide of the capstone (`docs/portfolio/{ASSESSMENT.capstone}.md`).
     Grade a sheet headless: `python -m core.assessment grade --path {PAPER.slug} --answers FILE`.
@@ -83,7 +83,7 @@ def _(seed_control):
 
 @app.cell
 def _(progress_before, questions):
-    def entry(item):
+    def entry(number, item):
         question = questions[item.id]
         last = progress_before.items.get(item.id)
         last_answer = last.last_answer if last is not None else None
@@ -96,10 +96,14 @@ def _(progress_before, questions):
         elif item.kind == "diagnose":
             element = mo.ui.radio(options={text: choice for choice, text in question.choices})
         else:
-            element = mo.ui.text(placeholder=question.answer_hint, full_width=True)
+            element = mo.ui.text(
+                placeholder=f"item {number}: {question.answer_hint}", full_width=True
+            )
         return element.form(submit_button_label="Commit answer", bordered=False)
 
-    forms = mo.ui.dictionary({item.id: entry(item) for item in PAPER.items})
+    forms = mo.ui.dictionary(
+        {item.id: entry(number, item) for number, item in enumerate(PAPER.items, start=1)}
+    )
     return (forms,)
 
 

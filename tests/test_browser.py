@@ -309,6 +309,48 @@ def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, c
         page.close()
 
 
+def test_assessment_grades_a_committed_answer_and_saves_progress(browser, gallery_url):
+    """Commit a right and a wrong answer on the make-it-fast paper (seed 0): each is graded
+    only once committed, with feedback, and both land in the session's progress folder."""
+    from core.assessment import paper, sheets
+
+    chosen = paper.paper("make-it-fast")
+    numbers = [i for i, item in enumerate(chosen.items) if item.kind == "predict"][:2]
+    first, second = (chosen.items[i] for i in numbers)
+    right = first.reference_answer(0)
+    right_text = ", ".join(map(str, right)) if isinstance(right, list) else repr(right)
+    wrong = next(iter(second.wrong_answers(0).values()))
+    wrong_text = ", ".join(map(str, wrong)) if isinstance(wrong, list) else repr(wrong)
+    progress_file = sheets.progress_file("make-it-fast", 0, sheets.WORKSPACE)
+    progress_file.unlink(missing_ok=True)
+    page = open_app(browser, gallery_url, "assessment_make_it_fast.py")
+    try:
+        score = page.get_by_text(re.compile(r"^score: 0 of \d+ items passed"))
+        score.wait_for(timeout=STARTUP_TIMEOUT_MS)
+        assert page.get_by_text(re.compile(r"^(Right|Not right)\.")).count() == 0
+        commit = page.get_by_role("button", name="Commit answer")
+        # Typed but uncommitted text survives another item's grading (the page re-renders).
+        second_box = page.get_by_placeholder(re.compile(rf"^item {numbers[1] + 1}: "))
+        second_box.fill(wrong_text)
+        steps = ((numbers[0], right_text, 1, 1), (numbers[1], wrong_text, 1, 2))
+        for number, text, passed, attempted in steps:
+            page.get_by_placeholder(re.compile(rf"^item {number + 1}: ")).fill(text)
+            commit.nth(number).click()
+            page.get_by_text(
+                re.compile(rf"^score: {passed} of \d+ items passed \(\d+%\); {attempted} attempted")
+            ).wait_for(timeout=STARTUP_TIMEOUT_MS)
+            if attempted == 1:
+                assert second_box.input_value() == wrong_text
+        assert page.get_by_text(re.compile(r"^Right\.")).count() >= 1
+        assert page.get_by_text(re.compile(r"^Not right\.")).count() >= 1
+        assert page.get_by_text(f"apps/{second.lesson}.py").count() >= 1
+        saved = sheets.load_progress("make-it-fast", 0, sheets.WORKSPACE)
+        assert {i: r.passed for i, r in saved.items.items()} == {first.id: True, second.id: False}
+    finally:
+        page.close()
+        progress_file.unlink(missing_ok=True)
+
+
 # ---- Every app of the gallery, opened in the browser --------------------------------------
 
 # Reverse order: xdist runs this module beside test_app_contract's headless run of every app

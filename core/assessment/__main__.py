@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import textwrap
@@ -153,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="The synthesis assessments of the two learning paths, headless.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    default_root = curriculum.REPO_ROOT / "runs" / "assessments"  # sheets.WORKSPACE
+    # sheets.WORKSPACE, read without importing the items (JAX's devices are set after parsing)
+    default_root = pathlib.Path(
+        os.environ.get("JAX_TPU_LAB_PROGRESS_DIR") or curriculum.REPO_ROOT / "runs" / "assessments"
+    )
 
     show = commands.add_parser("paper", help="print a paper for a learner seed")
     show.add_argument("--path", required=True, choices=_paper_names())

@@ -29,7 +29,12 @@ import pydantic
 from core import curriculum
 from core.assessment import paper as papers
 
-WORKSPACE = curriculum.REPO_ROOT / "runs" / "assessments"
+# The learner's workspace; $JAX_TPU_LAB_PROGRESS_DIR moves it (the test suite points every
+# app it starts at a temporary folder, so no test writes a learner's progress).
+PROGRESS_DIR_ENV = "JAX_TPU_LAB_PROGRESS_DIR"
+WORKSPACE = pathlib.Path(
+    os.environ.get(PROGRESS_DIR_ENV) or curriculum.REPO_ROOT / "runs" / "assessments"
+)
 MAX_SEED = 2**31 - 1
 
 

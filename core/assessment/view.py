@@ -11,6 +11,7 @@ import pathlib
 import re
 from typing import Any
 
+from core import curriculum
 from core.assessment import paper as papers
 from core.assessment import sheets
 from core.assessment.items import Answer, Item, Question
@@ -20,6 +21,15 @@ KIND_WORDS = {
     "diagnose": "diagnose",
     "code": "code exercise",
 }
+
+
+def shown_path(path: pathlib.Path) -> str:
+    """``path`` relative to the repository when it lies inside it (runs/assessments/...)."""
+    path = pathlib.Path(path).resolve()
+    try:
+        return str(path.relative_to(curriculum.REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def question_markdown(number: int, item: Item, question: Question) -> str:
