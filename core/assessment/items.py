@@ -380,6 +380,12 @@ class CodeItem(Item):
         return function
 
     def run_tests(self, seed: int, source: str) -> list[HiddenTest]:
+        """The hidden tests' verdicts on ``source`` at ``seed``; run once per (seed, source):
+        they are deterministic, and grading and the self-check both run the reference (each
+        run compiles the learner's function afresh: a jit, a shard_map, a pallas_call)."""
+        return list(_cached_tests(self, seed, source))
+
+    def _run_tests_now(self, seed: int, source: str) -> list[HiddenTest]:
         try:
             function = self.load(source)
         except Exception as error:  # the learner's code: any error is feedback, not a crash
@@ -423,6 +429,11 @@ class CodeItem(Item):
                 f"{self.id}: the stub fails them": not all(t.passed for t in stub),
             },
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_tests(item: CodeItem, seed: int, source: str) -> tuple[HiddenTest, ...]:
+    return tuple(item._run_tests_now(seed, source))
 
 
 def _last_line(error: BaseException) -> str:

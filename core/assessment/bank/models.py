@@ -11,7 +11,6 @@ pretraining, reinforcement learning and post-training.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -27,16 +26,6 @@ from core.assessment.items import (
     PredictItem,
     rng,
 )
-
-
-class _RepeatedRunsCached(CodeItem):
-    """A code item whose hidden tests are run once per (seed, source): grading and the
-    self-check both run the reference, and a JAX solution compiles again on every exec."""
-
-    @functools.lru_cache(maxsize=32)  # noqa: B019 (module-level singletons; verdicts are fixed)
-    def run_tests(self, seed: int, source: str) -> list[HiddenTest]:
-        return super().run_tests(seed, source)
-
 
 # --- data_checkpoints.resume_defect -----------------------------------------------------
 
@@ -316,7 +305,7 @@ def _attention_shapes(seed: int, item_id: str) -> list[tuple[int, int, int, int]
     ]
 
 
-class CausalAttention(_RepeatedRunsCached):
+class CausalAttention(CodeItem):
     id = "transformers.causal_attention"
     phase = "Transformers & language models"
     lesson = "attention"
@@ -666,7 +655,7 @@ def _gae_cases(seed: int, item_id: str) -> list[dict]:
     ]
 
 
-class GaeTruncation(_RepeatedRunsCached):
+class GaeTruncation(CodeItem):
     id = "reinforcement_learning.gae_truncation"
     phase = "Reinforcement learning"
     lesson = "policy_gradients_ppo"

@@ -1,0 +1,60 @@
+"""The assessment apps' shared cells, without a browser: files validated before anything is
+graded, committed form values parsed with a message for an entry that is not an answer."""
+
+from __future__ import annotations
+
+import json
+
+from core.assessment import paper, sheets
+from core.lab import assessment
+
+PAPER = paper.paper("make-it-fast")
+SHAPE = next(i for i in PAPER.items if getattr(i, "answer_type", "") == "shape")
+NUMBER = next(i for i in PAPER.items if getattr(i, "answer_type", "") == "number")
+DIAGNOSE = next(i for i in PAPER.items if i.kind == "diagnose")
+
+
+def test_a_sheet_seed_wins_and_a_bad_sheet_is_a_problem(tmp_path):
+    sheet = tmp_path / "sheet.json"
+    sheet.write_text(json.dumps({"path": PAPER.slug, "seed": 41, "answers": {}}))
+    opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path)
+    assert (opened.seed, opened.problem) == (41, None)
+    assert list(opened.questions) == list(PAPER.item_ids)
+    sheet.write_text(json.dumps({"path": PAPER.slug, "seed": 41, "answers": {"x.y": 1}}))
+    opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path)
+    assert opened.sheet is None and "answers.x.y: no item" in opened.problem
+
+
+def test_a_broken_progress_file_is_a_problem_and_is_kept(tmp_path):
+    broken = sheets.progress_file(PAPER.slug, 3, tmp_path)
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{")
+    opened = assessment.open_paper(PAPER, 3, "", tmp_path)
+    assert "never overwritten" in opened.problem and broken.read_text() == "{"
+
+
+def test_committed_values_are_parsed_and_graded(tmp_path):
+    opened = assessment.open_paper(PAPER, 5, "", tmp_path)
+    right_shape = SHAPE.reference_answer(5)
+    committed = {
+        SHAPE.id: " (" + ", ".join(map(str, right_shape)) + ") ",
+        NUMBER.id: "twelve",  # not a number: a warning, not an attempt
+        DIAGNOSE.id: DIAGNOSE.reference_answer(5),
+    }
+    report, problems, progress = assessment.grade_committed(PAPER, opened, committed)
+    assert report.attempted == 2 and report.passed == 2
+    assert set(problems) == {NUMBER.id} and "'twelve' is not a number" in problems[NUMBER.id]
+    assert set(progress.items) == {SHAPE.id, DIAGNOSE.id}
+
+
+def test_the_paper_check_passes_and_the_chart_keeps_phase_titles(tmp_path):
+    errors, facts = assessment.paper_self_check(PAPER, 5)
+    assert errors and max(errors.values()) <= 1e-6 and facts and all(facts.values())
+    opened = assessment.open_paper(PAPER, 5, "", tmp_path)
+    report, _problems, _progress = assessment.grade_committed(PAPER, opened, {})
+    rows = [
+        {"phase": r.item.phase, "item": r.item.title, "verdict": "not yet", "attempts": 0}
+        for r in report.results
+    ]
+    chart = assessment.score_chart(rows, PAPER.path.phase_titles).to_dict()
+    assert chart["encoding"]["y"]["axis"]["labelLimit"] == 0
