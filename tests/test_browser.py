@@ -214,6 +214,12 @@ def test_course_home_lists_every_phase(browser, gallery_url):
                 link = item.locator(f'a[data-twin="{twin}.py"]')
                 assert link.count() == 1, (twin, lesson_slug)
                 assert link.get_attribute("href") == f"/?file={twin}.py"
+        # Each path ends with its portfolio guide and its synthesis assessment, with progress.
+        for assessment in curriculum.ASSESSMENTS:
+            link = page.locator(f'a[data-assessment="{assessment.slug}"]')
+            assert link.count() == 1, assessment.slug
+            assert link.get_attribute("href") == f"/?file={assessment.slug}.py"
+            assert page.locator(f'[data-progress="{assessment.paper}"]').count() == 1
     finally:
         page.close()
 
