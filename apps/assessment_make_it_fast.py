@@ -73,15 +73,17 @@ def _(opened):
 
 @app.cell
 def _(forms, opened):
-    report, entry_problems, progress = assessment.grade_committed(PAPER, opened, forms.value)
-    return entry_problems, progress, report
+    report, entry_problems, progress, changed = assessment.grade_committed(
+        PAPER, opened, forms.value
+    )
+    return changed, entry_problems, progress, report
 
 
 @app.cell
-def _(opened, progress):
+def _(changed, opened, progress):
     saved_to = None
-    if progress.items != opened.progress_before.items:  # a new answer: record it atomically
-        saved_to = sheets.save_progress(progress, pathlib.Path(ARGS.progress_dir))
+    if changed:  # a new answer: record it atomically
+        saved_to = sheets.save_progress(progress, opened.progress_dir)
     return (saved_to,)
 
 

@@ -327,6 +327,8 @@ def test_assessment_grades_a_committed_answer_and_saves_progress(browser, galler
     right_text = ", ".join(map(str, right)) if isinstance(right, list) else repr(right)
     wrong = next(iter(second.wrong_answers(0).values()))
     wrong_text = ", ".join(map(str, wrong)) if isinstance(wrong, list) else repr(wrong)
+    fixed = second.reference_answer(0)
+    fixed_text = ", ".join(map(str, fixed)) if isinstance(fixed, list) else repr(fixed)
     progress_file = sheets.progress_file("make-it-fast", 0, sheets.WORKSPACE)
     progress_file.unlink(missing_ok=True)
     page = open_app(browser, gallery_url, "assessment_make_it_fast.py")
@@ -352,6 +354,15 @@ def test_assessment_grades_a_committed_answer_and_saves_progress(browser, galler
         assert page.get_by_text(f"apps/{second.lesson}.py").count() >= 1
         saved = sheets.load_progress("make-it-fast", 0, sheets.WORKSPACE)
         assert {i: r.passed for i, r in saved.items.items()} == {first.id: True, second.id: False}
+        # A second try at the missed item is its second attempt, and it now passes.
+        second_box.fill(fixed_text)
+        commit.nth(numbers[1]).click()
+        page.get_by_text(
+            re.compile(r"^score: 2 of \d+ items passed \(\d+%\); 2 attempted")
+        ).wait_for(timeout=STARTUP_TIMEOUT_MS)
+        saved = sheets.load_progress("make-it-fast", 0, sheets.WORKSPACE)
+        assert (saved.items[second.id].attempts, saved.items[second.id].passed) == (2, True)
+        assert saved.items[first.id].attempts == 1
     finally:
         page.close()
         progress_file.unlink(missing_ok=True)

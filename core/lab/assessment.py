@@ -27,12 +27,13 @@ class Opened:
     progress_before: sheets.Progress
     questions: dict[str, Question]
     problem: str | None  # why a file cannot be used (the app stops with it)
+    progress_dir: pathlib.Path
 
 
 def open_paper(chosen: papers.Paper, seed: int, answers: str, progress_dir) -> Opened:
     """Validate ``answers`` (a sheet's path, or "") and the progress file before anything is
     graded or written; a sheet's own seed wins over ``seed`` (it says whose paper it is)."""
-    sheet, problem = None, None
+    sheet, problem, progress_dir = None, None, pathlib.Path(progress_dir)
     if answers:
         try:
             sheet = sheets.load_sheet(pathlib.Path(answers), expected_path=chosen.slug)
@@ -40,12 +41,12 @@ def open_paper(chosen: papers.Paper, seed: int, answers: str, progress_dir) -> O
         except sheets.SheetError as error:
             problem = f"answers file {answers}: {error}"
     try:
-        progress = sheets.load_progress(chosen.slug, seed, pathlib.Path(progress_dir))
+        progress = sheets.load_progress(chosen.slug, seed, progress_dir)
     except sheets.SheetError as error:
         progress = sheets.Progress(paper=chosen.slug, seed=seed)
         problem = problem or f"{error}. Move it aside; it is never overwritten."
     questions = {item.id: item.question(seed) for item in chosen.items}
-    return Opened(seed, sheet, progress, questions, problem)
+    return Opened(seed, sheet, progress, questions, problem, progress_dir)
 
 
 def answer_forms(chosen: papers.Paper, opened: Opened):
@@ -76,8 +77,10 @@ def answer_forms(chosen: papers.Paper, opened: Opened):
 
 
 def grade_committed(chosen: papers.Paper, opened: Opened, committed: dict):
-    """(report, entry problems, progress): the sheet's answers when a sheet was given, else
-    the forms' committed values. Nothing is computed for an item before its answer."""
+    """(report, entry problems, progress, changed): the sheet's answers when a sheet was
+    given, else the forms' committed values; nothing is computed for an item before its
+    answer. ``progress`` is the newest saved record (an earlier commit of this session is
+    an attempt too) with this report's new answers; ``changed`` says whether to save it."""
     if opened.sheet is not None:
         entered, problems = dict(opened.sheet.answers), {}
     else:
@@ -88,7 +91,12 @@ def grade_committed(chosen: papers.Paper, opened: Opened, committed: dict):
             if problem:
                 problems[item.id] = problem
     report = papers.grade(chosen.slug, opened.seed, entered)
-    return report, problems, sheets.recorded(opened.progress_before, report)
+    try:
+        latest = sheets.load_progress(chosen.slug, opened.seed, opened.progress_dir)
+    except sheets.SheetError:  # broken since the paper opened: never overwrite it
+        return report, problems, opened.progress_before, False
+    progress = sheets.recorded(latest, report)
+    return report, problems, progress, progress.items != latest.items
 
 
 def paper_view(report: papers.Report, forms, questions: dict, problems: dict[str, str]):

@@ -41,17 +41,33 @@ def test_committed_values_are_parsed_and_graded(tmp_path):
         NUMBER.id: "twelve",  # not a number: a warning, not an attempt
         DIAGNOSE.id: DIAGNOSE.reference_answer(5),
     }
-    report, problems, progress = assessment.grade_committed(PAPER, opened, committed)
-    assert report.attempted == 2 and report.passed == 2
+    report, problems, progress, changed = assessment.grade_committed(PAPER, opened, committed)
+    assert report.attempted == 2 and report.passed == 2 and changed
     assert set(problems) == {NUMBER.id} and "'twelve' is not a number" in problems[NUMBER.id]
     assert set(progress.items) == {SHAPE.id, DIAGNOSE.id}
+
+
+def test_a_second_commit_in_one_session_is_a_second_attempt(tmp_path):
+    """The app saves after each commit; the next grading starts from that file, not from
+    what was saved when the paper opened."""
+    opened = assessment.open_paper(PAPER, 5, "", tmp_path)
+    wrong = next(iter(DIAGNOSE.wrong_answers(5).values()))
+    *_, progress, changed = assessment.grade_committed(PAPER, opened, {DIAGNOSE.id: wrong})
+    assert changed
+    sheets.save_progress(progress, tmp_path)
+    *_, again, changed = assessment.grade_committed(PAPER, opened, {DIAGNOSE.id: wrong})
+    assert not changed and again.items[DIAGNOSE.id].attempts == 1  # the same answer, rerun
+    right = DIAGNOSE.reference_answer(5)
+    *_, progress, changed = assessment.grade_committed(PAPER, opened, {DIAGNOSE.id: right})
+    assert changed and progress.items[DIAGNOSE.id].attempts == 2
+    assert progress.items[DIAGNOSE.id].ever_passed
 
 
 def test_the_paper_check_passes_and_the_chart_keeps_phase_titles(tmp_path):
     errors, facts = assessment.paper_self_check(PAPER, 5)
     assert errors and max(errors.values()) <= 1e-6 and facts and all(facts.values())
     opened = assessment.open_paper(PAPER, 5, "", tmp_path)
-    report, _problems, _progress = assessment.grade_committed(PAPER, opened, {})
+    report, *_ = assessment.grade_committed(PAPER, opened, {})
     rows = [
         {"phase": r.item.phase, "item": r.item.title, "verdict": "not yet", "attempts": 0}
         for r in report.results
