@@ -21,12 +21,11 @@ import datetime
 import json
 import os
 import pathlib
-import tempfile
 from typing import Any, Literal
 
 import pydantic
 
-from core import curriculum
+from core import curriculum, documents
 from core.assessment import paper as papers
 
 # The learner's workspace; $JAX_TPU_LAB_PROGRESS_DIR moves it (the test suite points every
@@ -192,21 +191,9 @@ def recorded(progress: Progress, report: papers.Report) -> Progress:
 
 
 def save_progress(progress: Progress, root: pathlib.Path = WORKSPACE) -> pathlib.Path:
-    """Write ``progress`` atomically; returns the file."""
+    """Write ``progress`` atomically (core.documents: a temporary file, fsync, rename)."""
     file = progress_file(progress.paper, progress.seed, root)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    text = progress.model_dump_json(indent=2)
-    handle, temporary = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, file)
-    except BaseException:
-        pathlib.Path(temporary).unlink(missing_ok=True)
-        raise
-    return file
+    return documents.write_text_atomic(file, progress.model_dump_json(indent=2))
 
 
 def latest_progress(slug: str, root: pathlib.Path = WORKSPACE) -> Progress | None:
