@@ -5,3 +5,16 @@
 
 Nothing here imports marimo; apps/assessment_*.py are the interactive papers.
 """
+
+import os
+import pathlib
+
+from core import curriculum
+
+# The learner's workspace for progress files; $JAX_TPU_LAB_PROGRESS_DIR moves it (the test
+# suite points every app it starts at a temporary folder). Defined here, without importing
+# the items, so the grader's CLI can read it before JAX starts.
+PROGRESS_DIR_ENV = "JAX_TPU_LAB_PROGRESS_DIR"
+WORKSPACE = pathlib.Path(
+    os.environ.get(PROGRESS_DIR_ENV) or curriculum.REPO_ROOT / "runs" / "assessments"
+)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 import textwrap
 
 from core import curriculum, runtime
+from core.assessment import WORKSPACE
 
 EXIT_MALFORMED = 2
 
@@ -154,10 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The synthesis assessments of the two learning paths, headless.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    # sheets.WORKSPACE, read without importing the items (JAX's devices are set after parsing)
-    default_root = pathlib.Path(
-        os.environ.get("JAX_TPU_LAB_PROGRESS_DIR") or curriculum.REPO_ROOT / "runs" / "assessments"
-    )
+    default_root = WORKSPACE  # read without importing the items: devices are set later
 
     show = commands.add_parser("paper", help="print a paper for a learner seed")
     show.add_argument("--path", required=True, choices=_paper_names())

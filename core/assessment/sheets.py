@@ -19,21 +19,15 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import pathlib
 from typing import Any, Literal
 
 import pydantic
 
-from core import curriculum, documents
+from core import documents
+from core.assessment import PROGRESS_DIR_ENV, WORKSPACE  # noqa: F401 (re-exported)
 from core.assessment import paper as papers
 
-# The learner's workspace; $JAX_TPU_LAB_PROGRESS_DIR moves it (the test suite points every
-# app it starts at a temporary folder, so no test writes a learner's progress).
-PROGRESS_DIR_ENV = "JAX_TPU_LAB_PROGRESS_DIR"
-WORKSPACE = pathlib.Path(
-    os.environ.get(PROGRESS_DIR_ENV) or curriculum.REPO_ROOT / "runs" / "assessments"
-)
 MAX_SEED = 2**31 - 1
 
 
@@ -102,7 +96,7 @@ def load_sheet(file: pathlib.Path, expected_path: str | None = None) -> AnswerSh
 def template(slug: str, seed: int, learner: str = "") -> dict[str, Any]:
     """A blank sheet for paper ``slug``: every item id with null, code exercises with their
     stub (edit it in place)."""
-    answers = {item.id: getattr(item, "stub", None) for item in papers.paper(slug).items}
+    answers = papers.stub_answers(slug)
     return {"path": slug, "seed": seed, "learner": learner, "answers": answers}
 
 
