@@ -7,7 +7,9 @@ every state transition with its time and cause.
 - provisioning: the process exists but has not said it is running (here: the interpreter
   starts, imports JAX and restores a checkpoint; on Cloud TPU: the VM or slice is created).
 - running: the job's first "running" event appeared in its event log (core.workload.events,
-  watched with Tail). A job without an event log is running as soon as it is started.
+  watched with Tail). A job without an event log is running as soon as it is started. A job
+  says "running" only once its SIGTERM handler is installed (core.workload.job does), so a
+  preemption notice sent from then on is honoured however slow the machine is.
 - succeeded: exit status 0.
 - preempted: the job honoured SIGTERM (exit core.workload.job.EXIT_PREEMPTED, or a
   "preempted" event), or SIGTERM ended it.

@@ -13,8 +13,13 @@ import os, signal, sys, time
 from core.workload import events
 log = events.EventLog(sys.argv[1], "c")
 mode = sys.argv[2]
+if mode == "term":  # a job says "running" only once SIGTERM is honoured (runner's contract)
+    signal.signal(signal.SIGTERM, lambda *a: (log.emit("preempted", step=1, saved_step=1),
+                                              sys.exit(143)))
 if mode != "silent":
     log.emit("running", start_step=0)
+if mode == "term" and len(sys.argv) > 3:
+    time.sleep(float(sys.argv[3]))  # a loaded machine: slow after saying "running"
 if mode == "ok":
     log.emit("step", step=1, loss=0.5)
     log.emit("succeeded", step=1)
@@ -24,8 +29,6 @@ elif mode == "fail":
 elif mode == "crash":
     raise RuntimeError("boom")
 elif mode == "term":
-    signal.signal(signal.SIGTERM, lambda *a: (log.emit("preempted", step=1, saved_step=1),
-                                              sys.exit(143)))
     while True:
         time.sleep(0.01)
 elif mode in ("hang", "silent"):
@@ -36,10 +39,10 @@ elif mode in ("hang", "silent"):
 """
 
 
-def child(tmp_path, mode, timeout_s=60.0):
+def child(tmp_path, mode, timeout_s=60.0, *extra):
     path = tmp_path / "events.jsonl"
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    argv = [sys.executable, "-c", CHILD, str(path), mode]
+    argv = [sys.executable, "-c", CHILD, str(path), mode, *extra]
     return runner.JobRunner(argv, path, timeout_s=timeout_s, env=env, log_path=tmp_path / "r.jsonl")
 
 
@@ -86,8 +89,11 @@ def test_a_crash_without_an_event_reports_stderr(tmp_path):
     assert "RuntimeError: boom" in end.cause
 
 
-def test_sigterm_honoured_is_preempted(tmp_path):
-    r = child(tmp_path, "term").start()
+@pytest.mark.parametrize("slow_s", [None, "0.5"], ids=["prompt", "slow-after-running"])
+def test_sigterm_honoured_is_preempted(tmp_path, slow_s):
+    """SIGTERM goes out the moment the job says "running"; the job is preempted however slow
+    the machine is afterwards, since it says so only once its handler is in place."""
+    r = child(tmp_path, "term", 60.0, *([slow_s] if slow_s else [])).start()
     while r.poll() != "running":
         time.sleep(0.01)
     r.preempt()
