@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from core import curriculum
+from core.curriculum import course
 
 SEEDS = curriculum.REPO_ROOT / "docs" / "seeds"
 
@@ -78,7 +79,7 @@ def test_slugs_are_unique_module_names():
 
 
 def test_every_app_on_disk_is_named_by_the_map():
-    assert curriculum.unnamed_apps() == [], "add these apps to core/curriculum.py"
+    assert curriculum.unnamed_apps() == [], "add these apps to core/curriculum/course.py"
 
 
 def test_status_agrees_with_the_files():
@@ -260,7 +261,7 @@ def test_the_readme_lists_each_track_app_beside_the_lesson_it_mirrors(tmp_path):
 
 
 def test_a_missing_guide_is_named_not_raised(monkeypatch, tmp_path):
-    monkeypatch.setattr(curriculum, "PORTFOLIO_DIR", tmp_path)
+    monkeypatch.setattr(course, "PORTFOLIO_DIR", tmp_path)
     capstone = curriculum.CAPSTONES[0]
     assert capstone.guide == tmp_path / f"{capstone.slug}.md"
     text = curriculum.portfolio_guide(capstone.slug)
