@@ -117,6 +117,19 @@ def in_force() -> dict:
     return _state("none", {}, "glibc's defaults (configure() not called)")
 
 
+def resident_anon_bytes() -> int | None:
+    """This process's resident anonymous memory now (RssAnon of /proc/self/status, Linux), or
+    None where the kernel does not say. A step that leaves it higher grew the heap: its faults
+    were first touches of new memory, not the same pages faulted again."""
+    try:
+        for line in open("/proc/self/status").read().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
 def page_faults() -> dict:
     """This process so far: minor and major page faults, user and system CPU seconds."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
