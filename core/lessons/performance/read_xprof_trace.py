@@ -299,10 +299,7 @@ def verdict(demo: Demo, results: dict[str, dict]) -> dict:
             f"tuned refaults per step < {TUNED_FAULT_FRACTION:g} x defaults' "
             f"({tuned['refaults_per_step']:,.0f} vs "
             f"{defaults['refaults_per_step']:,.0f}{growth_note})"
-        ] = (
-            tuned["refaults_per_step"]
-            < TUNED_FAULT_FRACTION * (defaults["refaults_per_step"])
-        )
+        ] = tuned["refaults_per_step"] < TUNED_FAULT_FRACTION * (defaults["refaults_per_step"])
     else:
         facts[
             f"defaults faulted only {defaults['minor_faults_per_step']:,.0f} times per step "
