@@ -27,11 +27,22 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def _ends_mid_line(path: pathlib.Path) -> bool:
+    """Whether the file's last byte is not a newline (a write cut short by a kill)."""
+    with open(path, "rb") as file:
+        if file.seek(0, os.SEEK_END) == 0:
+            return False
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) != b"\n"
+
+
 class EventLog:
     """Appends events to ``path`` (and echoes them to ``echo``, e.g. sys.stdout, if given).
 
     Each line is written with one ``write`` and flushed, so a reader never sees half an event
-    unless the process was killed inside that write (the reader skips such a line).
+    unless the process was killed inside that write (the reader skips such a line). Opening a
+    log whose last line was cut that way ends that line first, so the next event starts a line
+    of its own (a resumed job appends to the log of the run it resumes).
     """
 
     def __init__(self, path: str | os.PathLike, job: str, echo: IO[str] | None = None):
@@ -40,6 +51,9 @@ class EventLog:
         self.job = job
         self.echo = echo
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        if _ends_mid_line(self.path):
+            self._file.write("\n")
+            self._file.flush()
 
     def emit(self, event: str, **fields: Any) -> dict:
         """Write one event now; returns it as written."""

@@ -32,3 +32,16 @@ def test_tail_returns_only_new_complete_events(tmp_path):
         file.write("}\n")
     assert [r["event"] for r in tail.new_events()] == ["running"]
     log.close()
+
+
+def test_a_log_reopened_after_a_kill_mid_write_keeps_the_next_event(tmp_path):
+    """A job resumed after a kill opens its log again: the first event it writes must not be
+    glued to the line the kill cut short (that line is lost, the new one is not)."""
+    path = tmp_path / "events.jsonl"
+    with events.EventLog(path, job="j") as log:
+        log.emit("running")
+    with open(path, "a") as file:
+        file.write('{"ts": 1.0, "job": "j", "event": "st')  # killed mid-write
+    with events.EventLog(path, job="j") as log:
+        log.emit("resumed", step=3)
+    assert [r["event"] for r in events.read_events(path)] == ["running", "resumed"]

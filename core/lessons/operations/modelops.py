@@ -13,6 +13,11 @@ small governance layer.
 
 Every operation is also appended to the registered model as an ``audit.NNNN`` tag (JSON), so
 the registry itself holds its history, which a fresh reader can check against what was done.
+The log is append-only across sessions: an entry is numbered after the last one in the store
+(not in this object's memory), and ``rollback`` reads the champion's history from the store,
+so a registry reopened on the same store carries on where the last session stopped. One
+writer at a time: MLflow's tags have no compare-and-set, so two sessions writing at the same
+moment could take the same number.
 """
 
 from __future__ import annotations
@@ -55,9 +60,26 @@ class Op:
         return dataclasses.asdict(self)
 
 
+def audit_key(number: int) -> str:
+    """The tag of audit entry ``number`` (0, 1, ...): ``audit.0000``; wider past 9999."""
+    return f"{AUDIT_PREFIX}{number:04d}"
+
+
+def _audit(tags: dict) -> list[tuple[int, dict]]:
+    """(number, entry) of every audit tag, ordered by number (as text audit.10000 would sort
+    before audit.9999)."""
+    found = []
+    for key, value in tags.items():
+        number = key.removeprefix(AUDIT_PREFIX)
+        if key.startswith(AUDIT_PREFIX) and number.isdigit():
+            found.append((int(number), json.loads(value)))
+    return sorted(found, key=lambda pair: pair[0])
+
+
 class Registry:
     """The model registry of ``store_dir`` (its own MLflow SQLite store) and the operations
-    performed through this object, in order (``ops``)."""
+    performed through this object, in order (``ops``); ``history()`` is every operation the
+    store holds, this session's and earlier ones'."""
 
     def __init__(self, store_dir: str | os.PathLike, name: str = MODEL):
         self.tracker = tracking.Tracker(store_dir)
@@ -66,11 +88,18 @@ class Registry:
         self.name = name
         self.ops: list[Op] = []
 
+    def _stored(self) -> list[tuple[int, dict]]:
+        return _audit(dict(self.client.get_registered_model(self.name).tags))
+
+    def history(self) -> list[Op]:
+        """Every audit entry in the store, oldest first (earlier sessions included)."""
+        return [Op(**entry) for _number, entry in self._stored()]
+
     def _log(self, op: str, version: str | None, by: str, detail: str = "", at=None) -> Op:
         entry = Op(at or _now(), op, version, by, detail)
-        self.client.set_registered_model_tag(
-            self.name, f"{AUDIT_PREFIX}{len(self.ops):04d}", json.dumps(entry.to_dict())
-        )
+        stored = self._stored()  # numbered after the store's last entry, not this session's
+        key = audit_key(stored[-1][0] + 1 if stored else 0)
+        self.client.set_registered_model_tag(self.name, key, json.dumps(entry.to_dict()))
         self.ops.append(entry)
         return entry
 
@@ -134,7 +163,7 @@ class Registry:
         current = self.champion()
         held = [
             o.version
-            for o in self.ops
+            for o in self.history()  # the store's, so a reopened registry rolls back too
             if o.op in ("alias", "rollback") and o.detail.startswith("champion:")
         ]
         earlier = [v for v in held[:-1] if v != current]
@@ -186,11 +215,7 @@ def read_back(uri: str, name: str = MODEL) -> dict:
     held = {}  # search_model_versions leaves a version's aliases empty: take the model's
     for alias, version in model.aliases.items():
         held.setdefault(str(version), []).append(alias)
-    audit = [
-        json.loads(value)
-        for key, value in sorted(model.tags.items())
-        if key.startswith(AUDIT_PREFIX)
-    ]
+    audit = [entry for _number, entry in _audit(dict(model.tags))]
     return {
         "aliases": {a: str(v) for a, v in model.aliases.items()},
         "owners": {str(v.version): v.tags.get("owner") for v in versions},

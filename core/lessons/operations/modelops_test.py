@@ -80,3 +80,46 @@ def test_a_tampered_source_cannot_be_promoted(tmp_path):
         registry.promote(version, "champion", modelops.OWNER, "tampered")
     assert registry.champion() is None
     assert json.loads(json.dumps([o.to_dict() for o in registry.ops]))[-1]["op"] == "approve"
+
+
+def test_a_reopened_registry_appends_to_the_audit_log_and_rolls_back(tmp_path):
+    """Two sessions on one store: the second appends after the first's entries (it overwrote
+    them, numbering from its own empty list) and rolls back to a champion the first set."""
+    first = modelops.Registry(tmp_path)
+    first.create(modelops.OWNER, "t")
+    versions = []
+    for label in ("m1", "m2"):
+        directory, _ = modelops.build(tmp_path / "artifacts", label, 0, 10, 0.1, "r")
+        versions.append(first.register(directory, modelops.OWNER, label))
+        first.approve(versions[-1], modelops.REVIEWER, "ok")
+    first.promote(versions[0], "champion", modelops.OWNER, "first")
+
+    second = modelops.Registry(tmp_path)
+    second.promote(versions[1], "champion", modelops.OWNER, "second")
+    assert second.rollback(modelops.ONCALL, "incident") == versions[0]
+
+    audit = modelops.read_back(second.uri)["audit"]
+    assert [o["op"] for o in audit] == [
+        *["create", "register", "approve", "register", "approve", "alias"],
+        *["alias", "rollback"],
+    ]
+    assert audit == [o.to_dict() for o in first.ops + second.ops]
+    assert second.history() == first.ops + second.ops
+    assert second.champion() == versions[0]
+
+
+def test_the_audit_log_orders_entries_by_number_past_9999(tmp_path):
+    """audit.NNNN keys sorted as text put audit.10000 before audit.9999: read by number."""
+    registry = modelops.Registry(tmp_path)
+    registry.create(modelops.OWNER, "t")
+    for number in (9999, 10000):
+        registry.client.set_registered_model_tag(
+            modelops.MODEL,
+            modelops.audit_key(number),
+            json.dumps(modelops.Op(f"t{number}", "approve", "1", "x").to_dict()),
+        )
+    assert [o.at for o in registry.history()[-2:]] == ["t9999", "t10000"]
+    assert [o["at"] for o in modelops.read_back(registry.uri)["audit"][-2:]] == [
+        "t9999",
+        "t10000",
+    ]
