@@ -130,12 +130,12 @@ def test_bad_arguments_are_refused(tmp_path):
 def test_digitsnet_torch_twin_through_onnx(tmp_path):
     # the interop reference model (BatchNorm statistics, exact and tanh GELU, LayerNorm):
     # onnxruntime agrees with its torch twin and with its NNX twin at two batch sizes
-    from interop import twins
+    from interop import torch_flax, twins
 
     net = twins.seeded_torch(0)
     onnx_io.export(net, np.transpose(twins.digits_batch(4, 0), (0, 3, 1, 2)), tmp_path / "d.onnx")
     session = onnx_io.load(tmp_path / "d.onnx")
-    nnx_twin = twins.seeded_nnx(0)
+    nnx_twin = torch_flax.seeded_nnx(0)
     for batch, seed in ((1, 1), (21, 2)):
         x_BHWC = twins.digits_batch(batch, seed)
         x_BCHW = np.ascontiguousarray(np.transpose(x_BHWC, (0, 3, 1, 2)))

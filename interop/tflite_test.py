@@ -191,9 +191,9 @@ def test_measure_reports_the_variant(trained, converted):
 
 @pytest.fixture(scope="module")
 def digitsnet():
-    from interop import twins
+    from interop import torch_flax, twins
 
-    model = twins.seeded_nnx(0)
+    model = torch_flax.seeded_nnx(0)
     fn, params = tflite.nnx_function(model)
     return twins, model, fn, params
 

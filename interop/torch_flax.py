@@ -375,6 +375,12 @@ def to_torch_model(model: twins.NNXDigitsNet):
     return twins.torch_model(nnx_to_torch(model), nnx_config(model))
 
 
+def seeded_nnx(seed: int = 0, config: twins.Config = twins.SPEC) -> twins.NNXDigitsNet:
+    """The NNX twin holding ``twins.seeded_weights(seed)`` (converted without torch: the same
+    numbers as ``from_torch_model(twins.seeded_torch(seed))``)."""
+    return torch_to_nnx(twins.seeded_weights(seed), config)
+
+
 @dataclasses.dataclass(frozen=True)
 class Parity:
     """A converted NNX model against its torch source on one batch, layer by layer."""

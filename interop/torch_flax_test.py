@@ -25,7 +25,7 @@ def test_torch_to_nnx_to_torch_is_bitwise(seed):
     back = torch_flax.nnx_to_torch(torch_flax.from_torch_model(module))
     assert _bitwise_equal(back, state)
     # and the other way: NNX -> torch module -> NNX holds the same numbers
-    model = twins.seeded_nnx(seed)
+    model = torch_flax.seeded_nnx(seed)
     again = torch_flax.from_torch_model(torch_flax.to_torch_model(model))
     assert _bitwise_equal(torch_flax.nnx_to_torch(again), torch_flax.nnx_to_torch(model))
 

@@ -21,7 +21,9 @@ flatten order) is a ``Config``; a converter compares configs and refuses a misma
 
 ``seeded_weights(seed)`` makes torch-layout weights (NumPy, torch's state-dict names) with
 BatchNorm running statistics measured on digits images (not torch's 0/1 defaults, so a
-conversion that forgets them is caught). torch is imported inside the functions that need it.
+conversion that forgets them is caught); the NNX twin holding them is a conversion
+(``torch_flax.seeded_nnx``), so this module never imports the converter. torch is imported
+inside the functions that need it.
 
 Dimension glossary: B batch, H/W rows/columns, C channels, D features, K classes.
 """
@@ -363,11 +365,3 @@ def conv_nchw_reference(x_BCHW, weight_OIHW, bias_O, stride: int) -> np.ndarray:
 def seeded_torch(seed: int = 0, config: Config = SPEC):
     """The torch twin (eval mode) holding ``seeded_weights(seed)``."""
     return torch_model(seeded_weights(seed), config)
-
-
-def seeded_nnx(seed: int = 0, config: Config = SPEC) -> NNXDigitsNet:
-    """The NNX twin holding ``seeded_weights(seed)`` (converted without torch: the same
-    numbers as ``torch_flax.from_torch_model(seeded_torch(seed))``)."""
-    from interop import torch_flax
-
-    return torch_flax.torch_to_nnx(seeded_weights(seed), config)

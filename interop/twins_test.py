@@ -61,7 +61,7 @@ def test_both_twins_match_a_float64_forward_layer_by_layer(seed, batch):
     weights = twins.seeded_weights(seed)
     x = twins.digits_batch(batch, seed + 10)
     reference = reference_activations(weights, x)
-    nnx_run = twins.nnx_activations(twins.seeded_nnx(seed), x)
+    nnx_run = twins.nnx_activations(torch_flax.seeded_nnx(seed), x)
     torch_run = twins.torch_activations(twins.seeded_torch(seed), x)
     for run in (nnx_run, torch_run):
         assert [name for name, _ in run] == list(twins.LAYERS)
@@ -74,7 +74,7 @@ def test_both_twins_match_a_float64_forward_layer_by_layer(seed, batch):
 
 def test_same_padding_at_stride_two_is_not_the_spec():
     """Why conv2 pads explicitly: JAX's "SAME" pads (0, 1) at stride 2, torch (1, 1)."""
-    model = twins.seeded_nnx(0)
+    model = torch_flax.seeded_nnx(0)
     x = twins.digits_batch(4, 0)
     h = model.bn1(model.conv1(jnp.asarray(x)))
     same = nnx.Conv(8, 16, (3, 3), strides=2, padding="SAME", rngs=nnx.Rngs(0))
@@ -85,7 +85,7 @@ def test_same_padding_at_stride_two_is_not_the_spec():
 
 
 def test_nnx_call_equals_the_last_activation_and_jit():
-    model = twins.seeded_nnx(3)
+    model = torch_flax.seeded_nnx(3)
     x = twins.digits_batch(6, 3)
     direct = np.asarray(model(jnp.asarray(x)))
     assert numerics.scaled_max_error(direct, twins.nnx_activations(model, x)[-1][1]) <= TOL
@@ -101,7 +101,7 @@ def test_seeded_weights_are_deterministic_and_the_statistics_nontrivial():
     mean, var = a["bn1.running_mean"], a["bn1.running_var"]
     assert np.all(var > 0) and np.min(np.abs(var - 1)) > 0.1 and np.max(np.abs(mean)) > 0.05
     # The statistics are near conv1's own on digits, so BatchNorm keeps activations O(1).
-    h = twins.nnx_activations(twins.seeded_nnx(0), twins.digits_batch(128, 5))
+    h = twins.nnx_activations(torch_flax.seeded_nnx(0), twins.digits_batch(128, 5))
     assert 0.2 < float(np.std(dict(h)["bn1"])) < 5
 
 
@@ -121,7 +121,7 @@ def test_torch_twin_with_torch_init_loads_into_nnx_and_agrees():
 
 
 def test_bad_inputs_and_configs_are_refused():
-    model = twins.seeded_nnx(0)
+    model = torch_flax.seeded_nnx(0)
     with pytest.raises(ValueError, match=r"x_BHWC must have shape \(B, 8, 8, 1\)"):
         model(jnp.zeros((2, 1, 8, 8)))
     with pytest.raises(ValueError, match="x_BCHW"):

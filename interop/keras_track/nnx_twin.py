@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from interop import activations as diffs
-from interop import keras_bridge, twins
+from interop import keras_bridge, torch_flax, twins
 from interop.keras_track import child
 
 BACKENDS = keras_bridge.BACKENDS
@@ -127,7 +127,7 @@ def run(
     moves = ["none", *[m for m in dict.fromkeys(mistakes) if m != "none"]]
     jobs, references = [], {}
     for seed in seeds:
-        nnx = twins.seeded_nnx(seed)
+        nnx = torch_flax.seeded_nnx(seed)
         x = twins.digits_batch(batch, seed)
         references[seed] = twins.nnx_activations(nnx, x)
         np.savez(folder / f"x_{seed}.npz", x=np.asarray(x, np.float32))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core import numerics
-from interop import keras_bridge, twins
+from interop import keras_bridge, torch_flax, twins
 from interop.keras_track import nnx_twin
 
 SEEDS = (0, 1, 2)
@@ -26,7 +26,7 @@ def test_mapping_rows_cover_every_rule_with_equal_shapes():
 
 
 def test_plant_changes_only_what_it_names():
-    weights = keras_bridge.nnx_to_keras(twins.seeded_nnx(0))
+    weights = keras_bridge.nnx_to_keras(torch_flax.seeded_nnx(0))
     same, config = nnx_twin.plant(weights, "none")
     assert config == twins.SPEC and all(np.array_equal(same[k], weights[k]) for k in weights)
     moved, _ = nnx_twin.plant(weights, "conv1_kernel_transposed")

@@ -27,7 +27,7 @@ import zipfile
 
 import numpy as np
 
-from interop import keras_bridge, twins
+from interop import keras_bridge, torch_flax, twins
 from interop.keras_track import child
 
 BACKENDS = keras_bridge.BACKENDS
@@ -102,7 +102,7 @@ def run(
     if reason is not None:
         raise ValueError(reason)
     folder = pathlib.Path(folder)
-    nnx = twins.seeded_nnx(seed)
+    nnx = torch_flax.seeded_nnx(seed)
     x = twins.digits_batch(batch, seed)
     reference = dict(twins.nnx_activations(nnx, x))
     weights = folder / "weights.safetensors"
