@@ -16,27 +16,36 @@ MALLOC_TUNABLES := glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0
 MALLOC_TUNABLES := $(MALLOC_TUNABLES):glibc.malloc.trim_threshold=2147483647
 export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 
-.PHONY: lab test install lint check-apps pytest curriculum capstone pallas-capstone clean \
+.PHONY: lab test install lock lint check-apps pytest curriculum capstone pallas-capstone clean \
 	torch-xla-env kfp-env
 
-$(STAMP): pyproject.toml
+# .venv is exactly requirements.lock (every package pinned, each wheel's sha256 checked; no
+# resolution on this machine), then the project itself (editable): core/envlock.py. A new
+# release on the registry changes nothing until `make lock` is run and its result committed.
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev,frameworks,tpu,operations]'
+	$(BIN)/python -m core.envlock sync
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# Resolve again (network) and rewrite the three locks: requirements.lock (the course, from
+# pyproject.toml), deploy/requirements.lock (the service image, within the course's lock) and
+# the Kubeflow env's lock. Run after changing a pin; commit the result; `make install` then
+# installs it.
+lock: $(STAMP)
+	$(BIN)/python -m core.envlock lock
 
 # Kubeflow Pipelines' own environment, .venv-kfp/ (git-ignored; ~116 MB, ~15 s): kfp 2.17 pins
 # protobuf<7 and requests==2.33.0 (conflicts with tensorflow-cpu and locust in .venv). The MLOps
 # lesson runs its pipeline (core/lessons/operations/mlops_pipeline.py) with this env's python in
 # a subprocess; `make test` and `make lab` build it (rebuilt when the pins change).
 KFP_VENV := .venv-kfp
-KFP_REQUIREMENTS := core/lessons/operations/kfp_requirements.txt
+KFP_LOCK := core/lessons/operations/kfp_requirements.lock
 KFP_STAMP := $(KFP_VENV)/.kfp-installed
-$(KFP_STAMP): $(KFP_REQUIREMENTS)
+$(KFP_STAMP): $(KFP_LOCK)
 	@test -x $(KFP_VENV)/bin/python || $(PYTHON) -m venv $(KFP_VENV)
-	$(KFP_VENV)/bin/python -m pip install --quiet -r $(KFP_REQUIREMENTS)
+	$(KFP_VENV)/bin/python -m pip install --quiet --require-hashes --no-deps -r $(KFP_LOCK)
 	@touch $(KFP_STAMP)
 
 kfp-env: $(KFP_STAMP)

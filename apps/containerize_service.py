@@ -14,7 +14,7 @@ with app.setup:
     import numpy as np
     import pandas as pd
 
-    from core import lab, numerics
+    from core import envlock, lab, numerics
     from core.lessons.deployment import containerize_service as lesson
     from core.serving import container
     from core.serving.predict import export
@@ -79,8 +79,8 @@ def _():
 def _():
     image = container.read()
     findings = container.hadolint()
-    pins = container.pins(container.LOCK.read_text())
-    mismatches = container.pin_mismatches(pins)
+    pins = envlock.pins(container.LOCK.read_text())
+    mismatches = envlock.pin_mismatches(pins)
     mo.vstack(
         [
             mo.md("## The Dockerfile"),
@@ -116,10 +116,11 @@ def _(mismatches, pins):
     mo.vstack(
         [
             mo.md(
-                "## The lock file\n`deploy/requirements.lock`, from `python -m "
-                "core.serving.container lock` (pip's install report for Linux x86-64 CPython "
-                "3.11 wheels: versions and sha256 from the index). Installed with `pip install "
-                "--require-hashes`, a wheel whose hash differs is refused."
+                "## The lock file\n`deploy/requirements.lock`, from `make lock`: pip resolves "
+                "`deploy/requirements.in` within the course's own lock (`requirements.lock`, "
+                "Linux x86-64 CPython 3.11 wheels, versions and sha256 from the index), so the "
+                "image runs exactly what the course installs and tests. Installed with `pip "
+                "install --require-hashes`, a wheel whose hash differs is refused."
             ),
             lab.table(
                 [

@@ -2,7 +2,6 @@
 with nothing to say, the .dockerignore, and the service started with the image's own command
 line (only loopback, port and artifact variables differ), asked /readyz and its HEALTHCHECK."""
 
-import importlib.metadata
 import pathlib
 
 import pytest
@@ -67,45 +66,7 @@ def test_the_same_argv_runs_here_and_only_the_overrides_differ(tmp_path):
         container.serve_argv({"PREDICT_ALLOW_REMOTE": "yes"})
 
 
-def test_the_lock_pins_the_installed_versions_with_hashes():
-    pinned = container.pins(container.LOCK.read_text())
-    assert container.pin_mismatches(pinned) == []
-    for name in ("jax", "jaxlib", "numpy", "fastapi", "uvicorn", "pydantic", "flatbuffers"):
-        assert pinned[name] == importlib.metadata.version(name)
-    wrong = {**pinned, "numpy": "1.0.0"}
-    assert container.pin_mismatches(wrong) == [
-        f"numpy: the lock pins 1.0.0, the course has {pinned['numpy']}"
-    ]
-    with pytest.raises(ValueError, match="exact, hashed"):
-        container.pins("numpy>=2 --hash=sha256:" + "0" * 64)
-    with pytest.raises(ValueError, match="exact, hashed"):
-        container.pins("numpy==2.4.6")
-
-
-def test_the_lock_covers_requirements_in():
-    wanted = {
-        container.normal(line.split("==")[0])
-        for line in container.REQUIREMENTS_IN.read_text().splitlines()
-        if line and not line.startswith("#")
-    }
-    assert wanted <= set(container.pins(container.LOCK.read_text()))
-
-
-def test_lock_text_is_built_from_the_report():
-    report = {
-        "install": [
-            {
-                "metadata": {"name": "Typing_Extensions", "version": "4.1"},
-                "download_info": {"archive_info": {"hashes": {"sha256": "a" * 64}}},
-            }
-        ]
-    }
-    assert container.lock_text(report).splitlines()[-1] == (
-        "typing-extensions==4.1 --hash=sha256:" + "a" * 64
-    )
-    report["install"][0]["download_info"] = {"url": "x"}
-    with pytest.raises(ValueError, match="no sha256"):
-        container.lock_text(report)
+# The lock itself (deploy/requirements.lock, derived from the course's): core/envlock_test.py.
 
 
 def test_hadolint_has_nothing_to_say_and_catches_a_planted_mistake(tmp_path):

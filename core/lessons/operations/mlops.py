@@ -512,7 +512,8 @@ def cloudbuild_config(region: str, pipeline_root: str, min_accuracy: float) -> d
                 "waitFor": ["test"],
                 "args": [
                     "-c",
-                    "pip install -r core/lessons/operations/kfp_requirements.txt && "
+                    "pip install --require-hashes --no-deps "
+                    "-r core/lessons/operations/kfp_requirements.lock && "
                     "python core/lessons/operations/mlops_pipeline.py --raw unused "
                     "--out pipeline --compile-only",
                 ],

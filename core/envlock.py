@@ -1,0 +1,283 @@
+"""The course's environments, locked: every package pinned to one version and one wheel's sha256.
+
+`make lock` resolves once and writes three locks for Linux x86-64, CPython 3.11 (the course's
+machines, the TPU VM's Python and the service image's base):
+
+- ``requirements.lock``: the course's own environment (.venv): pyproject.toml's dependencies
+  and the extras ``make`` installs, its build requirements, and pip. ``make lab`` and
+  ``make test`` install exactly this (``python -m core.envlock sync``): nothing unpinned is
+  ever resolved on a learner's machine or in CI, so a new release of any package on the
+  registry changes nothing until someone runs ``make lock`` and commits the result.
+- ``deploy/requirements.lock``: the predict service's image. Derived from the course's
+  resolution (pip resolves ``deploy/requirements.in`` constrained to the course's pins, and
+  each line is copied from ``requirements.lock``), so the image and the course never disagree.
+- ``core/lessons/operations/kfp_requirements.lock``: Kubeflow Pipelines' own environment
+  (.venv-kfp; kfp pins conflict with .venv), from the pins of ``kfp_requirements.txt``.
+
+This module imports only the standard library: ``sync`` runs before anything is installed.
+
+    python -m core.envlock lock     resolve (pip, network) and write the three locks
+    python -m core.envlock sync     make this interpreter's environment exactly the course lock
+    python -m core.envlock check    list what differs between this environment and the lock
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PYPROJECT = ROOT / "pyproject.toml"
+COURSE_LOCK = ROOT / "requirements.lock"
+SERVICE_IN = ROOT / "deploy" / "requirements.in"
+SERVICE_LOCK = ROOT / "deploy" / "requirements.lock"
+KFP_IN = ROOT / "core" / "lessons" / "operations" / "kfp_requirements.txt"
+KFP_LOCK = ROOT / "core" / "lessons" / "operations" / "kfp_requirements.lock"
+# The extras `make` installs into .venv (the Makefile's STAMP recipe).
+COURSE_EXTRAS = ("dev", "frameworks", "tpu", "operations")
+PROJECT = "jax-tpu-lab"
+# The target: CPython 3.11 on x86-64 Linux with glibc up to 2.36 (Debian bookworm: this
+# machine, CI, the TPU VM and python:3.11.7-slim-bookworm). pip takes the platform tags as
+# given, in order of preference, without expanding older manylinux versions: list them all.
+LOCK_PYTHON = "3.11"
+LOCK_PLATFORMS = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
+INSTALL_HINT = "pip install --require-hashes --only-binary=:all: --no-deps -r"
+PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)")
+
+
+def normal(name: str) -> str:
+    """A distribution name in PEP 503 normal form (``Typing_Extensions`` -> typing-extensions)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pin_lines(text: str) -> dict[str, str]:
+    """{normalized name: its whole line} of a lock; ValueError for a line that is not an
+    exact, hashed pin."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = PIN.fullmatch(line)
+        if match is None:
+            raise ValueError(f"not an exact, hashed pin: {line[:80]!r}")
+        out[normal(match[1])] = line
+    return out
+
+
+def pins(text: str) -> dict[str, str]:
+    """{normalized name: version} of a lock file; ValueError for a line without == or hash."""
+    return {name: PIN.fullmatch(line)[2] for name, line in pin_lines(text).items()}
+
+
+def installed() -> dict[str, str]:
+    """{normalized name: version} of every distribution this interpreter sees."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(normal(name), dist.version)
+    return found
+
+
+def pin_mismatches(pinned: dict[str, str]) -> list[str]:
+    """Each pin whose version differs from the one installed in this environment."""
+    have = installed()
+    problems = []
+    for name, version in sorted(pinned.items()):
+        if name not in have:
+            problems.append(f"{name}=={version} is not installed here")
+        elif have[name] != version:
+            problems.append(f"{name}: the lock pins {version}, the course has {have[name]}")
+    return problems
+
+
+def unlocked(pinned: dict[str, str], ignore: tuple[str, ...] = (PROJECT,)) -> list[str]:
+    """Installed distributions the lock does not name (the project itself aside)."""
+    return sorted(set(installed()) - set(pinned) - {normal(n) for n in ignore})
+
+
+def course_roots(pyproject: pathlib.Path = PYPROJECT) -> list[str]:
+    """What the course asks for: dependencies, COURSE_EXTRAS, build requirements and pip."""
+    document = tomllib.loads(pyproject.read_text())
+    project = document["project"]
+    roots = list(project["dependencies"])
+    for extra in COURSE_EXTRAS:
+        roots += project["optional-dependencies"][extra]
+    return roots + list(document["build-system"]["requires"]) + ["pip"]
+
+
+def resolve_command(
+    requirements: pathlib.Path, report: pathlib.Path, constraints=None, wheels_only=True
+) -> list[str]:
+    """pip's resolution of ``requirements`` without installing: for the lock's platform
+    (wheels only), or, where a package ships only a source archive (kfp-server-api), for this
+    interpreter (which must then be CPython 3.11 on x86-64 Linux)."""
+    argv = [
+        sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        "--report", str(report), "-r", str(requirements),
+    ]  # fmt: skip
+    if wheels_only:
+        argv += ["--only-binary=:all:", "--implementation", "cp", "--python-version", LOCK_PYTHON]
+        argv += ["--target", tempfile.gettempdir()]
+        for tag in LOCK_PLATFORMS:
+            argv += ["--platform", tag]
+    return argv + (["-c", str(constraints)] if constraints else [])
+
+
+def report_pins(report: dict) -> dict[str, str]:
+    """{normalized name: "name==version --hash=sha256:..."} of pip's install report."""
+    lines = {}
+    for item in report["install"]:
+        name, version = normal(item["metadata"]["name"]), item["metadata"]["version"]
+        hashes = item["download_info"].get("archive_info", {}).get("hashes", {})
+        if "sha256" not in hashes:
+            raise ValueError(f"{name}: the index gave no sha256")
+        lines[name] = f"{name}=={version} --hash=sha256:{hashes['sha256']}"
+    return lines
+
+
+def lock_text(lines: dict[str, str], header: list[str]) -> str:
+    """A lock file: '# ' header lines, then one pin per line, sorted by name."""
+    return "\n".join([f"# {h}" for h in header] + [lines[n] for n in sorted(lines)]) + "\n"
+
+
+def resolve(
+    requirements: list[str], constraints: dict[str, str] | None = None, wheels_only=True
+) -> dict:
+    """pip's install report for ``requirements`` (and ``constraints``: {name: version})."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wanted, report = pathlib.Path(tmp) / "requirements.txt", pathlib.Path(tmp) / "r.json"
+        wanted.write_text("\n".join(requirements) + "\n")
+        pinned = None
+        if constraints:
+            pinned = pathlib.Path(tmp) / "constraints.txt"
+            pinned.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())))
+        subprocess.run(resolve_command(wanted, report, pinned, wheels_only), check=True)
+        return json.loads(report.read_text())
+
+
+def requirement_lines(path: pathlib.Path) -> list[str]:
+    """The requirement lines of a requirements file (comments and blanks dropped)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def derived_lines(resolved: dict[str, str], course: dict[str, str]) -> dict[str, str]:
+    """A sub-environment's lock lines, each copied from the course lock; ValueError when the
+    sub-resolution picked a package or version the course lock does not hold."""
+    out = {}
+    for name, line in resolved.items():
+        if course.get(name) != line:
+            held = course.get(name, "nothing")
+            raise ValueError(f"{name}: the sub-resolution gave {line!r}, the course holds {held}")
+        out[name] = course[name]
+    return out
+
+
+def write_locks() -> None:
+    """Resolve the course once and write its lock, the service's and Kubeflow's."""
+    command = "make lock (python -m core.envlock lock)"
+    course = report_pins(resolve(course_roots()))
+    header = [
+        "The course's environment (.venv), for Linux x86-64 CPython 3.11: every package, one",
+        f"wheel each, with its sha256. Generated by `{command}`",
+        "from pyproject.toml; `make lab` and `make test` install exactly this",
+        f"({INSTALL_HINT} requirements.lock).",
+    ]
+    COURSE_LOCK.write_text(lock_text(course, header))
+    versions = {name: pins(line)[name] for name, line in course.items()}
+    service = report_pins(resolve(requirement_lines(SERVICE_IN), constraints=versions))
+    header = [
+        "The predict service's runtime, for the image (Linux x86-64, CPython 3.11).",
+        f"Generated by `{command}` from deploy/requirements.in,",
+        "resolved within the course's own lock (requirements.lock): each line is its line.",
+        f"Install with {INSTALL_HINT} requirements.lock",
+    ]
+    SERVICE_LOCK.write_text(lock_text(derived_lines(service, course), header))
+    if sys.version_info[:2] != (3, 11):
+        raise RuntimeError("the Kubeflow lock resolves for this interpreter: run on CPython 3.11")
+    kfp = report_pins(resolve(requirement_lines(KFP_IN), wheels_only=False))
+    header = [
+        "Kubeflow Pipelines' own environment (.venv-kfp), Linux x86-64 CPython 3.11: the pins",
+        "of kfp_requirements.txt with their files' sha256 (kfp-server-api ships only a source",
+        f"archive). Generated by `{command}`.",
+    ]
+    KFP_LOCK.write_text(lock_text(kfp, header))
+
+
+def sync(lock: pathlib.Path = COURSE_LOCK, editable: pathlib.Path | None = ROOT) -> None:
+    """Make this interpreter's environment exactly ``lock``: install every pin (hash-checked,
+    wheels only, no resolution), uninstall what the lock does not name, then install the
+    project itself (editable, no dependencies, no build isolation: its build requirements are
+    in the lock). Raises RuntimeError when the result still differs from the lock."""
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run(
+        [*pip, "install", "--quiet", "--require-hashes", "--only-binary=:all:", "--no-deps",
+         "-r", str(lock)],
+        check=True,
+    )  # fmt: skip
+    pinned = pins(lock.read_text())
+    extra = unlocked(pinned)
+    if extra:
+        print(f"removing {len(extra)} package(s) the lock does not name: {' '.join(extra)}")
+        subprocess.run([*pip, "uninstall", "--quiet", "--yes", *extra], check=True)
+    if editable is not None:
+        subprocess.run(
+            [*pip, "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(editable)],
+            check=True,
+        )
+    problems = differences(lock)
+    if problems:
+        raise RuntimeError("the environment differs from the lock:\n" + "\n".join(problems))
+
+
+def differences(lock: pathlib.Path = COURSE_LOCK) -> list[str]:
+    """What differs between this environment and ``lock``: versions, missing, extra."""
+    pinned = pins(lock.read_text())
+    extra = [f"{name} is installed but not in the lock" for name in unlocked(pinned)]
+    return pin_mismatches(pinned) + extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.envlock", description=__doc__.split(
+        "\n")[0])  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("lock", help="resolve (network) and write the three locks")
+    do_sync = sub.add_parser("sync", help="make this environment exactly a lock")
+    do_sync.add_argument("--lock", type=pathlib.Path, default=COURSE_LOCK)
+    do_sync.add_argument("--no-project", action="store_true", help="do not install the project")
+    sub.add_parser("check", help="what differs between this environment and the course lock")
+    args = parser.parse_args(argv)
+    if args.command == "lock":
+        write_locks()
+        for path in (COURSE_LOCK, SERVICE_LOCK, KFP_LOCK):
+            print(f"wrote {path.relative_to(ROOT)}: {len(pins(path.read_text()))} pins")
+        return 0
+    if args.command == "sync":
+        try:
+            sync(args.lock, None if args.no_project else ROOT)
+        except (RuntimeError, subprocess.CalledProcessError) as error:
+            print(f"sync failed: {error}", file=sys.stderr)
+            return 1
+        print(f"the environment is exactly {args.lock.name} ({len(pins(args.lock.read_text()))})")
+        return 0
+    problems = differences()
+    print("\n".join(problems) if problems else "the environment is exactly requirements.lock")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
