@@ -11,8 +11,8 @@ with app.setup:
 
     from core import lab, numerics
     from core.lessons.reinforcement_learning import policy_gradients_ppo as lesson
-    from core.perf import timing
-    from core.rl import ppo, records
+    from core.perf import records, timing
+    from core.rl import ppo
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -222,8 +222,7 @@ def _(config, controls, train_button):
             "claim, and the gain over each seed's own untrained network, over 6 seed pairs. "
             "Solved is 475."
         )
-    _record = records.latest("rl_ppo")[1]
-    _f = _record["figures"]
+    _f = records.latest("rl_ppo").figures
     mo.vstack(
         [
             alt.Chart(curves, title="Mean return of the training episodes, per seed")

@@ -7,6 +7,9 @@ import json
 import os
 import pathlib
 import platform
+import sys
+
+from core.perf import records  # imported with the benchmark: its load reading starts the run
 
 RESULTS_DIR = pathlib.Path(__file__).resolve().parent / "results"
 
@@ -44,6 +47,18 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)
+
+
+def keep_record(name, command, figures, notes, root=None) -> int:
+    """Write the benchmark record (core.perf.records): exit status 0; 1, with the refusal on
+    stderr and nothing written, when other processes kept the machine busy during the run
+    (measured from this module's import, before the benchmark measures anything)."""
+    try:
+        print(f"recorded {records.write_record(name, command, figures, notes, root)}")
+    except records.BusyMachine as refused:
+        print(refused, file=sys.stderr)
+        return 1
+    return 0
 
 
 def write_json(document: dict, path: str | os.PathLike) -> pathlib.Path:

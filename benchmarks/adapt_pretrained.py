@@ -25,7 +25,7 @@ lab.use_cpu_devices()
 
 from benchmarks import _report  # noqa: E402
 from core.lessons.deployment import adapt_pretrained as lesson  # noqa: E402
-from core.perf import allocator, records, timing  # noqa: E402
+from core.perf import allocator, timing  # noqa: E402
 
 NAME = "adapt_pretrained"
 
@@ -101,17 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         command = "python benchmarks/adapt_pretrained.py --record" + (
             " --quick" if args.quick else f" --seeds {seeds} --repeats {repeats}"
         )
-        figures = {
-            f"{r['method']}: {k}": (round(v, 5) if isinstance(v, float) else v)
-            for r in rows
-            for k, v in r.items()
-            if k != "method"
-        }
+        figures = {f"{r['method']}: {k}": v for r in rows for k, v in r.items() if k != "method"}
         notes = (
             f"lesson defaults {lesson.LESSON}; one full adaptation run (all steps) per timed "
             f"call, this CPU (not a TPU); malloc: {malloc}"
         )
-        print(f"recorded {records.write_record(NAME, command, figures, notes)}")
+        return _report.keep_record(NAME, command, figures, notes)
     return 0
 
 

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import _report  # noqa: E402
 from core.lessons.deployment import edge_deploy as lesson  # noqa: E402
-from core.perf import allocator, records, timing  # noqa: E402
+from core.perf import allocator, timing  # noqa: E402
 from interop import tflite  # noqa: E402
 
 NAME = "edge_deploy"
@@ -119,21 +119,16 @@ def main(argv: list[str] | None = None) -> int:
             " --quick" if args.quick else f" --repeats {repeats}"
         )
         figures = {
-            "tensorflow_import_s": round(tf_import_s, 2),
-            "convert_s": round(convert_s, 2),
-            **{
-                f"{r['variant']}: {k}": (round(v, 5) if isinstance(v, float) else v)
-                for r in rows
-                for k, v in r.items()
-                if k != "variant"
-            },
+            "tensorflow_import_s": tf_import_s,
+            "convert_s": convert_s,
+            **{f"{r['variant']}: {k}": v for r in rows for k, v in r.items() if k != "variant"},
         }
         notes = (
             f"digits CNN channels {DEFAULTS['channels']}, {DEFAULTS['epochs']} epochs, seed "
             f"{DEFAULTS['seed']}; batch-of-one latency, one LiteRT thread, this CPU (not an "
             f"edge device); malloc: {malloc}"
         )
-        print(f"recorded {records.write_record(NAME, command, figures, notes)}")
+        return _report.keep_record(NAME, command, figures, notes)
     return 0
 
 

@@ -25,7 +25,7 @@ from core import lab  # noqa: E402
 lab.use_cpu_devices(1)
 
 from benchmarks import _report  # noqa: E402
-from core.perf import allocator, records  # noqa: E402
+from core.perf import allocator  # noqa: E402
 from interop.keras_track import models, runner  # noqa: E402
 
 NAME = "keras_backends"
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "model": kind,
                     "framework": f"Keras {backend}",
-                    "ms/step": round(1e3 * run.median_step_seconds, 3),
-                    "first step ms": round(1e3 * float(run.step_seconds[0]), 1),
+                    "ms/step": 1e3 * run.median_step_seconds,
+                    "first step ms": 1e3 * float(run.step_seconds[0]),
                     "jit_compile": run.summary["jit_compile"],
                 }
             )
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "model": kind,
                 "framework": "JAX lesson (nnx.jit)",
-                "ms/step": round(1e3 * timed.median_s, 3),
-                "first step ms": round(1e3 * timed.first_s, 1),
+                "ms/step": 1e3 * timed.median_s,
+                "first step ms": 1e3 * timed.first_s,
                 "jit_compile": "nnx.jit",
             }
         )
@@ -142,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         command = f"python benchmarks/keras_backends.py --steps {args.steps} --record"
         command += " --concurrent" * args.concurrent
-        path = records.write_record(NAME, command, figures, notes, root=args.records_root)
-        print(f"recorded {path}")
+        return _report.keep_record(NAME, command, figures, notes, args.records_root)
     return 0
 
 

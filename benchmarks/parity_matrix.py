@@ -25,7 +25,7 @@ from core import lab  # noqa: E402
 lab.use_cpu_devices(1)
 
 from benchmarks import _report  # noqa: E402
-from core.perf import allocator, records  # noqa: E402
+from core.perf import allocator  # noqa: E402
 from interop import parity  # noqa: E402
 
 NAME = "parity_matrix"
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             **{f"{r['pair']}: bound": float(r["bound"]) for r in rows},
             "pairs outside their bound": sum(not r["within"] for r in rows),
             **{f"{name}: not run": status for name, status in not_run.items()},
-            **{f"{f}: seconds": round(s, 2) for f, s in per_format.items() if s is not None},
+            **{f"{f}: seconds": s for f, s in per_format.items() if s is not None},
         }
         notes = (
             f"DigitsNet (interop/twins.py) seeded weights, seeds {seeds}, batch {args.batch}; "
@@ -120,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "int8 range-scaled (parity.INT8_BOUND); seconds include imports, conversions and "
             f"subprocess start-ups; CPU only; malloc: {malloc}"
         )
-        path = records.write_record(NAME, command, figures, notes, root=args.records_root)
-        print(f"recorded {path}")
+        return _report.keep_record(NAME, command, figures, notes, args.records_root)
     return 0
 
 

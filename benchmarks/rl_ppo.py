@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import _report  # noqa: E402
 from core.perf import timing  # noqa: E402
-from core.rl import ppo, records  # noqa: E402
+from core.rl import ppo  # noqa: E402
 
 NAME = "rl_ppo"  # the record's name: benchmarks/records/rl_ppo/
 REQUIRED_SOLVED = 4  # of 5 seeds (the criterion)
@@ -107,17 +107,17 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": args.seeds,
             "seeds_solved": solved,
             "env_steps_per_seed": env_steps,
-            "eval_mean_return_by_seed": [round(r["eval_mean_return"], 1) for r in rows],
-            "compile_s": round(compile_s, 1),
-            "train_s": round(train_s, 1),
-            "env_steps_per_s": round(env_steps * args.seeds / train_s),
+            "eval_mean_return_by_seed": [float(r["eval_mean_return"]) for r in rows],
+            "compile_s": compile_s,
+            "train_s": train_s,
+            "env_steps_per_s": env_steps * args.seeds / train_s,
         }
         notes = (
             f"{args.algorithm}, core.rl.ppo.Config defaults, {args.seeds} seeds in one vmapped "
             f"call on one CPU device; greedy mean over {config.eval_episodes} episodes, solved "
             f">= {ppo.SOLVED_RETURN:g}"
         )
-        print(f"recorded {records.write(NAME, command, figures, notes)}")
+        return _report.keep_record(NAME, command, figures, notes)
     return 0
 
 

@@ -41,7 +41,7 @@ lab.use_cpu_devices(1)
 
 from benchmarks import _report  # noqa: E402
 from core.lessons.deployment import inference_capacity as lesson  # noqa: E402
-from core.perf import allocator, records  # noqa: E402
+from core.perf import allocator  # noqa: E402
 from core.serving import batching, capacity  # noqa: E402
 from core.serving.predict import export  # noqa: E402
 
@@ -192,24 +192,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         command += f" --p95-budget-ms {args.p95_budget_ms:g}"
         figures = {
-            **{f"{n}: throughput at p95 budget (req/s)": round(v, 1) for n, v in at_budget.items()},
-            "best window / unbatched at the p95 budget": round(ratio, 3),
+            **{f"{n}: throughput at p95 budget (req/s)": v for n, v in at_budget.items()},
+            "best window / unbatched at the p95 budget": ratio,
             "load run requests": result.requests,
             "load run failures": result.failures,
             "load run 5xx": result.errors_5xx,
-            "load run p50 (ms)": round(result.p50_ms, 2),
-            "load run p95 (ms)": round(result.p95_ms, 2),
-            "load run p99 (ms)": round(result.p99_ms, 2),
-            "load run throughput (req/s)": round(result.throughput_rps, 1),
-            "load run locust CPU (cores)": round(big["locust_cpu"], 2),
-            **{f"in process {r['setting']} (rows/s)": round(r["rows_per_s"], 1) for r in context},
+            "load run p50 (ms)": result.p50_ms,
+            "load run p95 (ms)": result.p95_ms,
+            "load run p99 (ms)": result.p99_ms,
+            "load run throughput (req/s)": result.throughput_rps,
+            "load run locust CPU (cores)": big["locust_cpu"],
+            **{f"in process {r['setting']} (rows/s)": r["rows_per_s"] for r in context},
         }
         notes = (
             f"digits MLP 64-64-10 ({'60' if quick else '300'} steps), jax.export artifact, one "
             f"uvicorn worker and ONE locust process on this CPU (2 cores shared by both); "
             f"load run: {LOAD_USERS} users, {load_time} s, {best_name}; malloc: {malloc}"
         )
-        print(f"recorded {records.write_record(NAME, command, figures, notes)}")
+        return _report.keep_record(NAME, command, figures, notes)
     return 0
 
 

@@ -73,6 +73,19 @@ class RecordMachine(pydantic.BaseModel):
     platform: str = pydantic.Field(min_length=1)
 
 
+class RecordLoad(pydantic.BaseModel):
+    """The load during a benchmark record's run (``core.perf.records.measure_load``)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+    seconds: Number
+    cpus: int = pydantic.Field(ge=1)
+    own_cores: Number  # this process and its children, on average
+    other_processes_cores: Number | None  # everything else, on average (None: not measurable)
+    limit_cores: Number  # more than this from others and the record is refused
+    load_average_start: Annotated[list[Number], pydantic.Field(min_length=3, max_length=3)] | None
+    load_average_end: Annotated[list[Number], pydantic.Field(min_length=3, max_length=3)] | None
+
+
 class BenchmarkRecord(pydantic.BaseModel):
     """One dated benchmark result kept in the repo (``benchmarks/records/<name>/...json``).
 
@@ -89,8 +102,10 @@ class BenchmarkRecord(pydantic.BaseModel):
     versions: dict[str, str]
     command: str = pydantic.Field(min_length=1)
     load_average: Annotated[list[Number], pydantic.Field(min_length=3, max_length=3)] | None
+    load: RecordLoad | None = None  # measured since records carry it; None: an older record
     figures: dict[str, Figure] = pydantic.Field(min_length=1)
     notes: str = ""
+    under_load: str = ""  # non-empty: taken on a busy machine (why); never cited
 
     @pydantic.field_validator("date")
     @classmethod

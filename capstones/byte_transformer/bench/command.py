@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import platform
+import sys
 import time
 
 import jax
@@ -19,7 +20,7 @@ from capstones.byte_transformer.bench import flops as flops_lib
 from capstones.byte_transformer.bench import load, profile, record, report, steppers, variants
 from capstones.byte_transformer.bench import malloc as malloc_lib
 from capstones.byte_transformer.bench import peak as peak_lib
-from core.perf import allocator, machine
+from core.perf import allocator, machine, records
 
 BENCH_FORMAT = documents.BENCH_FORMAT
 TARGETS = {  # name: (op, threshold) from the issue
@@ -376,7 +377,12 @@ def bench_command(parsed: args.Parsed) -> int:
     print(report.format_bench(result))
     print(f"\nwrote {out}")
     if parsed["record"]:
-        for path in record.write_records(result, command):
+        try:
+            written = record.write_records(result, command)
+        except records.BusyMachine as refused:
+            print(refused, file=sys.stderr)  # bench.json is written; no record is
+            return 1
+        for path in written:
             print(f"wrote the benchmark record {path}")
     return 0
 

@@ -26,8 +26,10 @@ def decode_prompt(corpus, length: int) -> np.ndarray:
 
 
 # The on-device loop compiles without XLA:CPU's multi-threaded Eigen: faster in the bench's
-# interleaved A/B (decode_ab=N; benchmarks/records/byte_transformer_decode_ab/): one token's
-# small matmuls pay more in thread hand-offs than they gain from a second thread.
+# interleaved A/B (decode_ab=N), whose one kept run (benchmarks/records/
+# byte_transformer_decode_ab/) was taken on a busy machine and is marked under load, so it is
+# not cited: rerun decode_ab on a quiet machine to confirm. The reasoning: one token's small
+# matmuls pay more in thread hand-offs than they gain from a second thread.
 LOOP_COMPILER_OPTIONS = {"xla_cpu_multi_thread_eigen": False}
 
 

@@ -3,37 +3,26 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
-import time
+from core.perf import records
 
 
 def cpu_counters() -> dict:
     """Busy CPU seconds of the whole machine (/proc/stat; None elsewhere), this process's
     and its children's CPU seconds, and the wall clock: two readings give how many cores
-    OTHER processes kept busy in between (the load average also counts this process)."""
-    busy = None
-    try:
-        fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        pass
-    own = os.times()
-    return {
-        "machine_busy_s": busy,
-        "own_s": own.user + own.system + own.children_user + own.children_system,
-        "wall_s": time.perf_counter(),
-    }
+    OTHER processes kept busy in between (the load average also counts this process).
+    The reading is core.perf.records's, the one its records keep."""
+    reading = records.read_load()
+    return {key: reading[key] for key in ("machine_busy_s", "own_s", "wall_s")}
 
 
 def other_processes_cores(start: dict, end: dict) -> float | None:
     """Average cores other processes used between two cpu_counters() readings."""
     if start["machine_busy_s"] is None or end["machine_busy_s"] is None:
         return None
-    wall = end["wall_s"] - start["wall_s"]
-    others = (end["machine_busy_s"] - start["machine_busy_s"]) - (end["own_s"] - start["own_s"])
-    return max(0.0, others / wall) if wall > 0 else None
+    no_average = {"load_average": None}
+    return records.measure_load({**start, **no_average}, {**end, **no_average})[
+        "other_processes_cores"
+    ]
 
 
 def load_warnings(report: dict) -> list[str]:

@@ -1,7 +1,8 @@
 """``record=true``: the bench's key figures as benchmark records kept in the repo.
 
 core.perf.records writes them (benchmarks/records/<name>/<date>_<machine>.json, with the
-machine, versions, command and load average); one record per part that ran, so a citation
+machine, versions, command and the load during the run; it refuses, with nothing written,
+when other processes kept the machine busy); one record per part that ran, so a citation
 points at the part that measured it:
 
     byte_transformer_bench        step medians, JAX vs torch, MFU, decode ratios
@@ -25,8 +26,10 @@ NAMES = {
 STEPS = ("jax", "jax_dense_attention", "torch_eager", "torch_compile")
 
 
-def _r(value, digits: int = 4):
-    return None if value is None else round(float(value), digits)
+def _r(value):
+    """A figure as a float; core.perf.records keeps its significant digits (never a fixed
+    number of decimals, which turned small non-zero figures into 0.0)."""
+    return None if value is None else float(value)
 
 
 def _load_note(result: dict) -> str:
@@ -56,7 +59,7 @@ def bench_figures(result: dict) -> dict:
         faster_torch=speed["faster_torch"],
         dense_attention_speedup=_r(speed["dense_attention_speedup"]),
         rounds=result["timing"]["rounds"],
-        peak_flop_per_s=_r(result["peak"]["flop_per_s"], 0),
+        peak_flop_per_s=_r(result["peak"]["flop_per_s"]),
         decode_context=decode["context"],
         decode_new_tokens=decode["new_tokens"],
     )
@@ -124,7 +127,7 @@ def decode_ab_figures(ab: dict) -> dict:
             _r(spread["max"]),
         ]
     for way, spread in here["tokens_per_s"].items():
-        figures[f"{way}_tokens_per_s_median"] = _r(spread["median"], 1)
+        figures[f"{way}_tokens_per_s_median"] = _r(spread["median"])
     eigen = here["loop_eigen_off_vs_on"]
     figures["loop_eigen_off_vs_on_median_min_max"] = [
         _r(eigen["median"]),
