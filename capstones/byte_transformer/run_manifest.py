@@ -191,7 +191,7 @@ def is_tpu_run(runtime: dict) -> bool:
 
 # --- the TPU VM's identity ---------------------------------------------------------------------
 
-_NODE_NAME = re.compile(r"^projects/([^/]+)/locations/([^/]+)/nodes/([^/]+)$")
+_NODE_NAME = re.compile(r"^projects/([^/\n]+)/locations/([^/\n]+)/nodes/([^/\n]+)\Z")
 TPU_FIELDS = ("name", "zone", "project", "accelerator_type", "runtime_version")
 
 

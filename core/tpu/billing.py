@@ -13,8 +13,8 @@ import re
 
 from core.tpu import cloud_tpu, gcloud_grammar
 
-_ACCOUNT_RE = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
-_EMAIL_RE = re.compile(r"^[^@\s,=]+@[^@\s,=]+\.[a-z]{2,}$")
+_ACCOUNT_RE = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}\Z")
+_EMAIL_RE = re.compile(r"^[^@\s,=]+@[^@\s,=]+\.[a-z]{2,}\Z")
 BASES = ("current-spend", "forecasted-spend")
 # The display name the budgets API keeps (the create page: "less than or equal to 60").
 MAX_DISPLAY_NAME = 60

@@ -140,10 +140,10 @@ NAME_RULE = (
     "1-63 characters: lowercase letters, digits or '-', starting with a letter and not "
     "ending with '-'"
 )
-_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 # Project ids: 6-30 of [a-z0-9-], starting with a letter; optionally "domain.com:" first.
-_PROJECT_RE = re.compile(r"^([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
-_RUNTIME_RE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")
+_PROJECT_RE = re.compile(r"^([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]\Z")
+_RUNTIME_RE = re.compile(r"^[a-z0-9][-a-z0-9.]*\Z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,8 +217,8 @@ class TpuVm:
 # starting with a lowercase letter, a value 0-63; both of lowercase letters, digits, '_', '-'.
 # (GCP also allows international lowercase letters; the course keeps to ASCII.)
 MAX_LABELS = 64
-_LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}\Z")  # \Z: `$` lets "ml\n" pass
+_LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}\Z")
 LABEL_RULE = (
     "keys 1-63 characters starting with a lowercase letter, values 0-63 characters, both "
     "only lowercase letters, digits, '_' or '-'; at most 64 labels"

@@ -518,6 +518,7 @@ def _sdk_value_ok(value):
         ("team", "ml"), ("a", ""), ("cost-center", "cc_1"), ("k" * 63, "v" * 63),
         ("k" * 64, "v"), ("k", "v" * 64), ("Team", "x"), ("team", "X"), ("1a", "x"),
         ("_a", "x"), ("a.b", "x"), ("a", "b c"), ("", "x"), ("a", "é"),
+        ("team\n", "ml"), ("team", "ml\n"),  # `$` matched before a trailing newline
     ],
 )  # fmt: skip
 def test_label_rules_agree_with_the_sdk_rule(key, value):

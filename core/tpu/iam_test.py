@@ -53,11 +53,38 @@ def _binding(kind, target, member, role):
          "outside the plan"),
         ([_binding("account", PLAN.email("other-sa1"), LAUNCHER, "roles/iam.serviceAccountUser")],
          "other than the job's"),
+        # actAs on the project: the launcher could run a VM as ANY account of the project
+        ([_binding("project", PLAN.project, LAUNCHER, "roles/iam.serviceAccountUser")],
+         "every service account"),
+        ([_binding("project", PLAN.project, JOB, "roles/iam.serviceAccountUser")],
+         "every service account"),
+        # the job account needs no actAs at all, even on itself
+        ([_binding("account", PLAN.email(PLAN.job), JOB, "roles/iam.serviceAccountUser")],
+         "needs none of it"),
+        # the launcher creates VMs; it reads and writes no data
+        ([_binding("bucket", f"gs://{PLAN.bucket}", LAUNCHER, "roles/storage.objectUser")],
+         "needs none of it"),
+        ([_binding("project", PLAN.project, LAUNCHER, "roles/logging.logWriter")],
+         "needs none of it"),
+        # the job's storage role must come from the bucket, its log role from the project
+        ([_binding("bucket", f"gs://{PLAN.bucket}", JOB, "roles/logging.logWriter")],
+         "needs none of it"),
     ],
 )  # fmt: skip
 def test_planted_over_broad_policies_are_refused(extra, message):
     found = _with(extra)
     assert any(message in p for p in found), found
+
+
+def test_a_grant_above_the_project_is_refused():
+    """An organization or folder binding reaches every project under it (it was a KeyError)."""
+    for verb in (["organizations"], ["resource-manager", "folders"]):
+        extra = ["gcloud", *verb, "add-iam-policy-binding", "123456789",
+                 f"--member={JOB}", "--role=roles/logging.logWriter"]  # fmt: skip
+        found = _with([extra])
+        assert any("a resource outside the plan" in p for p in found), found
+    with pytest.raises(ValueError, match="sets a whole policy"):
+        _with([["gcloud", "projects", "set-iam-policy", PLAN.project, "policy.json"]])
 
 
 def test_a_custom_role_with_unneeded_permissions_is_refused():
@@ -79,6 +106,12 @@ def test_bad_plans_are_refused():
         ({"bucket": "B"}, "bucket"),
         ({"job": "x"}, "service account"),
         ({"role_id": "a b"}, "role id"),
+        # a trailing newline: `$` matches before it, \Z does not
+        ({"bucket": "xyz\n"}, "bucket"),
+        ({"job": "tpu-job\n"}, "service account"),
+        ({"launcher": "tpu-launcher\n"}, "service account"),
+        ({"role_id": "tpuJobLauncher\n"}, "role id"),
+        ({"project": "my-tpu-project\n"}, "project"),
     ):
         with pytest.raises(ValueError, match=message):
             iam.Plan(**kwargs)

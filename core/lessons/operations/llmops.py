@@ -364,7 +364,7 @@ class Traced:
 
 
 ACCESS_LINE = re.compile(
-    r"(?P<method>\S+) (?P<path>\S+) (?P<status>\d+) (?P<ms>[0-9.]+)ms id=(?P<id>\S+)$"
+    r"(?P<method>\S+) (?P<path>\S+) (?P<status>\d+) (?P<ms>[0-9.]+)ms id=(?P<id>\S+)\Z"
 )
 
 

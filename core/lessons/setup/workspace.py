@@ -240,7 +240,7 @@ def from_json(text: str | bytes) -> dict:
 
 
 _PIN = re.compile(
-    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;,]+)\s*(?:;.*)?$"
+    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;,]+)\s*(?:;.*)?\Z"
 )
 
 
