@@ -60,8 +60,13 @@ def _():
 
 @app.cell
 def _(seed_control):
-    opened = assessment.open_paper(PAPER, int(seed_control.value), ARGS.answers, ARGS.progress_dir)
+    opened = assessment.open_paper(
+        PAPER, int(seed_control.value), ARGS.answers, ARGS.progress_dir,
+        seed_chosen=int(seed_control.value) != FLAGS.flags["seed"].default,
+    )  # fmt: skip
     lab.guard(opened.problem, headline="The assessment cannot use a file.")
+    lab.report("graded seed", opened.seed)  # a sheet's seed may differ from --seed's default
+    mo.callout(mo.md(opened.seed_note), kind="info") if opened.sheet is not None else None
     return (opened,)
 
 

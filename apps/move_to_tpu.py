@@ -310,27 +310,32 @@ def _(previous_app, run_button, script_flag_words, script_flags):
                 mo.callout(
                     mo.md(
                         f"The script does not know {', '.join(f'`{o}`' for o in ignored)}: "
-                        "lesson scripts ignore unknown flags, so check `--help` before you pay "
-                        "for a TPU run."
+                        "a lesson script refuses a flag it does not have (exit 2, naming the "
+                        "nearest one), so check `--help` before you pay for a TPU run."
                     ),
                     kind="warn",
                 )
             )
         export_view = mo.vstack(parts)
     # Exit 0 with neither PASS nor FAIL: the lesson stopped before its check (it refused
-    # the flags). That is a choice to fix, not a failed check.
-    script_refused = (
-        export_run is not None
-        and export_run.run is not None
-        and export_run.run.ok
-        and not any(
-            line.startswith(("PASS", "FAIL")) for line in export_run.run.stdout.splitlines()
+    # the flags); exit 2: the script's argparse refused them (a flag it does not have, a value
+    # out of bounds). Either is a choice to fix, not a failed check.
+    _run = export_run.run if export_run is not None else None
+    script_refused = _run is not None and (
+        _run.returncode == 2
+        or (
+            _run.ok
+            and not any(line.startswith(("PASS", "FAIL")) for line in _run.stdout.splitlines())
         )
     )
     lab.guard(
         (
             f"the exported script refused --script-flags {script_flags.value!r}: "
-            f"{export_run.run.stdout.strip()[-500:]}"
+            + (
+                _run.stderr.strip().splitlines()[-1][:500]
+                if _run.returncode == 2 and _run.stderr.strip()
+                else _run.stdout.strip()[-500:]
+            )
         )
         if script_refused
         else None,

@@ -55,6 +55,8 @@ REFUSALS = [
     ("masking_packing", ["--documents", ""], "no document to pack"),
     ("meshes_sharding", ["--batch", "3"], "3 rows over 8 devices"),
     ("move_to_tpu", ["--script-flags", "'unclosed"], "script flags that do not parse"),
+    # the exported script refuses a flag it does not have (exit 2): a refusal, not a FAIL
+    ("move_to_tpu", ["--script-flags", "--row 2"], "a flag the script does not have"),
     ("pod_slices", ["--batch", "12"], "12 over 2 x 4 devices"),
     ("pure_functions", ["--old-scale", "2", "--new-scale", "2"], "nothing changes"),
     ("pytrees", ["--taper", "halving", "--width", "1", "--depth", "8"], "a layer of width 0"),
@@ -159,3 +161,37 @@ def test_every_app_with_a_guard_has_a_refused_case():
     covered = {stem for stem, _flags, _why in REFUSALS}
     assert guarded - covered - set(NO_FLAG_REFUSAL) == set(), "add a refused case for these apps"
     assert covered <= guarded, "a case names an app without a guard"
+
+
+def test_a_mistyped_flag_is_refused_not_ignored(run_app):
+    """`python apps/x.py --sed 5` once ran the defaults without a word (issue 36): a script
+    refuses a flag its app does not have, as argparse does (exit 2), and suggests the near one."""
+    result = run_app(
+        [curriculum.APPS_DIR / "vmap.py", "--sed", "5"],
+        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
+        cwd=curriculum.REPO_ROOT,
+        timeout=LIMIT_S,
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "unrecognized arguments: --sed 5 (did you mean --seed?)" in result.stderr
+    assert "Traceback" not in result.stderr and "PASS" not in result.stdout
+
+
+def test_a_seed_that_is_not_the_sheets_is_refused(run_app, tmp_path):
+    """`--seed 5 --answers sheet.json` once graded the sheet's seed while results.md said
+    --seed=5 (issue 36): a chosen seed and the sheet's must agree, or the app stops and
+    names both."""
+    sheet = tmp_path / "sheet.json"
+    sheet.write_text('{"path": "learn-tpus", "seed": 11, "answers": {}}', encoding="utf-8")
+    result = run_app(
+        [curriculum.APPS_DIR / "assessment_learn_tpus.py", "--seed", "5", "--answers", sheet]
+        + ["--progress-dir", tmp_path / "workspace"],
+        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
+        cwd=curriculum.REPO_ROOT,
+        timeout=LIMIT_S,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "Traceback" not in output, output[-3000:]
+    stopped = [line for line in result.stdout.splitlines() if line.startswith("STOPPED: ")]
+    assert stopped and "seed 11" in stopped[0] and "seed 5" in stopped[0], output[-3000:]
+    assert "score:" not in result.stdout, "nothing is graded at a disputed seed"

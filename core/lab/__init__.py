@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -140,11 +141,16 @@ class Flags:
             )
         return parser
 
-    def parse(self, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    def parse(
+        self, argv: Sequence[str] | None = None, *, strict: bool | None = None
+    ) -> argparse.Namespace:
         """Parse ``argv`` (default: sys.argv in script/edit/run mode; nothing under pytest).
 
-        Unknown arguments are ignored, since marimo and pytest own part of argv; a value out
-        of bounds exits with status 2 and the reason.
+        A script run (`python apps/x.py`, an exported script) is ``strict``: an argument its
+        app does not have exits with status 2, as argparse does, naming the nearest flag
+        (`--sed 5`: "did you mean --seed?"), since running the defaults instead would hide
+        the typo. Elsewhere marimo and pytest own part of argv, so unknown arguments are
+        ignored. A value out of bounds exits with status 2 and the reason.
         """
         # `python apps/x.py`: the setup cell runs at import, outside marimo's runtime (mode
         # None), in the __main__ module; a served or tested app has a mode, an imported one
@@ -164,7 +170,9 @@ class Flags:
                 metavar="DIR",
                 help="write the results (results.json, results.md, charts/) into DIR",
             )
-        args, _unknown = parser.parse_known_args(list(argv))
+        args, unknown = parser.parse_known_args(list(argv))
+        if unknown and (headless if strict is None else strict):
+            parser.error(_unrecognized(unknown, parser))
         for flag in self.flags.values():
             if not isinstance(flag.default, bool) and (
                 reason := flag.check(getattr(args, flag.name))
@@ -195,6 +203,18 @@ class Flags:
             flag.step if flag.step is not None else (1 if isinstance(flag.default, int) else None)
         )
         return mo.ui.slider(flag.lo, flag.hi, step=step, value=value, label=label, show_value=True)
+
+
+def _unrecognized(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's "unrecognized arguments" message, with the nearest flag for each typo."""
+    known = [option for option in parser._option_string_actions if option.startswith("--")]
+    hints = []
+    for word in unknown:
+        if word.startswith("--"):
+            near = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+            hints += [f"did you mean {near[0]}?"] if near else []
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    return message + (f" ({'; '.join(hints)})" if hints else "")
 
 
 class Check:

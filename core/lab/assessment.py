@@ -28,25 +28,44 @@ class Opened:
     questions: dict[str, Question]
     problem: str | None  # why a file cannot be used (the app stops with it)
     progress_dir: pathlib.Path
+    seed_note: str = ""  # which seed was graded, and why (the app shows it)
 
 
-def open_paper(chosen: papers.Paper, seed: int, answers: str, progress_dir) -> Opened:
+def open_paper(
+    chosen: papers.Paper, seed: int, answers: str, progress_dir, *, seed_chosen: bool = True
+) -> Opened:
     """Validate ``answers`` (a sheet's path, or "") and the progress file before anything is
-    graded or written; a sheet's own seed wins over ``seed`` (it says whose paper it is)."""
+    graded or written. A sheet says whose paper it is: its seed is graded. ``seed_chosen``
+    says the learner set ``seed`` (it is not the control's default): when it differs from the
+    sheet's, the two disagree and that is a problem; a default seed gives way to the sheet's,
+    and ``seed_note`` says so."""
     sheet, problem, progress_dir = None, None, pathlib.Path(progress_dir)
+    note = f"Graded at seed {seed}."
     if answers:
         try:
             sheet = sheets.load_sheet(pathlib.Path(answers), expected_path=chosen.slug)
-            seed = sheet.seed
         except sheets.SheetError as error:
             problem = f"answers file {answers}: {error}"
+        else:
+            if sheet.seed != seed and seed_chosen:
+                problem = (
+                    f"answers file {answers} holds the paper of seed {sheet.seed}, and the "
+                    f"learner seed is set to seed {seed}: one sheet is graded at one seed. Set "
+                    f"the seed to {sheet.seed} (or leave it at its default to take the sheet's)."
+                )
+            elif sheet.seed != seed:
+                note = (
+                    f"Graded at seed {sheet.seed}, the answers file's seed (the learner seed "
+                    f"control reads {seed})."
+                )
+            seed = sheet.seed
     try:
         progress = sheets.load_progress(chosen.slug, seed, progress_dir)
     except sheets.SheetError as error:
         progress = sheets.Progress(paper=chosen.slug, seed=seed)
         problem = problem or f"{error}. Move it aside; it is never overwritten."
     questions = {item.id: item.question(seed) for item in chosen.items}
-    return Opened(seed, sheet, progress, questions, problem, progress_dir)
+    return Opened(seed, sheet, progress, questions, problem, progress_dir, note)
 
 
 def answer_forms(chosen: papers.Paper, opened: Opened):

@@ -14,15 +14,32 @@ NUMBER = next(i for i in PAPER.items if getattr(i, "answer_type", "") == "number
 DIAGNOSE = next(i for i in PAPER.items if i.kind == "diagnose")
 
 
-def test_a_sheet_seed_wins_and_a_bad_sheet_is_a_problem(tmp_path):
+def test_a_sheet_seed_wins_over_a_default_seed_and_a_bad_sheet_is_a_problem(tmp_path):
     sheet = tmp_path / "sheet.json"
     sheet.write_text(json.dumps({"path": PAPER.slug, "seed": 41, "answers": {}}))
-    opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path)
+    opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path, seed_chosen=False)
     assert (opened.seed, opened.problem) == (41, None)
     assert list(opened.questions) == list(PAPER.item_ids)
     sheet.write_text(json.dumps({"path": PAPER.slug, "seed": 41, "answers": {"x.y": 1}}))
-    opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path)
+    opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path, seed_chosen=False)
     assert opened.sheet is None and "answers.x.y: no item" in opened.problem
+
+
+def test_a_chosen_seed_that_is_not_the_sheets_is_refused(tmp_path):
+    """Issue 36: `--seed 5 --answers sheet` graded the sheet's seed 11 while results.md said
+    --seed=5. A seed the learner chose and the sheet's disagree: refused, both named; a seed
+    left at its default takes the sheet's, and the app says which seed it graded."""
+    sheet = tmp_path / "sheet.json"
+    sheet.write_text(json.dumps({"path": PAPER.slug, "seed": 11, "answers": {}}))
+    opened = assessment.open_paper(PAPER, 5, str(sheet), tmp_path, seed_chosen=True)
+    assert opened.problem is not None
+    assert "seed 11" in opened.problem and "seed 5" in opened.problem
+    opened = assessment.open_paper(PAPER, 0, str(sheet), tmp_path, seed_chosen=False)
+    assert (opened.seed, opened.problem) == (11, None)
+    assert "Graded at seed 11" in opened.seed_note and "answers file" in opened.seed_note
+    opened = assessment.open_paper(PAPER, 11, str(sheet), tmp_path, seed_chosen=True)
+    assert (opened.seed, opened.problem) == (11, None)
+    assert opened.seed_note == "Graded at seed 11."
 
 
 def test_a_broken_progress_file_is_a_problem_and_is_kept(tmp_path):

@@ -36,6 +36,25 @@ def test_no_prefix_abbreviations():
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--row", "3"], "unrecognized arguments: --row 3 (did you mean --rows?)"),
+        (["--dtyp=bfloat16"], "unrecognized arguments: --dtyp=bfloat16 (did you mean --dtype?)"),
+        (["--port", "2718"], "unrecognized arguments: --port 2718"),
+        (["x.py"], "unrecognized arguments: x.py"),
+    ],
+)
+def test_a_script_refuses_unknown_flags_with_a_suggestion(argv, message, capsys):
+    # strict is what a script run gets (`python apps/x.py --sed 5`): a typo must not run the
+    # defaults silently. Marimo and pytest own the rest of argv, so they parse leniently.
+    with pytest.raises(SystemExit) as exit_info:
+        FLAGS.parse(argv, strict=True)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert FLAGS.parse(argv, strict=False).rows == 6
+
+
+@pytest.mark.parametrize(
     ("argv", "reason"),
     [
         (["--rows", "0"], "between 1 and 64"),

@@ -334,7 +334,8 @@ def command_words(text: str) -> list[str]:
 def unknown_flags(script_flags: Sequence[str], help_text: str) -> list[str]:
     """Options in ``script_flags`` that ``help_text`` (a script's --help) never mentions.
 
-    Lesson scripts parse with ``parse_known_args`` and silently ignore such options.
+    A lesson script refuses such options (core.lab.Flags.parse: exit 2); this names them
+    before a run is paid for.
     """
     options = [flag.split("=", 1)[0] for flag in script_flags if flag.startswith("--")]
     known = set(re.findall(r"--[A-Za-z0-9][-A-Za-z0-9_]*", help_text))
