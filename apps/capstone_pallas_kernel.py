@@ -34,7 +34,7 @@ with app.setup:
             "interpret",
             "hlo",
             "interpret mode off a TPU: hlo (jax's HLO interpreter) or tpu (TPU interpret "
-            "mode: races detected, uninitialized memory NaN; ~5x slower to compile)",
+            "mode: races detected, uninitialized memory NaN; slower to compile)",
             choices=common.INTERPRETS,
         ),
         lab.Flag("seed", 0, "PRNG seed of q, k, v, dO", lo=0, hi=9999),
@@ -248,7 +248,9 @@ def _(profile_button, shape):
     _ = shape  # depends on the guard: a refused run stops here too
     mo.stop(
         lab.interactive() and not profile_button.value,
-        mo.callout(mo.md("Press **Profile the train step** (~10 s)."), kind="info"),
+        mo.callout(
+            mo.md("Press **Profile the train step** (it compiles the step first)."), kind="info"
+        ),
     )
     with tempfile.TemporaryDirectory(prefix="pallas_capstone_profile_") as _tmp:
         profiled = profile.measure(
@@ -328,7 +330,7 @@ def _(partition_button, shape):
     _ = shape  # depends on the guard: a refused run stops here too
     mo.stop(
         lab.interactive() and not partition_button.value,
-        mo.callout(mo.md("Press **Shard the kernel** (~10 s)."), kind="info"),
+        mo.callout(mo.md("Press **Shard the kernel** (it compiles first)."), kind="info"),
     )
     sharded = (
         partition.sharded_check(interpret=False if ON_TPU else True)
@@ -390,7 +392,7 @@ def _(compile_button, shape):
     _ = shape  # depends on the guard: a refused run stops here too
     mo.stop(
         lab.interactive() and not compile_button.value,
-        mo.callout(mo.md("Press **Compile** (~30 s for three generations)."), kind="info"),
+        mo.callout(mo.md("Press **Compile** (one TPU compile per generation)."), kind="info"),
     )
     libtpu_problem = topology_compile.libtpu_problem()
     memory_rows = partition.tpu_memory_rows(

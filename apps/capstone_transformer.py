@@ -181,13 +181,10 @@ def _(
 
 @app.cell
 def _(config, crash_at, train_button):
-    # Measured at the defaults on a 2-core x86 CPU: the three runs take 28 s of CPU time (most
-    # of it compiling); 36 s to the first result in a browser tour; 100-150 s wall when four
-    # other jobs shared the two cores.
     _press = (
         "Press **Train, crash, resume**: three training runs (uninterrupted, crashed, resumed) "
-        "take 30-40 s at the defaults on an otherwise idle 2-core CPU, most of it compiling, "
-        "and a few minutes when other work shares the CPU."
+        "take a while at the defaults on a small CPU, most of it compiling, and longer when "
+        "other work shares the CPU."
     )
     mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md(_press), kind="info"))
     # Two run directories in a temporary folder that disappears with this session.

@@ -136,8 +136,9 @@ def _():
         trains to the end. It saves only at a notice or the last step, so a step kept can
         only come from the save at the notice. Steps lost = steps finished before the exit
         but trained again after the resume (the goal: 0). Compared with a fresh uninterrupted
-        process: every loss and the final state, bit for bit. Four trainer processes (~15 s
-        of CPU), so headless runs show the command and the test unless `--spot-drill`.
+        process: every loss and the final state, bit for bit. Four trainer processes (each
+        imports JAX and compiles), so headless runs show the command and the test unless
+        `--spot-drill`.
         """),
         spot_button,
     ])  # fmt: skip
@@ -151,8 +152,8 @@ def _(spot_button):
     if lab.interactive() and not spot_button.value:
         spot, _shown = None, mo.md("Press **Run the drill on the capstone's trainer**.")
     elif lab.interactive() or ARGS.spot_drill:
-        # imported here: the capstone's trainer pulls in flax/optax/orbax (~0.6 s of CPU),
-        # which the lesson's default headless run does not need
+        # imported here: the capstone's trainer pulls in flax/optax/orbax, which the lesson's
+        # default headless run does not need
         from capstones.byte_transformer import spot_drill
 
         _base = pathlib.Path(tempfile.mkdtemp(prefix="spot_drill-"))

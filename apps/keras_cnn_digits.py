@@ -88,7 +88,7 @@ def _(batch_size, channels1, channels2, chosen, learning_rate, optimizer, run_bu
         lab.interactive() and not run_button.value,
         mo.md(
             "Press **Run under the chosen backends**: one Keras process per backend, "
-            "each importing its backend first (about 10-30 s on two CPU cores)."
+            "each importing its backend first (most of the wait; longer on a busy machine)."
         ),
     )
     spec = models.CNNSpec(channels1.value, channels2.value)

@@ -101,7 +101,7 @@ def _(batch, epochs, examples, hidden, learning_rate, optimizer, seed):
 def _(request, run_button):
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.md("Press **Train both ways** (about 5-10 s)."),
+        mo.md("Press **Train both ways**."),
     )
     with tempfile.TemporaryDirectory(prefix="keras_custom_loop_") as _tmp:
         try:

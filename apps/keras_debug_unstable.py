@@ -104,7 +104,7 @@ def _(chosen, controls, run_button):
         lab.interactive() and not run_button.value,
         mo.md(
             "Press **Run under the chosen backends**: one Keras process per backend, "
-            "each importing its backend first (about 10-30 s on two CPU cores)."
+            "each importing its backend first (most of the wait; longer on a busy machine)."
         ),
     )
     settings = {k: c.value for k, c in controls.items()}

@@ -110,7 +110,7 @@ def _(batch, bias_key, hidden, kernel_key, mesh, seed):
 def _(request, run_button):
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.md("Press **Run the Keras jax subprocess** (about 5-10 s)."),
+        mo.md("Press **Run the Keras jax subprocess**."),
     )
     with tempfile.TemporaryDirectory(prefix="keras_distribution_") as _tmp:
         try:

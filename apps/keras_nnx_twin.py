@@ -124,7 +124,7 @@ def _(backends, mistake):
 def _(batch, chosen, control, mistake, run_button, seed):
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.md("Press **Run the Keras twin** (about 10-20 s: each subprocess imports its backend)."),
+        mo.md("Press **Run the Keras twin** (each subprocess imports its backend first)."),
     )
     with tempfile.TemporaryDirectory(prefix="keras_nnx_twin_") as _tmp:
         try:

@@ -100,7 +100,7 @@ def _(loaders, saved_by):
 def _(batch, chosen, run_button, saved_by, seed):
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.md("Press **Save and load** (about 10-20 s: each subprocess imports its backend)."),
+        mo.md("Press **Save and load** (each subprocess imports its backend first)."),
     )
     with tempfile.TemporaryDirectory(prefix="keras_saving_") as _tmp:
         try:

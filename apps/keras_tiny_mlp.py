@@ -92,7 +92,7 @@ def _(activation, chosen, depth, hidden, learning_rate, noise, points, run_butto
         lab.interactive() and not run_button.value,
         mo.md(
             "Press **Run under the chosen backends**: one Keras process per backend, "
-            "each importing its backend first (about 10-30 s on two CPU cores)."
+            "each importing its backend first (most of the wait; longer on a busy machine)."
         ),
     )
     spec = models.MLPSpec(hidden=hidden.value, depth=depth.value, activation=activation.value)

@@ -90,9 +90,8 @@ def _(backends, jit_compile):
     if _problem is None and jit_compile.value == "on" and "torch" in chosen:
         _problem = (
             "jit_compile on under torch means torch.compile, which this app does not run: "
-            "its first step compiled for 32 s on this 2-core CPU (then 2.5 ms per step, eager "
-            "6 ms), far beyond the app's few-seconds budget; choose auto or off, or leave "
-            "torch out"
+            "it builds the first step with a C++ compiler, which on a CPU takes far longer than "
+            "the app's few-seconds budget; choose auto or off, or leave torch out"
         )
     lab.guard(_problem, headline="This combination is not run here.")
     return (chosen,)
@@ -115,7 +114,7 @@ def _(
         lab.interactive() and not run_button.value,
         mo.md(
             "Press **Run under the chosen backends**: one Keras process per backend, "
-            "each importing its backend first (about 10-30 s on two CPU cores)."
+            "each importing its backend first (most of the wait; longer on a busy machine)."
         ),
     )
     spec = models.MLPSpec(hidden=hidden.value, depth=2, activation="relu")

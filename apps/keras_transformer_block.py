@@ -88,7 +88,7 @@ def _(batch, chosen, learning_rate, optimizer, run_button, seed, spec, steps):
         lab.interactive() and not run_button.value,
         mo.md(
             "Press **Run under the chosen backends**: one Keras process per backend, "
-            "each importing its backend first (about 10-30 s on two CPU cores)."
+            "each importing its backend first (most of the wait; longer on a busy machine)."
         ),
     )
     _data = models.make_data(spec, seed.value, steps.value, batch.value)

@@ -73,7 +73,7 @@ def _(hidden, runs, seed, steps):
     run_dir = tempfile.TemporaryDirectory(prefix="mlflow_tracking-")
     store_dir = pathlib.Path(run_dir.name)
     with mo.status.spinner(
-        title="Opening the MLflow store (the first time on a machine builds its schema: ~10 s)..."
+        title="Opening the MLflow store (the first time on a machine builds its schema: a while)..."
     ):
         tracker = tracking.Tracker(store_dir)
     revision = tracking.git_revision(curriculum.REPO_ROOT)

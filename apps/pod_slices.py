@@ -136,7 +136,7 @@ def _(batch, devices_per_process, processes, run_button, steps):
     lab.guard(_problem, headline="Can't shard this way.")
     mo.stop(
         lab.interactive() and not run_button.value,
-        mo.md("*Press **Run the rehearsal** (about 10-20 s).*"),
+        mo.md("*Press **Run the rehearsal**.*"),
     )
     _args = ["--steps", str(steps.value), "--batch", str(batch.value)]
     try:

@@ -298,11 +298,12 @@ def _():
        zeroed by the kernel on first touch, then unmapped, *every step*. The faults land inside
        whichever op first writes the memory, so they inflate every op's time in the trace.
     2. **The two signals that did point at it.** Minor page faults and system CPU per step,
-       from `resource.getrusage` around each blocked step (`allocator.page_faults()`): on the
-       course's 2-core EPYC about 10^5 faults and 0.3-0.4 s of system time per JAX step, about
-       0 for torch's; and
+       from `resource.getrusage` around each blocked step (`allocator.page_faults()`): for the
+       JAX step a fault for every page of its temporaries and a large share of the step in
+       system time, next to none for torch's; and
        `jit(step).lower(...).compile().memory_analysis().temp_size_in_bytes`, the size of what
-       is churned (~712 MiB for the capstone's default step): faults x 4 KiB pages ~ temp bytes.
+       is churned (hundreds of MiB for the capstone's default step): faults x 4 KiB pages ~
+       temp bytes. The demo below measures both on this machine.
     3. **The fix.** Three glibc malloc tunables keep freed memory in the heap
        (`core/perf/allocator.py`): `{allocator.TUNABLES.replace(":", " ")}`: one arena shared
        by all threads, never `mmap` a block, never give the heap's top back to the kernel.

@@ -213,7 +213,7 @@ def _(
     train_button,
     train_rows,
 ):
-    _press = "Press **Train** to train (about 10 s at the default 30 steps on a 2-core CPU)."
+    _press = "Press **Train** to train (it compiles the step first; more steps take longer)."
     mo.stop(lab.interactive() and not train_button.value, mo.callout(mo.md(_press), kind="info"))
     model = transformer.TinyLM(model_config, jax.random.key(seed.value))
     optimizer = transformer.make_optimizer(

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     run_time = 2 if quick else args.run_time_s
     users_levels = [4, 16] if quick else [1, 2, 4, 8, 16, 32, 64]
     settings = [(1, 0.0), (16, 2.0), (64, 5.0)]
-    load_time = 3 if quick else 40  # 32 users x 40 s: well over 10,000 requests here
+    load_time = 3 if quick else 40  # 32 users x 40 s; the record counts the requests served
 
     faults_before = allocator.page_faults()
     trained = export.train(seed=0, steps=60 if quick else 300)

@@ -52,7 +52,7 @@ from interop import torch_flax, twins
 BACKENDS: tuple[str, ...] = ("jax", "torch", "tensorflow")
 WEIGHTS_SCHEMA_VERSION = 1
 JOBS_SCHEMA_VERSION = 1
-# A worker imports its backend (TensorFlow alone takes ~5-10 s on a loaded machine), builds
+# A worker imports its backend (TensorFlow alone takes seconds, more on a loaded machine), builds
 # the model and runs a few small batches: far below this; a hung child is killed here.
 WORKER_TIMEOUT_S = 300.0
 _ROOT = pathlib.Path(__file__).resolve().parents[1]

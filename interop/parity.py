@@ -60,8 +60,9 @@ DTYPES: dict[str, str] = {f: ("int8" if f == "tflite_int8" else "float32") for f
 # A pair with int8 is judged on max |a - b| over the float output's range (max - min): an int8
 # tensor's error is a fraction of its calibrated range, not of each value, and the logits'
 # int8 steps (1/256 of that range) add up through the layers. The bound is interop/tflite.py's
-# (seen 0.6-0.7% on the digits CNN calibrated on the training split; 3% leaves room for other
-# seeds); numerics.tolerance("int8") is 0 (exact integer work), which does not apply here.
+# (the digits CNN calibrated on the training split: "LiteRT int8: error_over_range" in
+# benchmarks/records/edge_deploy/; 3% leaves room for other seeds); numerics.tolerance("int8")
+# is 0 (exact integer work), which does not apply here.
 INT8_BOUND: float = tflite.INT8_OUTPUT_BOUND
 MISTAKES = torch_flax.MISTAKES
 _ROOT = pathlib.Path(__file__).resolve().parents[1]

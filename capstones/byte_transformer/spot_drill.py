@@ -63,11 +63,11 @@ MODEL = (
 )
 TINY = (*MODEL, "eval_every=1000", "log_every=1000")  # eval only at the last step
 NO_INTERVAL_SAVE = "ckpt_every=100000"  # the victim saves only at a notice or the last step
-START_TIMEOUT_S = 120.0  # the first step of a process imports JAX and compiles (~9 s CPU here)
+START_TIMEOUT_S = 120.0  # the first step of a process imports JAX and compiles the step
 SHUTDOWN_TIMEOUT_S = 60.0  # from SIGTERM to exit: one step plus one tiny save
 RUN_TIMEOUT_S = 300.0  # a whole process at the tiny config, on a loaded 2-core machine
-# steps a notice may land after the one asked for: the trainer outruns the parent's poll
-# (measured 0-2 steps on the loaded 2-core machine); only used to refuse too short a run
+# steps a notice may land after the one asked for: the trainer can outrun the parent's poll
+# by a step or more on a loaded machine; only used to refuse too short a run
 OVERSHOOT = 4
 POLL_S = 0.002  # the trainer finishes a step every few ms: read its events often
 RESULT_FILE = "spot_drill.json"
@@ -124,8 +124,8 @@ def command(run_dir: str | os.PathLike, steps: int, *extra: str) -> list[str]:
 def _env(cache_dir: str | os.PathLike | None) -> dict[str, str]:
     """The child's environment (the phase's job's: core.workload.recovery), pinned to the CPU
     unless JAX_PLATFORMS says otherwise; with ``cache_dir`` JAX's persistent compilation cache
-    there: a later process loads the train step instead of compiling it (9.2 -> 3.3 s of CPU
-    per trainer process measured here), the same compiled program, so the same bits."""
+    there: a later process loads the train step instead of compiling it (less CPU per trainer
+    process), the same compiled program, so the same bits."""
     return {"JAX_PLATFORMS": "cpu"} | workload_recovery.job_env(cache_dir)
 
 

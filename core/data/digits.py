@@ -49,7 +49,7 @@ class Split:
 
 
 def data_file() -> pathlib.Path:
-    """Where scikit-learn keeps the digits (found without importing sklearn: ~1 s saved)."""
+    """Where scikit-learn keeps the digits (found without importing sklearn: slow to import)."""
     spec = importlib.util.find_spec("sklearn")
     if spec is None or spec.origin is None:
         raise ValueError(

@@ -330,7 +330,7 @@ def flash_attention(
 
 
 # Interpret mode measures semantics, not speed: XLA:CPU compiling the interpreter's loop at its
-# default optimization level takes ~3x longer (3.6 s vs 1.3 s for one forward) and buys nothing
+# default optimization level takes several times longer for one forward and buys nothing
 # here. Compiled Mosaic kernels on a TPU keep the default.
 COMPILER_OPTIONS = {} if jax.default_backend() == "tpu" else {"xla_backend_optimization_level": 0}
 _STATIC = ("causal", "block_q", "block_k", "backward", "interpret")

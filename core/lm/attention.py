@@ -170,7 +170,7 @@ def normal_draws(key: jax.Array, count: int, start: int = 0) -> np.ndarray:
     drawn in fixed chunks of NORMAL_CHUNK (chunk i from ``fold_in(key, i)``).
 
     A ``jax.random.normal`` per shape would compile the random-number program once per shape
-    (~0.3 s each on a CPU); fixed-size chunks compile it once per process, so changing a
+    (a noticeable pause each on a CPU); fixed-size chunks compile it once per process, so changing a
     shape control stays instant. Same key, same numbers, on every run and device.
     """
     if count < 0 or start < 0:

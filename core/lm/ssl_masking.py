@@ -20,7 +20,7 @@ its own position exactly at the KEPT positions.
 Random numbers: every uniform comes from ``core.lm.attention.normal_draws`` (fixed-size chunks
 of ``jax.random.normal``) through the normal CDF, so the whole lesson compiles one
 random-number program per process; a ``jax.random.uniform`` per shape would compile its
-own (~1-2 s on a CPU).
+own (a pause at every shape change on a CPU).
 
 The encoder is one bidirectional Transformer block written as a dict of arrays (attention
 as in core.lm.attention) over a vocabulary of 257 (the 256 bytes + MASK_ID): each position

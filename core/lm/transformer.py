@@ -129,8 +129,8 @@ def dropout(x, rate: float, key):
     1 / keep probability (so the expected value is exactly unchanged). ``key`` None or rate
     0: identity.
 
-    Why 16-bit decisions: the random bits are the cost (threefry makes 32 bits per word;
-    measured ~30 ms of a 1.3 s capstone step on XLA:CPU), so each 32-bit word gives two keep
+    Why 16-bit decisions: the random bits are the cost (threefry makes 32 bits per word, a
+    visible share of the capstone's step in a CPU profile), so each 32-bit word gives two keep
     decisions, its low and high halves compared with a 16-bit threshold. The keep
     probability is rounded to a multiple of 2^-16 (``dropout_keep_probability``) and the
     masks differ from ``jax.random.bernoulli``'s: runs stay deterministic for a key."""

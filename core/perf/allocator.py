@@ -1,10 +1,11 @@
 """glibc malloc settings for JAX on CPU, and the page faults they remove.
 
-Why: XLA:CPU allocates each train step's temporary buffers (712 MiB for the byte
-Transformer capstone's default step, ``compiled.memory_analysis()``) and frees them at the
-end of the step. With glibc's defaults every block over the mmap threshold is mmapped,
-page-faulted and zeroed on first touch, then unmapped again: ~200,000 minor page faults and
-~0.4 s of system CPU per step, landing inside the ops, so every op in a profile looks slow.
+Why: XLA:CPU allocates each train step's temporary buffers (hundreds of MiB for the byte
+Transformer capstone's default step: ``compiled.memory_analysis()`` gives the figure) and
+frees them at the end of the step. With glibc's defaults every block over the mmap threshold
+is mmapped, page-faulted and zeroed on first touch, then unmapped again: a minor page fault
+per page and the system CPU to match, every step, landing inside the ops, so every op in a
+profile looks slow.
 Three documented malloc tunables (mallopt(3), tunables(7)) keep freed memory in the heap:
 
     glibc.malloc.arena_max=1          one arena: JAX's and torch's threads share the reused
@@ -15,8 +16,8 @@ Three documented malloc tunables (mallopt(3), tunables(7)) keep freed memory in 
 The cost: a process keeps its peak heap until it exits (RSS does not shrink after a large
 step), and with one arena and no mmap the heap can grow to several times one step's
 temporaries before it settles (threads take turns allocating and small blocks split the freed
-large ones: measured 1.5 GiB peak RSS against 0.5 GiB with the defaults for a 256 MiB temp,
-the read_xprof_trace lesson's demo). Budget memory for that. Two ways to apply the same settings:
+large ones: the read_xprof_trace lesson's demo reports both settings' peak RSS for one temp
+buffer). Budget memory for that. Two ways to apply the same settings:
 
 - ``GLIBC_TUNABLES`` (``TUNABLES``) in the environment of a new process: read by the dynamic
   loader at start-up; the Makefile exports it for ``make lab``, ``make capstone`` and the tests.

@@ -9,10 +9,11 @@ is off by ~20 (``MISCOMPILED_EXAMPLE``). The same pattern appears in ``jit(jax.j
 of small attention-like functions (a vmapped backward pass), which is why
 core.lm.attention.jacobian maps one VJP per row instead of calling jacrev.
 
-The guards, widest to narrowest, measured on the capstone's train step (2-core EPYC):
+The guards, widest to narrowest, as they play out on the capstone's train step:
 
 - ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`` (no YNN fusion anywhere): correct,
-  but the train step runs ~40-60% slower, because the matmuls lose their YNN kernels.
+  but the train step runs much slower, because the matmuls lose their YNN kernels (the
+  capstone's ``bench`` times it).
 - ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce`` (drop only the reduce type):
   also fixes the example, and is just as slow on the train step.
 - ``jax.jit(f, compiler_options=WITHOUT_YNN_FUSION)`` (``jit_without_ynn_fusion``): no YNN

@@ -21,9 +21,8 @@ from core.perf import timing
 from core.rl import cartpole
 
 # Compiler options for a short run or a correctness check: XLA:CPU's backend optimization
-# level 0 compiles ~2x faster (PPO's train program ~9 s instead of ~22 s under load) and runs
-# ~1.5x slower (measured on the course's 2-core CPU): the right trade when compile time is
-# most of the time. Never for timing measurements.
+# level 0 compiles PPO's train program markedly faster and runs it somewhat slower: the right
+# trade when compile time is most of the time. Never for timing measurements.
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 

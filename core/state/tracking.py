@@ -9,7 +9,7 @@ The store is a SQLite database inside the run directory (``sqlite:///DIR/mlflow.
 MLflow's file store is in maintenance mode), artifacts go to ``DIR/artifacts``: nothing
 reaches the network (telemetry is switched off before mlflow is imported) and nothing is
 written outside DIR, except one cached empty database in the system temp dir: a fresh
-SQLite store runs ~80 schema migrations (5-10 s on a small CPU), so a migrated empty
+SQLite store runs ~80 schema migrations (seconds on a small CPU), so a migrated empty
 store is made once per MLflow version and copied into each new run directory.
 
 Open the same store in the MLflow UI: ``ui_command(run_dir)``.

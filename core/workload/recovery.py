@@ -41,10 +41,10 @@ CHECKPOINTS = "checkpoints"  # core.workload.job.CHECKPOINTS_DIR
 EXIT_NONFINITE_LOSS = 3  # core.workload.job's exit codes (recovery_test checks they agree)
 EXIT_SAVE_FAILED = 4
 EXIT_PREEMPTED = 143
-DEFAULT_STALL_S = 2.0  # no step for this long while running = a stall (steps take < 0.1 s)
+DEFAULT_STALL_S = 2.0  # no step for this long while running = a stall (steps are far shorter)
 FIRST_STEP_S = 30.0  # the first step of a process also compiles (or loads) the train step
 HEARTBEAT_S = 0.25  # the job's heartbeat period: several heartbeats inside one stall window
-ATTEMPT_TIMEOUT_S = 120.0  # one job process, a loaded 2-core machine: ~4 s of CPU each
+ATTEMPT_TIMEOUT_S = 120.0  # one job process: seconds of CPU, far more wall on a loaded machine
 MAX_RESTARTS = 3
 POLL_S = 0.02
 
@@ -120,7 +120,7 @@ def _job_argv(attempt_dir: pathlib.Path, job_id: str, steps: int, options: Seque
 def job_env(cache_dir: str | os.PathLike | None) -> dict[str, str]:
     """The job's environment; with ``cache_dir``, JAX's persistent compilation cache there
     (every entry kept): a restarted job loads its train step instead of compiling it again,
-    ~3.7 -> ~2.1 s of CPU per job process here, the same compiled program, so the same bits.
+    less CPU per job process, the same compiled program, so the same bits.
     A cache this process was already given (JAX_COMPILATION_CACHE_DIR: a test session's, which
     it probed on this CPU, or the user's) is kept: every job of the session shares it."""
     from core import runtime

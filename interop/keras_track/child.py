@@ -31,7 +31,7 @@ from core import runtime
 from interop import keras_bridge
 
 BACKENDS = keras_bridge.BACKENDS
-# A child imports its backend (TensorFlow alone takes ~5-10 s on a loaded machine) and runs a
+# A child imports its backend (TensorFlow alone takes seconds, more on a loaded machine) and runs a
 # few small batches: far below this; a hung child is killed here.
 TIMEOUT_S = keras_bridge.WORKER_TIMEOUT_S
 STDERR_LINES = 6  # the end of a failed child's stderr shown in its WorkerError
@@ -39,8 +39,8 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 WorkerError = keras_bridge.WorkerError
 # Opt-in for a jax child that runs a small model once (``fast_compile=True``): Keras on jax
 # compiles every eager op and every initializer (one threefry program per weight shape), and
-# XLA's CPU optimizer dominates that: DigitsNet's build fell from ~4.3 s to ~0.8 s CPU with
-# these flags (2026-12-03, jax 0.10.2), its outputs still within float32 tolerance of NNX.
+# XLA's CPU optimizer dominates that: these flags cut DigitsNet's build to a fraction of its
+# CPU time (jax 0.10.2), its outputs still within float32 tolerance of NNX.
 FAST_COMPILE_XLA_FLAGS = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 )

@@ -26,7 +26,7 @@ from interop import weights_file
 from interop.keras_track import models, worker
 
 BACKENDS = worker.BACKENDS
-# A worker imports its backend (TensorFlow alone takes 5-10 s on a loaded 2-core machine),
+# A worker imports its backend (TensorFlow alone takes seconds, more on a loaded machine),
 # builds a small model and runs tens of small steps: far below this; a hung child is killed.
 WORKER_TIMEOUT_S = 240.0
 STDERR_TAIL_LINES = 8

@@ -10,7 +10,7 @@ Every run's activations are compared here with the NNX twin's (JAX, an implement
 shares no code with Keras), layer by layer.
 
 The default saver is TensorFlow: Keras's serializer asks ``tf.available`` for every object it
-writes (keras/src/saving/serialization_lib.py), which imports TensorFlow (~2-3 s CPU) in
+writes (keras/src/saving/serialization_lib.py), which imports TensorFlow (seconds of CPU) in
 whichever backend saves; a TensorFlow child has paid that import already.
 
 ``archive`` lists what a ``.keras`` file holds (it is a zip: ``metadata.json``,

@@ -237,10 +237,10 @@ def run(backend: str, job: Job, weights: dict, data: dict) -> dict:
     }
 
 
-# Keras imports its scikit-learn wrappers (sklearn, pandas: ~1-2 s of CPU on these machines)
-# and, under torch and tensorflow, jax at its first import; the worker uses none of them.
+# Keras imports its scikit-learn wrappers (sklearn, pandas: seconds of CPU) and, under torch
+# and tensorflow, jax at its first import; the worker uses none of them.
 # ``sys.modules[name] = None`` makes ``import name`` raise ImportError, which Keras's optional
-# imports handle: measured 2.0 s (torch), 1.0 s (tensorflow), 0.4 s (jax) less CPU per worker.
+# imports handle: every worker starts on less CPU, the torch one most.
 UNUSED_BY_BACKEND = {
     "jax": ("sklearn", "pandas"),
     "torch": ("sklearn", "pandas", "jax"),

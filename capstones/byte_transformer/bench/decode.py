@@ -197,7 +197,7 @@ def time_cached_loop(decoders: Decoders, precisions, repeats: int, progress) -> 
 
 def time_recompute(decoders: Decoders, repeats: int, progress) -> dict:
     decoders.recompute()  # compile
-    runs = [decoders.recompute() for _ in range(max(1, min(repeats, 2)))]  # ~1 s each
+    runs = [decoders.recompute() for _ in range(max(1, min(repeats, 2)))]  # the slow side
     seconds = statistics.median(r[1] for r in runs)
     progress(f"  recompute: {decoders.new_tokens / seconds:,.1f} tokens/s")
     return {

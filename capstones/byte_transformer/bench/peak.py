@@ -1,8 +1,8 @@
 """An honest float32 peak for MFU: the machine's best measured GEMM, XLA's and torch's.
 
 MFU divides achieved model FLOP/s by a peak. A peak measured with one framework's matmul
-only flatters whichever framework is slower at GEMM (on a 2-core EPYC torch's kernels reach
-57-77% of XLA's n x n "peak" in a step where XLA reaches 45-65%). So the peak here is the
+only flatters whichever framework is slower at GEMM (each framework reaches a different share
+of its own square-GEMM rate inside the step). So the peak here is the
 fastest of jit(jnp.matmul) and torch.mm over the shapes the train step really multiplies
 (forward and both backward products of every weight matmul) plus one large square, each the
 fastest of ``repeats`` calls after a warm-up; both frameworks' best figures are kept.

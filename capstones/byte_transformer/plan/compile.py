@@ -144,7 +144,7 @@ def compiler_section(
         return compiler
     compiler["available"] = True
     for index, topology in enumerate(topologies):
-        progress(f"compiling the train step for {topology} (libtpu, ~1 min)")
+        progress(f"compiling the train step for {topology} (libtpu: a while)")
         compiler["topologies"][topology] = compile_for_topology(config, topology)
         if index == 0:
             progress(f"compiling the remat ({policy}) train step for {topology}")

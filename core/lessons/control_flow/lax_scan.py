@@ -169,8 +169,8 @@ def scan_vs_unrolled_compile(lengths: Sequence[int], hidden: int = 8, seed: int 
     unrolled Python loop: [{"length", "scan_compile_s", "unrolled_compile_s",
     "scan_equations", "unrolled_equations"}, ...].
 
-    The unrolled compile grows faster than linearly with length on XLA:CPU (about 1 s at
-    T=32, 10 s at T=128 on two cores); keep lengths modest.
+    The unrolled compile grows faster than linearly with length on XLA:CPU (this sweep
+    measures by how much on the machine it runs on); keep lengths modest.
     """
     rows = []
     for length, (w_HH, h0_H, xs_TH) in zip(

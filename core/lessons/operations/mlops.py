@@ -34,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 KFP_PYTHON = ROOT / ".venv-kfp" / "bin" / "python"
 PIPELINE_SCRIPT = pathlib.Path(__file__).with_name("mlops_pipeline.py")
 KFP_COMMAND = "make kfp-env"
-PIPELINE_TIMEOUT_S = 300  # a bound on a hung pipeline run (it takes ~3 s here)
+PIPELINE_TIMEOUT_S = 300  # a bound on a hung pipeline run (a real run takes seconds)
 
 
 # --- the data contract -------------------------------------------------------------------

@@ -31,8 +31,8 @@ from core.workload import events, health, job, runner
 JOB_ID = "observed"
 POLL_S = 0.05  # the watcher's loop period: an alert comes at most this late past the threshold
 SCRAPE_EVERY_S = 0.25  # Prometheus scrapes every 15-60 s; a tiny job needs a finer look
-# From "running" to the first step the job compiles its step (1.8 s measured on the loaded
-# 2-core CI box; minutes for a large model on a slice): held to this limit, not the threshold.
+# From "running" to the first step the job compiles its step (seconds for this tiny job on a
+# CPU, minutes for a large model on a slice): held to this limit, not the threshold.
 STARTUP_S = 20.0
 MIN_HANG_AT = 3  # steps 1 (compiles) and 2 (the first steady one) must finish before a hang
 JOB_TIMEOUT_S = 120.0  # the runner kills the job past this whatever happens (bounded lifetime)

@@ -19,8 +19,8 @@ from core.lab import charts
 
 KERNELS = ("add", "matmul")
 DTYPES = ("float32", "bfloat16")
-# Interpret mode runs each program instance as its own step on the CPU (~10-50 ms each here):
-# more than this many stays out of the headless budget.
+# Interpret mode runs each program instance as its own step on the CPU (tens of milliseconds
+# each): more than this many stays out of the headless budget.
 MAX_PROGRAMS = 64
 
 

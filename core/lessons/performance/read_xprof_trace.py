@@ -43,11 +43,11 @@ MODES = ("glibc defaults", "tuned")
 # Untimed warm-up steps first: the compile, the first touch, and the tuned heap's growth to
 # its working size. XLA's threads allocate the step's buffer in turn and small allocations
 # split freed blocks, so for a while a step's buffer finds no free block big enough and the
-# heap grows once more (measured at 32 MiB, strace: 8 growths of 32 MiB, the last one 12
-# steps in, quiet steps between them, then none for 20 steps). So each child warms up until
+# heap grows once more (strace shows several growths, quiet steps between them, then none).
+# So each child warms up until
 # SETTLE_STEPS steps in a row fault less than STORM_FAULTS_PER_STEP times (at least
 # WARMUP_MIN steps, at most WARMUP_MAX: glibc's defaults never settle), and reports them.
-WARMUP_MIN, WARMUP_MAX, SETTLE_STEPS = 8, 24, 6  # steps take ~30-70 ms: warming is cheap
+WARMUP_MIN, WARMUP_MAX, SETTLE_STEPS = 8, 24, 6  # the steps are short: warming is cheap
 CHILD_TIMEOUT_S = 120
 # A page-fault storm: glibc's defaults fault at least this often per step before it counts
 # as one. Below it (transparent huge pages, a non-glibc C library) there is nothing to remove.
@@ -57,15 +57,16 @@ NO_STORM_REASONS = (
     "the threshold rises to its size, up to 32 MiB on 64-bit, and later blocks come from the "
     "heap), transparent huge pages, or another C library"
 )
-# The tuned child must fault less than this fraction of the defaults' (measured: 0 vs ~16,000
-# at 64 MiB); the margin leaves room for a few faults of Python's own allocations.
+# The tuned child must fault less than this fraction of the defaults' (a settled tuned heap
+# faults next to never, the defaults every page of the buffer); the margin leaves room for a
+# few faults of Python's own allocations.
 TUNED_FAULT_FRACTION = 0.1
 # XLA's temp buffer vs the closed-form (M, N) float32 intermediate: measured equal (one buffer,
 # sin in place). 0.5 leaves room for small scratch buffers; a second full-size copy (+100%)
 # or a fused-away intermediate (-100%) fails.
 TEMP_TOLERANCE = 0.5
-# Defaults' faults per step vs the intermediate's pages: each page faulted once per step
-# (measured 1.00-1.03x). The bounds allow other allocations and partial huge-page backing.
+# Defaults' faults per step vs the intermediate's pages: each page faulted once per step (the
+# demo prints the ratio). The bounds allow other allocations and partial huge-page backing.
 FAULTS_PER_PAGE_RANGE = (0.5, 2.0)
 BENCH_PATHS = ("runs/capstone/bench.json", "bench/bench.json")
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -202,7 +203,7 @@ def refaults(faults: list[int], growth_pages: list[int]) -> list[int]:
     A storm faults the same pages every step and leaves nothing behind (glibc unmaps the
     buffer at its free); a heap that grows faults new pages once and keeps them. On a loaded
     machine XLA's threads allocate in a different order and the tuned heap can still grow in
-    the timed steps (seen: 8,192 faults a step, all of them growth): those faults are not a
+    the timed steps (seen: thousands of faults a step, all of them growth): those faults are not a
     storm, and the comparison of storms counts refaults only."""
     return [max(0, f - g) for f, g in zip(faults, growth_pages, strict=True)]
 
