@@ -1,9 +1,8 @@
 """The two synthesis assessments: which items each learning path asks, and grading a sheet.
 
 Each path of core.curriculum.LEARNING_PATHS has one paper: at least one item per phase of the
-path, in path order. The items live in core/assessment/bank/ (one module per group of
-phases); a paper is a list of item ids, and ``grade`` grades a learner's answers at their
-seed.
+path, in path order. The items live in core/assessment/bank/ (one module per phase); a paper
+is a list of item ids, and ``grade`` grades a learner's answers at their seed.
 
     report = paper.grade("learn-tpus", seed=7, answers={"setup.shard_shape": [2, 64]})
     report.score, [r.summary for r in report.results]
@@ -15,15 +14,14 @@ import dataclasses
 from typing import Any
 
 from core import curriculum
-from core.assessment.bank import foundations, models, scale, tpu
+from core.assessment import bank
 from core.assessment.items import Answer, Feedback, Item
 
 ITEMS: dict[str, Item] = {}
-for _module in (foundations, tpu, models, scale):
-    for _item in _module.ITEMS:
-        if _item.id in ITEMS:
-            raise ValueError(f"two assessment items share the id {_item.id!r}")
-        ITEMS[_item.id] = _item
+for _item in bank.ITEMS:
+    if _item.id in ITEMS:
+        raise ValueError(f"two assessment items share the id {_item.id!r}")
+    ITEMS[_item.id] = _item
 
 
 @dataclasses.dataclass(frozen=True)
