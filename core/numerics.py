@@ -13,6 +13,14 @@ reference does not have at that place: a non-finite result never passes a check.
 
 ``TOLERANCE`` is the table by dtype for a float computation compared with a float64 reference
 (``tolerance(dtype)`` reads it); a check that needs another bound states it with its reason.
+
+Float32 on a TPU: a float32 matmul runs on the MXU in bfloat16 passes, as many as the matmul
+precision asks (``lax.Precision``: DEFAULT 1 pass, HIGH 3, HIGHEST 6). ``tolerance("float32")``
+knows the backend the process computed on and the matmul precision in force
+(``jax.default_matmul_precision``), and returns a ``Tolerance``: the bound and the reason for
+it, which a check prints. On a CPU (and with no JAX computation yet) it is the table's float32
+value, unchanged. Float64 has no TPU hardware: a reference is computed in NumPy or on
+``jax.devices("cpu")``, and ``tolerance("float64", backend="tpu")`` refuses.
 """
 
 from __future__ import annotations
@@ -34,12 +42,98 @@ TOLERANCE: dict[str, float] = {
 }
 
 
-def tolerance(dtype: Any) -> float:
-    """The tolerance for results computed in ``dtype`` ("bfloat16", jnp.float32, ...)."""
+# Float32 on a TPU, by matmul precision: (bfloat16 passes per product, tolerance).
+# DEFAULT is one pass: every operand rounded to bfloat16's 8 significant bits, so a float32
+# computation is judged like a bfloat16 one (measured on a v5e: 1e-3 to 2e-2 scaled errors in
+# the lessons' float32 checks at DEFAULT). HIGH (3 passes, ~16 bits) and HIGHEST (6, a float32
+# product) leave the TPU's float32 elementwise functions (exp, tanh, erf: a few ulp to ~1e-5
+# relative) as the larger error, compounded over a layer or a step: 1e-4 covers that and is
+# still 1/200 of DEFAULT's, so a wrong transpose, sign or mask (errors of order 1) fails at all.
+TPU_FLOAT32: dict[str, tuple[int, float]] = {
+    "DEFAULT": (1, TOLERANCE["bfloat16"]),
+    "HIGH": (3, 1e-4),
+    "HIGHEST": (6, 1e-4),
+}
+# jax_default_matmul_precision's accepted values -> lax.Precision's names (None: not set).
+MATMUL_PRECISION_NAMES = {
+    None: "DEFAULT",
+    "default": "DEFAULT",
+    "fastest": "DEFAULT",
+    "bfloat16": "DEFAULT",
+    "high": "HIGH",
+    "bfloat16_3x": "HIGH",
+    "tensorfloat32": "HIGH",
+    "highest": "HIGHEST",
+    "float32": "HIGHEST",
+}
+
+
+class Tolerance(float):
+    """A tolerance (a float) with ``reason``: why it has this value where it is not the
+    dtype table's (empty otherwise). ``lab.Check`` prints the reason in its line."""
+
+    reason: str
+
+    def __new__(cls, value: float, reason: str = ""):
+        bound = super().__new__(cls, value)
+        bound.reason = reason
+        return bound
+
+
+def computed_backend() -> str | None:
+    """The JAX backend this process computed on ("cpu", "tpu", "gpu"), or None when no JAX
+    backend has started yet (asking would start one, before a lesson sets its device count)."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return None
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        return None
+    import jax
+
+    return jax.default_backend()
+
+
+def matmul_precision(precision=None) -> str:
+    """lax.Precision's name ("DEFAULT", "HIGH", "HIGHEST") for ``precision`` (a
+    ``lax.Precision`` or a value ``jax.default_matmul_precision`` accepts), or for the one in
+    force when None."""
+    if precision is None:
+        import jax
+
+        precision = jax.config.jax_default_matmul_precision
+    precision = getattr(precision, "name", precision)  # a lax.Precision member
+    if isinstance(precision, str) and precision.upper() in TPU_FLOAT32:
+        return precision.upper()
+    if precision not in MATMUL_PRECISION_NAMES:
+        known = ", ".join(str(k) for k in MATMUL_PRECISION_NAMES if k)
+        raise ValueError(f"unknown matmul precision {precision!r}; known: {known}")
+    return MATMUL_PRECISION_NAMES[precision]
+
+
+def tolerance(dtype: Any, *, backend: str | None = None, precision=None) -> Tolerance:
+    """The tolerance for results computed in ``dtype`` ("bfloat16", jnp.float32, ...) against
+    a float64 reference, on ``backend`` (default: the one this process computed on) at matmul
+    ``precision`` (default: the one in force). Float32 on a TPU follows TPU_FLOAT32, with the
+    reason; everything else is the TOLERANCE table."""
     name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
     if name not in TOLERANCE:
         raise ValueError(f"no tolerance for dtype {name!r}; known: {', '.join(TOLERANCE)}")
-    return TOLERANCE[name]
+    backend = computed_backend() if backend is None else backend
+    if backend == "tpu" and name == "float64":
+        raise ValueError(
+            "a TPU has no float64: compute the float64 reference in NumPy or on "
+            'jax.devices("cpu"), and judge the TPU result at its own dtype'
+        )
+    if backend == "tpu" and name == "float32":
+        level = matmul_precision(precision)
+        passes, value = TPU_FLOAT32[level]
+        reason = f"float32 on a TPU at {level} matmul precision ({passes} bfloat16 pass"
+        reason += "es)" if passes > 1 else ": 8-bit operands, the bfloat16 tolerance)"
+        return Tolerance(value, reason)
+    return Tolerance(TOLERANCE[name])
 
 
 def as_float64(x) -> np.ndarray:

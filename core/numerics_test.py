@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -70,3 +71,117 @@ def test_the_normwise_tree_error_has_one_scale_and_no_floor():
     assert numerics.tree_normwise_max_error(nan, reference) == float("inf")
     with pytest.raises(ValueError, match="structures differ"):
         numerics.tree_normwise_max_error({"w": np.ones(2)}, reference)
+
+
+# --- float32 on a TPU (issue 37): the tolerance follows the backend and the matmul precision ---
+
+
+def test_no_cpu_tolerance_got_looser():
+    assert numerics.TOLERANCE == {
+        "float64": 1e-12,
+        "float32": 1e-5,
+        "float16": 3e-3,
+        "bfloat16": 2e-2,
+        "int32": 0.0,
+        "int8": 0.0,
+    }
+    for name, value in numerics.TOLERANCE.items():
+        bound = numerics.tolerance(name, backend="cpu")
+        assert bound == value and bound.reason == ""
+    assert numerics.tolerance("float32", backend="cpu", precision="default") == 1e-5
+
+
+def test_float32_on_a_tpu_follows_the_matmul_precision_and_says_why():
+    default = numerics.tolerance("float32", backend="tpu", precision="default")
+    assert default == numerics.TOLERANCE["bfloat16"]
+    assert "TPU at DEFAULT matmul precision (1 bfloat16 pass" in default.reason
+    for precision in ("highest", "float32", jax.lax.Precision.HIGHEST, "HIGHEST"):
+        bound = numerics.tolerance("float32", backend="tpu", precision=precision)
+        assert bound == 1e-4 and "HIGHEST matmul precision (6 bfloat16 passes)" in bound.reason
+    high = numerics.tolerance("float32", backend="tpu", precision="bfloat16_3x")
+    assert high == 1e-4 and "HIGH matmul" in high.reason
+    with jax.default_matmul_precision("highest"):
+        assert numerics.tolerance("float32", backend="tpu") == 1e-4
+    assert numerics.tolerance("float32", backend="tpu") == default  # DEFAULT again
+    assert numerics.tolerance("bfloat16", backend="tpu") == 2e-2  # other dtypes: the table
+    with pytest.raises(ValueError, match="unknown matmul precision"):
+        numerics.tolerance("float32", backend="tpu", precision="double")
+
+
+def test_a_tpu_is_never_asked_for_float64():
+    with pytest.raises(ValueError, match="a TPU has no float64.*NumPy"):
+        numerics.tolerance("float64", backend="tpu")
+
+
+def test_before_any_jax_computation_the_table_applies(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "from core import numerics; import jax; t = numerics.tolerance('float32'); "
+        "print(numerics.computed_backend(), float(t), repr(t.reason))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split() == ["None", "1e-05", "''"]
+    jnp.ones(1).block_until_ready()  # this process has computed: its backend is known
+    assert numerics.computed_backend() == "cpu"
+
+
+def _mxu_matmul(x, w, passes: int):
+    """A float32 matmul as a TPU's MXU runs it: operands split into bfloat16 terms (hi, lo),
+    products accumulated in float32. 1 pass: hi*hi (DEFAULT); 3 passes: + hi*lo + lo*hi
+    (HIGH). Emulated here on the CPU, so the TPU rule is exercised without a TPU."""
+    x, w = jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)
+    x_hi, w_hi = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    dot = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    out = dot(x_hi, w_hi)
+    if passes >= 3:
+        x_lo = (x - x_hi.astype(jnp.float32)).astype(jnp.bfloat16)
+        w_lo = (w - w_hi.astype(jnp.float32)).astype(jnp.bfloat16)
+        out = out + dot(x_hi, w_lo) + dot(x_lo, w_hi)
+    return out
+
+
+def _attention(q, k, v, matmul, causal=True, flip=1.0):
+    """Causal softmax attention (T, D) with ``matmul`` for both products; ``flip`` and
+    ``causal`` plant a sign bug and a missing mask."""
+    scores = flip * matmul(q, k.T) / np.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[0]
+        scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), scores, -jnp.inf)
+    return matmul(jax.nn.softmax(scores, axis=-1), v)
+
+
+def _attention64(q, k, v):
+    scores = q @ k.T / np.sqrt(q.shape[-1])
+    scores = np.where(np.tril(np.ones(scores.shape, bool)), scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("t, d", [(64, 32), (256, 128)])
+@pytest.mark.parametrize("passes, precision", [(1, "default"), (3, "high")])
+def test_the_tpu_tolerance_passes_the_mxu_and_fails_planted_bugs(seed, t, d, passes, precision):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((t, d)) for _ in range(3))
+    w = rng.standard_normal((d, d)) / np.sqrt(d)  # square: its transpose is a plausible bug
+    bound = numerics.tolerance("float32", backend="tpu", precision=precision)
+    matmul = lambda a, b: _mxu_matmul(a, b, passes)  # noqa: E731
+
+    # a linear layer + tanh, and causal attention: right on the emulated MXU
+    layer = numerics.scaled_max_error(jnp.tanh(matmul(q, w)), np.tanh(q @ w))
+    attention = numerics.scaled_max_error(_attention(q, k, v, matmul), _attention64(q, k, v))
+    assert layer <= bound and attention <= bound, (layer, attention, bound)
+    if passes == 1:  # why the rule exists: one bfloat16 pass fails the CPU's float32 bound
+        assert max(layer, attention) > numerics.tolerance("float32", backend="cpu")
+
+    # planted bugs: a transposed weight, a sign, a missing causal mask
+    transposed = numerics.scaled_max_error(jnp.tanh(matmul(q, w.T)), np.tanh(q @ w))
+    sign = numerics.scaled_max_error(_attention(q, k, v, matmul, flip=-1.0), _attention64(q, k, v))
+    unmasked = numerics.scaled_max_error(
+        _attention(q, k, v, matmul, causal=False), _attention64(q, k, v)
+    )
+    assert min(transposed, sign, unmasked) > 10 * bound, (transposed, sign, unmasked, bound)

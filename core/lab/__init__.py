@@ -241,6 +241,9 @@ class Check:
         if not self.errors:
             raise ValueError("a check needs at least one measured error")
         names = list(self.errors)
+        # A numerics.Tolerance carries why it has its value (float32 on a TPU): said in the line.
+        given = tolerance.values() if isinstance(tolerance, dict) else [tolerance]
+        self.reasons = sorted({getattr(t, "reason", "") for t in given} - {""})
         if isinstance(tolerance, dict):
             if set(tolerance) != set(names):
                 raise ValueError(f"tolerances {sorted(tolerance)} do not match errors {names}")
@@ -262,7 +265,8 @@ class Check:
         """``PASS: what. max error 3.1e-07 (tolerance 1e-05)`` and what failed, if anything."""
         verdict = "PASS" if self.passed else "FAIL"
         text = f"{verdict}: {self.what}. max error {self.error:.3g}"
-        text += f" (tolerance {self.tolerance:.1g})"
+        reasons = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        text += f" (tolerance {self.tolerance:.1g}{reasons})"
         return text + (f"; failed: {', '.join(self.failed)}" if self.failed else "")
 
     def rows(self) -> list[dict]:

@@ -16,6 +16,26 @@ def test_one_error_within_its_tolerance_passes_and_prints_headless(monkeypatch, 
     check.assert_passed()
 
 
+def test_a_tolerance_with_a_reason_says_it_in_the_line():
+    from core import numerics
+
+    tpu = numerics.tolerance("float32", backend="tpu", precision="default")
+    check = lab.Check("MLP vs NumPy float64", 4e-3, tpu)
+    assert check.passed and check.line() == (
+        "PASS: MLP vs NumPy float64. max error 0.004 (tolerance 0.02: float32 on a TPU at "
+        "DEFAULT matmul precision (1 bfloat16 pass: 8-bit operands, the bfloat16 tolerance))"
+    )
+    cpu = numerics.tolerance("float32", backend="cpu")
+    highest = numerics.tolerance("float32", backend="tpu", precision="highest")
+    both = lab.Check("two", {"a": 1e-6, "b": 5e-5}, {"a": cpu, "b": highest})
+    assert both.passed and both.line().endswith("(6 bfloat16 passes))")
+    assert (
+        lab.Check("cpu", 1e-6, numerics.tolerance("float32", backend="cpu"))
+        .line()
+        .endswith("(tolerance 1e-05)")
+    )
+
+
 def test_the_worst_error_relative_to_its_bound_is_reported_and_fails():
     check = lab.Check("two outputs", {"loss": 1e-6, "grad": 3e-2}, {"loss": 1e-5, "grad": 2e-2})
     assert not check.passed and check.failed == ["grad"]
