@@ -48,7 +48,6 @@ with app.setup:
     ARGS = FLAGS.parse()
     MIN_AGREEMENT = 0.97  # the canary gate: labels equal to the champion's on >= 97 % of rows
     MIN_REQUESTS = 10  # a stage judged on fewer requests than this is a failed gate
-    RELAXED_HEADROOM = 3.0  # the replay's budget when no load run met the SLO (see below)
     BATCH_ROWS = 64  # held-out rows sent one by one through the batcher for the check
     IMAGE = "us-docker.pkg.dev/PROJECT/jax-tpu-lab/predict:v1"  # a placeholder registry path
 
@@ -194,33 +193,24 @@ def _(p95_budget_ms, run_button, run_time_s, seed, users, versions, window):
     )
     _problem = None if _clean else "every load run of this window had failed requests"
     lab.guard(_problem, _table, headline="The service failed under load.")
-    try:
-        capacity_rps = capacity.capacity_from_runs(_mine, p95_budget_ms.value)
-        budget_met, _shown = True, _table
-    except ValueError as _exc:
-        # A latency measured on a shared CPU, not a bad control, so the lesson goes on with
-        # the lowest-p95 run's throughput as the capacity and a relaxed budget (said in a
-        # callout above the table, printed headless): RELAXED_HEADROOM x that run's p95, so
-        # that the p95 policy, which scales down only under half its budget, can.
-        capacity_rps = min(_clean, key=lambda r: r.p95_ms).throughput_rps
-        budget_met = False
-        _shown = mo.vstack([
-            mo.callout(mo.md(
-                f"**Over budget on this machine:** {_exc}. The replay below uses the "
-                "lowest-p95 run's throughput as the capacity per replica and "
-                f"{RELAXED_HEADROOM:g}x that run's p95 as its budget: a relaxed SLO, not "
-                "yours. Raise the budget, or try a shorter "
-                "max wait or fewer users."
-            ), kind="warn"),
-            _table,
-        ])  # fmt: skip
-    p95_at_capacity = min(r.p95_ms for r in _clean if r.throughput_rps == capacity_rps)
-    replay_budget_ms = p95_budget_ms.value if budget_met else RELAXED_HEADROOM * p95_at_capacity
-    lab.report("per-replica p95 budget met (CPU, this machine)", budget_met)
+    # A latency measured on a shared CPU, not a bad control: when no run met the budget the
+    # lesson goes on with the lowest-p95 run and a relaxed budget, and says so (a callout, the
+    # SLO table, the check's words): "budget met: no" is a finding, never hidden.
+    sizing = lesson.size_replica(_mine, p95_budget_ms.value)
+    capacity_rps, p95_at_capacity = sizing.capacity_rps, sizing.p95_at_capacity_ms
+    replay_budget_ms = sizing.replay_budget_ms
+    _slo = lab.table(sizing.rows(), "The SLO on this machine: one replica against your budget")
+    _over = mo.callout(mo.md(
+        f"**Budget met: no.** {sizing.why_not}. The replay below uses the lowest-p95 run's "
+        "throughput as the capacity per replica and "
+        f"{lesson.RELAXED_HEADROOM:g}x that run's p95 as its budget: a relaxed SLO, not "
+        "yours. Raise the budget, or try a shorter max wait or fewer users."
+    ), kind="warn")  # fmt: skip
+    lab.report("per-replica p95 budget met (CPU, this machine)", sizing.met)
     lab.report("per-replica capacity (CPU, this machine)", capacity_rps, "requests/s")
     lab.report("replay's p95 budget", replay_budget_ms, "ms")
-    _shown
-    return capacity_rps, load_rows, p95_at_capacity, replay_budget_ms
+    mo.vstack([_slo, _table] if sizing.met else [_over, _slo, _table])
+    return capacity_rps, load_rows, p95_at_capacity, replay_budget_ms, sizing
 
 
 @app.cell
@@ -236,9 +226,15 @@ def _(
         min_replicas=math.ceil(peak_replicas.value) if policy.value == "fixed" else 1,
         startup_steps=startup_steps.value,
     )  # fmt: skip
+    # The p95 policy reacts one replica a step: from one replica it may not reach the
+    # constant part's need within those 3 hours (nor come back down after overshooting, when
+    # the p95 at capacity is over half the budget), so it starts at the fewest that keep up.
     replayed = capacity.replay(
-        trace, scaling, capacity_rps, p95_at_capacity, replay_budget_ms, lesson.STEP_S
-    )
+        trace, scaling, capacity_rps, p95_at_capacity, replay_budget_ms, lesson.STEP_S,
+        initial_replicas=(
+            math.ceil(trace[constant_part.start] / capacity_rps) if policy.value == "p95" else None
+        ),
+    )  # fmt: skip
     lab.report("SLO violations in the replay", replayed.violation_steps, "5-minute steps")
     lab.report("replay cost", replayed.total_cost, "replica-hours")
     lab.table(
@@ -280,8 +276,8 @@ def _(p95_budget_ms, seed, versions):
 
 @app.cell
 def _(
-    batching, capacity_rps, constant_part, load_rows, replayed, scaling, trace, window,
-    x_batch, champion,
+    batching, capacity_rps, constant_part, load_rows, replayed, scaling, sizing, trace,
+    window, x_batch, champion,
 ):  # fmt: skip
     _, _want = export.reference_forward(champion.weights, x_batch)
     _load = trace[constant_part.start]
@@ -297,8 +293,8 @@ def _(
     check = lab.Check(
         f"window {window['max_batch']} rows / {window['max_wait_ms']:g} ms: batched answers "
         "vs each request alone (bitwise, one compiled shape) and a NumPy float64 forward; "
-        f"the {scaling.kind} policy's replicas on the constant part vs its closed form; "
-        "the load run",
+        f"the {scaling.kind} policy's replicas on the constant part vs its closed form "
+        f"{sizing.check_words}; the load run",
         {"batched probabilities vs NumPy float64": numerics.scaled_max_error(
             batching["batched"], _want)},
         numerics.tolerance("float32"),

@@ -170,6 +170,68 @@ def load_runs(artifacts_dir, settings, users_levels, run_time_s: int, seed: int 
     return rows
 
 
+# The replay's budget when no load run met the SLO: the lowest-p95 run's p95 times this, so
+# that the p95 policy (which scales down only under half its budget) can act at all.
+RELAXED_HEADROOM = 3.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """One replica's capacity from the load runs, and the p95 budget the replay judges by.
+
+    ``met``: some run without failures met the learner's budget; then the capacity is the
+    highest throughput among those (capacity.capacity_from_runs) and the replay judges by
+    that budget. Otherwise (a latency measured on a shared CPU, not a bad control) the
+    lowest-p95 run stands in and the replay's budget is RELAXED_HEADROOM x its p95: a
+    finding the learner sees (``rows``), and words the check carries (``check_words``)."""
+
+    budget_ms: float
+    met: bool
+    capacity_rps: float
+    p95_at_capacity_ms: float
+    replay_budget_ms: float
+    why_not: str  # capacity_from_runs's reason when the budget was not met, else ""
+
+    @property
+    def check_words(self) -> str:
+        if self.met:
+            return f"at your p95 budget of {self.budget_ms:g} ms"
+        return (
+            f"at a relaxed p95 budget of {self.replay_budget_ms:.4g} ms "
+            f"({RELAXED_HEADROOM:g}x the best measured p95): your {self.budget_ms:g} ms "
+            "budget was not met on this machine"
+        )
+
+    def rows(self) -> list[dict]:
+        return [
+            {"measured": "your p95 budget", "value": f"{self.budget_ms:g} ms"},
+            {"measured": "p95 at the capacity used", "value": f"{self.p95_at_capacity_ms:.3g} ms"},
+            {"measured": "p95 budget met", "value": "yes" if self.met else "no"},
+            {"measured": "capacity per replica", "value": f"{self.capacity_rps:.4g} requests/s"},
+            {
+                "measured": "the replay's p95 budget",
+                "value": f"{self.replay_budget_ms:.4g} ms"
+                + ("" if self.met else f" (relaxed: {RELAXED_HEADROOM:g}x the best p95)"),
+            },
+        ]
+
+
+def size_replica(results, budget_ms: float) -> Sizing:
+    """The Sizing of ``results`` (load.LoadResult) for a p95 budget (see Sizing)."""
+    clean = [r for r in results if r.failures == 0]
+    if not clean:
+        raise ValueError("no load run without failures: a replica's capacity is unknown")
+    try:
+        capacity_rps = capacity.capacity_from_runs(results, budget_ms)
+        met, why_not = True, ""
+    except ValueError as error:
+        capacity_rps = min(clean, key=lambda r: r.p95_ms).throughput_rps
+        met, why_not = False, str(error)
+    p95 = min(r.p95_ms for r in clean if r.throughput_rps == capacity_rps)
+    replay_budget = budget_ms if met else RELAXED_HEADROOM * p95
+    return Sizing(float(budget_ms), met, float(capacity_rps), float(p95), replay_budget, why_not)
+
+
 def setting_name(max_batch: int, max_wait_ms: float) -> str:
     if max_batch == 1 or max_wait_ms == 0:
         return "unbatched"

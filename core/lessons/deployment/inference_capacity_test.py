@@ -10,7 +10,7 @@ import pytest
 
 from core import numerics
 from core.lessons.deployment import inference_capacity as lesson
-from core.serving import capacity
+from core.serving import capacity, load
 from core.serving.predict import export
 
 GATES = capacity.Gates(max_p95_ms=50.0, max_error_rate=0.0, min_agreement=0.97, min_requests=10)
@@ -80,3 +80,61 @@ def test_bad_settings_are_refused(tmp_path):
         lesson.build_versions(tmp_path, 0, 5, 16, noise=-1)
     with pytest.raises(ValueError, match="peak_replicas"):
         lesson.lesson_trace(0.0, 3.0, 0, 100.0)
+
+
+def _run(p95_ms, throughput_rps, failures=0):
+    statuses = {200: 100 - failures} | ({0: failures} if failures else {})
+    return load.LoadResult(
+        users=4, rows=1, requests=100, failures=failures, statuses=statuses,
+        p50_ms=p95_ms / 2, p95_ms=p95_ms, p99_ms=p95_ms * 1.5, mean_ms=p95_ms / 2,
+        max_ms=p95_ms * 2, duration_s=1.0, throughput_rps=throughput_rps,
+    )  # fmt: skip
+
+
+def test_a_missed_budget_is_a_finding_and_the_check_says_it_was_relaxed():
+    """Issue 36: a missed p95 budget was replaced by 3x the measured p95 and nothing that the
+    check said changed. The sizing now says which budget the replay judged and that the
+    learner's was not met; met budgets are the learner's own."""
+    runs = [_run(120.0, 300.0), _run(90.0, 200.0), _run(40.0, 500.0, failures=3)]
+    missed = lesson.size_replica(runs, 60.0)
+    assert (missed.met, missed.capacity_rps, missed.p95_at_capacity_ms) == (False, 200.0, 90.0)
+    assert missed.replay_budget_ms == lesson.RELAXED_HEADROOM * 90.0
+    assert {"measured": "p95 budget met", "value": "no"} in missed.rows()
+    assert "not met" in missed.check_words and "relaxed" in missed.check_words
+    assert "60 ms" in missed.check_words and "270 ms" in missed.check_words
+    met = lesson.size_replica(runs, 100.0)
+    assert (met.met, met.capacity_rps, met.replay_budget_ms) == (True, 200.0, 100.0)
+    assert {"measured": "p95 budget met", "value": "yes"} in met.rows()
+    assert met.check_words == "at your p95 budget of 100 ms"
+    assert lesson.size_replica(runs, 130.0).capacity_rps == 300.0
+    with pytest.raises(ValueError, match="no load run without failures"):
+        lesson.size_replica([_run(40.0, 500.0, failures=3)], 60.0)
+
+
+@pytest.mark.parametrize("kind", capacity.POLICIES)
+@pytest.mark.parametrize("peak", [1.0, 6.0, 40.0])
+@pytest.mark.parametrize("startup", [0, 6])
+def test_the_apps_closed_form_holds_over_its_controls(kind, peak, startup):
+    """The app's check at the ends of its controls (peak replicas 1-40, utilisation 0.1-1,
+    cold start 0-6 steps, the p95 at capacity far under or just under its budget): the queue
+    policy settles at ceil(load / (u x capacity)), the fixed one stays put, and the p95 policy,
+    started at the fewest replicas that keep up (as the app starts it), stays in its band."""
+    cap, budget = 120.0, 50.0
+    trace, constant = lesson.lesson_trace(peak, 3.0, 0, cap)
+    settled = slice(constant.stop // 2, constant.stop)
+    load_rps = trace[constant.start]
+    low = math.ceil(load_rps / cap)
+    for u in (0.1, 1.0):
+        high = math.ceil(load_rps / (u * cap))
+        for p95_at_capacity in (10.0, 45.0):
+            policy = capacity.Policy(
+                kind, u, max_replicas=1000, startup_steps=startup,
+                min_replicas=math.ceil(peak) if kind == "fixed" else 1,
+            )  # fmt: skip
+            out = capacity.replay(
+                trace, policy, cap, p95_at_capacity, budget, lesson.STEP_S,
+                initial_replicas=low if kind == "p95" else None,
+            )  # fmt: skip
+            ready = out.ready[settled]
+            want = {"queue": (high, high), "fixed": (math.ceil(peak),) * 2, "p95": (low, high)}
+            assert ((ready >= want[kind][0]) & (ready <= want[kind][1])).all(), (u, ready)
