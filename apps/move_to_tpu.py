@@ -14,7 +14,7 @@ with app.setup:
 
     from core import lab
     from core.lab import text
-    from core.tpu import cloud_tpu
+    from core.tpu import cloud_tpu, command_check, local_run
 
     lab.use_cpu_devices()
     APPS_DIR = pathlib.Path(__file__).resolve().parent
@@ -214,7 +214,7 @@ def _(accelerator_type):
 
 @app.cell
 def _():
-    previous_app = cloud_tpu.previous_lesson_app(APPS_DIR)
+    previous_app = local_run.previous_lesson_app(APPS_DIR)
     script_flags = mo.ui.text(
         value=ARGS.script_flags, label="flags for the script", full_width=True
     )
@@ -263,9 +263,9 @@ def _(previous_app, run_button, script_flag_words, script_flags):
         )
     else:
         with mo.status.spinner(title=f"Exporting {previous_app.name} and running the script ..."):
-            export_run = cloud_tpu.export_and_run(previous_app, REPO_ROOT, script_flag_words)
+            export_run = local_run.export_and_run(previous_app, REPO_ROOT, script_flag_words)
         ignored = (
-            cloud_tpu.unknown_flags(script_flag_words, export_run.help.stdout)
+            local_run.unknown_flags(script_flag_words, export_run.help.stdout)
             if export_run.help
             else []
         )
@@ -403,7 +403,7 @@ def _(
         if runtime_version.value == "auto"
         else runtime_version.value
     )
-    command_problems = cloud_tpu.workflow_problems(
+    command_problems = command_check.workflow_problems(
         shown_commands,
         name=tpu_name.value,
         zone=zone.value,

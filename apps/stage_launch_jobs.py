@@ -16,7 +16,7 @@ with app.setup:
 
     from core import curriculum, lab, numerics
     from core.lab import charts
-    from core.tpu import cloud_tpu
+    from core.tpu import cloud_tpu, command_check, local_run
     from tpu_scripts import __main__ as cli
     from tpu_scripts import launch, rehearse
 
@@ -133,7 +133,7 @@ def _(job, run_button):
         lab.interactive() and not run_button.value,
         mo.md("*Press **Run** to export and run the job here.*"),
     )
-    exported = cloud_tpu.export_and_run(
+    exported = local_run.export_and_run(
         curriculum.APPS_DIR / "arrays_devices.py",
         curriculum.REPO_ROOT,
         ["--rows", "3", "--cols", "4"],
@@ -242,7 +242,7 @@ def test_check_passes(check):
 @app.cell
 def test_dry_runs_use_cloud_tpu_commands(dry_runs):
     lines = [line for _, out in dry_runs for line in out.splitlines() if line.startswith("gcloud ")]
-    verbs = [cloud_tpu.parse_tpu_command(line).verb for line in lines]
+    verbs = [command_check.parse_tpu_command(line).verb for line in lines]
     assert verbs == ["create", "ssh", "scp", "ssh", "scp", "delete", "describe"]
     return
 

@@ -2,8 +2,9 @@
 
 Only strings are built here; nothing runs gcloud. The launcher in tpu_scripts/ and the
 lesson "Move your experiment to a TPU" both build their commands from these functions, so
-what a learner reads is what a job runs. The lesson's local half (export an app as a
-headless script, run it) is here too: ``export_and_run``.
+what a learner reads is what a job runs. Reading the commands back for checks (an independent
+parse of the shell text) is core/tpu/command_check.py; the lesson's local half (export an app
+as a headless script, run it) is core/tpu/local_run.py.
 
 Sources (read 2026-11): Cloud TPU "TPU regions and zones" (cloud.google.com/tpu/docs/regions-zones,
 US zones), "TPU software versions" (cloud.google.com/tpu/docs/runtimes), the v5e/v5p/v6e
@@ -16,19 +17,9 @@ each generation is created, and a TpuVm of TPU7x is refused with that reason.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import os
-import pathlib
 import re
 import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Sequence
-
-from core import runtime
 
 # Runtime (software) version for JAX per generation, from the Cloud TPU runtimes page.
 RUNTIME_VERSIONS: dict[str, str] = {
@@ -260,7 +251,8 @@ def labels_flag(labels: Sequence[tuple[str, str]]) -> str:
     return "--labels=" + ",".join(f"{key}={value}" for key, value in labels)
 
 
-_TPU_VM = ["gcloud", "compute", "tpus", "tpu-vm"]
+# Every command of a TPU VM starts with these words (command_check reads them back).
+TPU_VM = ["gcloud", "compute", "tpus", "tpu-vm"]
 _FLAG_RE = re.compile(r"^--[a-z][-a-z0-9]*=")
 
 
@@ -331,20 +323,9 @@ def command_words(text: str) -> list[str]:
     return [word for word in shlex.split(text) if word != "\n"]
 
 
-def unknown_flags(script_flags: Sequence[str], help_text: str) -> list[str]:
-    """Options in ``script_flags`` that ``help_text`` (a script's --help) never mentions.
-
-    A lesson script refuses such options (core.lab.Flags.parse: exit 2); this names them
-    before a run is paid for.
-    """
-    options = [flag.split("=", 1)[0] for flag in script_flags if flag.startswith("--")]
-    known = set(re.findall(r"--[A-Za-z0-9][-A-Za-z0-9_]*", help_text))
-    return [option for option in options if option not in known]
-
-
 def create_command(vm: TpuVm) -> list[str]:
     """argv that creates the slice; ``--spot`` makes it cheaper and preemptible."""
-    argv = [*_TPU_VM, "create", vm.name, *vm._common()]
+    argv = [*TPU_VM, "create", vm.name, *vm._common()]
     argv += [f"--accelerator-type={vm.accelerator_type}", f"--version={vm.runtime_version}"]
     if vm.spot:
         argv.append("--spot")
@@ -362,7 +343,7 @@ def scp_command(
     """
     if not local_paths:
         raise ValueError("scp needs at least one local path to copy")
-    argv = [*_TPU_VM, "scp", *local_paths]
+    argv = [*TPU_VM, "scp", *local_paths]
     argv += [f"{vm.name}:{remote_dir}", *vm._common(), "--worker=all"]
     return argv
 
@@ -390,19 +371,19 @@ def ssh_command(vm: TpuVm, remote_command: str, worker: str | int = "all") -> li
         )
     if not remote_command.strip():
         raise ValueError("ssh needs a command to run on the workers")
-    argv = [*_TPU_VM, "ssh", vm.name, *vm._common()]
+    argv = [*TPU_VM, "ssh", vm.name, *vm._common()]
     argv += [f"--worker={worker}", f"--command={remote_command}"]
     return argv
 
 
 def delete_command(vm: TpuVm) -> list[str]:
     """argv that deletes the slice (--quiet: no prompt). Billing stops only after this."""
-    return [*_TPU_VM, "delete", vm.name, *vm._common(), "--quiet"]
+    return [*TPU_VM, "delete", vm.name, *vm._common(), "--quiet"]
 
 
 def describe_command(vm: TpuVm) -> list[str]:
     """After delete, this must fail with NOT_FOUND: the teardown check."""
-    return [*_TPU_VM, "describe", vm.name, *vm._common()]
+    return [*TPU_VM, "describe", vm.name, *vm._common()]
 
 
 WHEEL = "dist/jax_tpu_lab-0.1.0-py3-none-any.whl"
@@ -490,216 +471,3 @@ def workflow(
         ("verify it is gone (must fail with NOT_FOUND)", shell_join(describe_command(vm))),
     ]
     return steps
-
-
-# ----------------------------------------------------------------------------------------
-# Reading commands back: an independent parse of the shell text, for checks.
-
-
-@dataclasses.dataclass(frozen=True)
-class GcloudTpuCommand:
-    """A ``gcloud compute tpus tpu-vm VERB ...`` line, split the way a shell would."""
-
-    verb: str
-    positionals: tuple[str, ...]
-    flags: dict[str, str | bool]  # "--zone=x" -> {"zone": "x"}; "--spot" -> {"spot": True}
-
-
-def parse_tpu_command(line: str) -> GcloudTpuCommand:
-    """Split ``line`` with shlex (the shell's own quoting rules) into verb, positionals, flags.
-
-    ``line`` may span lines joined by continuations (display_command).
-    """
-    words = command_words(line)
-    if words[:4] != _TPU_VM or len(words) < 5:
-        raise ValueError(f"not a `gcloud compute tpus tpu-vm` command: {line[:80]!r}")
-    positionals, flags = [], {}
-    for word in words[5:]:
-        if word.startswith("--"):
-            key, has_value, value = word[2:].partition("=")
-            flags[key] = value if has_value else True
-        else:
-            positionals.append(word)
-    return GcloudTpuCommand(words[4], tuple(positionals), flags)
-
-
-def workflow_problems(
-    lines: Sequence[str],
-    *,
-    name: str,
-    zone: str,
-    accelerator_type: str,
-    version: str,
-    spot: bool,
-    project: str = "",
-    script: str = "",
-) -> list[str]:
-    """Where the gcloud lines disagree with the values a person chose ([] when none).
-
-    Checks: verbs in the order create, ssh, scp, ssh, delete, describe; every line names the
-    TPU, zone and project; create carries the type, version and --spot exactly when chosen;
-    scp and ssh reach --worker=all; the run step runs ``script``; delete is --quiet.
-    """
-    parsed = [parse_tpu_command(line) for line in lines if line.startswith("gcloud ")]
-    problems = []
-    verbs = [command.verb for command in parsed]
-    if verbs != ["create", "ssh", "scp", "ssh", "delete", "describe"]:
-        problems.append(f"steps are {verbs}, expected create, ssh, scp, ssh, delete, describe")
-    for command in parsed:
-        where = f"{command.verb}:"
-        target = (
-            command.positionals[-1].split(":", 1)[0]
-            if command.verb == "scp"
-            else command.positionals[0]
-        )
-        if target != name:
-            problems.append(f"{where} TPU name {target!r} != {name!r}")
-        if command.flags.get("zone") != zone:
-            problems.append(f"{where} zone {command.flags.get('zone')!r} != {zone!r}")
-        if command.flags.get("project", "") != project:
-            problems.append(f"{where} project {command.flags.get('project')!r} != {project!r}")
-        if command.verb == "create":
-            if command.flags.get("accelerator-type") != accelerator_type:
-                problems.append(
-                    f"{where} accelerator type {command.flags.get('accelerator-type')!r} "
-                    f"!= {accelerator_type!r}"
-                )
-            if command.flags.get("version") != version:
-                problems.append(f"{where} version {command.flags.get('version')!r} != {version!r}")
-            if bool(command.flags.get("spot")) != spot:
-                problems.append(f"{where} --spot {'missing' if spot else 'present but not chosen'}")
-        if command.verb in ("scp", "ssh") and command.flags.get("worker") != "all":
-            problems.append(
-                f"{where} --worker={command.flags.get('worker')} does not reach every host"
-            )
-        if command.verb == "delete" and command.flags.get("quiet") is not True:
-            problems.append(f"{where} --quiet missing (delete would wait for a prompt)")
-    runs = [c for c in parsed if c.verb == "ssh" and "python" in str(c.flags.get("command"))]
-    if script and not any(
-        pathlib.PurePath(script).name in shlex.split(str(c.flags["command"])) for c in runs
-    ):
-        problems.append(f"no ssh step runs {pathlib.PurePath(script).name}")
-    return problems
-
-
-# ----------------------------------------------------------------------------------------
-# The local half: export a lesson app as a headless script and run it.
-
-
-def previous_lesson_app(
-    apps_dir: str | os.PathLike, preferred: Sequence[str] = ("virtual_devices", "arrays_devices")
-) -> pathlib.Path:
-    """The first of ``preferred`` apps that exists in ``apps_dir`` (the lesson to take to a TPU)."""
-    for slug in preferred:
-        path = pathlib.Path(apps_dir) / f"{slug}.py"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"none of {', '.join(preferred)} is in {apps_dir}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessResult:
-    """One finished subprocess: what ran, its exit code (None: timed out), output, seconds."""
-
-    argv: tuple[str, ...]
-    returncode: int | None
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.argv)
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    @property
-    def printed_pass(self) -> bool:
-        """True when a line of stdout starts with PASS and none with FAIL (lab.check_badge)."""
-        lines = self.stdout.splitlines()
-        return any(line.startswith("PASS") for line in lines) and not any(
-            line.startswith("FAIL") for line in lines
-        )
-
-
-def run_processes(
-    argvs: Sequence[Sequence[str]],
-    cwd: str | os.PathLike,
-    timeout_s: float = 120,
-    env: dict | None = None,
-) -> list[ProcessResult]:
-    """Run the commands at the same time (they are independent) and wait for all of them."""
-    # runtime.child_env drops pytest's markers: a child that saw PYTEST_CURRENT_TEST would run in
-    # marimo's "test" mode and ignore its flags (even --help). JAX_PLATFORMS=cpu: no TPU probe.
-    env = runtime.child_env(JAX_PLATFORMS="cpu", **(env or {}))
-    started = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for argv in argvs
-    ]
-    results = []
-    for argv, proc in zip(argvs, procs, strict=True):
-        remaining = max(1.0, timeout_s - (time.perf_counter() - started))
-        try:
-            out, err = proc.communicate(timeout=remaining)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            code, err = None, err + f"\n(timed out after {timeout_s:.0f} s)"
-        results.append(ProcessResult(tuple(argv), code, out, err, time.perf_counter() - started))
-    return results
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportRun:
-    """The export of an app and the two runs of its script (--help, then for real)."""
-
-    export: ProcessResult
-    help: ProcessResult | None  # None when the export failed
-    run: ProcessResult | None
-    script_name: str
-    script_header: str  # the exported file's leading comment: origin, hash, flags
-
-    @property
-    def passed(self) -> bool:
-        return self.export.ok and self.run is not None and self.run.ok and self.run.printed_pass
-
-
-def export_and_run(
-    app: str | os.PathLike,
-    repo_root: str | os.PathLike,
-    script_flags: Sequence[str] = (),
-    timeout_s: float = 120,
-    keep_dir: bool = False,
-) -> ExportRun:
-    """Export ``app`` with ``python -m tpu_scripts export`` into a fresh temporary folder, then
-    run the script twice at once: ``--help`` and with ``script_flags``. The folder is removed
-    afterwards unless ``keep_dir``.
-    """
-    app = pathlib.Path(app)
-    if app.is_absolute() and app.resolve().is_relative_to(pathlib.Path(repo_root).resolve()):
-        app = app.resolve().relative_to(pathlib.Path(repo_root).resolve())  # a shorter header
-    out_dir = pathlib.Path(tempfile.mkdtemp(prefix="jax_tpu_lab_export_"))
-    script = out_dir / f"{app.stem}_tpu.py"
-    try:
-        (export,) = run_processes(
-            [export_command(str(app), str(script), sys.executable)], repo_root, timeout_s
-        )
-        if not (export.ok and script.is_file()):
-            return ExportRun(export, None, None, script.name, "")
-        lines = script.read_text(encoding="utf-8").splitlines()
-        header = "\n".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
-        help_run, real_run = run_processes(
-            [[sys.executable, script.name, "--help"], [sys.executable, script.name, *script_flags]],
-            out_dir,
-            timeout_s,
-        )
-        return ExportRun(export, help_run, real_run, script.name, header)
-    finally:
-        if not keep_dir:
-            shutil.rmtree(out_dir, ignore_errors=True)

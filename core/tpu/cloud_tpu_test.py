@@ -1,13 +1,11 @@
 import math
-import pathlib
 import shlex
 import subprocess
-import sys
 
 import pytest
 
 from core import curriculum
-from core.tpu import cloud_tpu
+from core.tpu import cloud_tpu, command_check
 
 REPO = curriculum.REPO_ROOT
 
@@ -290,7 +288,7 @@ def test_workflow_round_trips_chosen_values(vm_kwargs, flags):
     assert tail == ["lesson_tpu.py", *shlex.split(flags)]
     # The remote line is valid shell (bash -n parses without running anything).
     assert subprocess.run(["bash", "-n", "-c", command]).returncode == 0
-    problems = cloud_tpu.workflow_problems(
+    problems = command_check.workflow_problems(
         lines,
         name=vm.name,
         zone=vm.zone,
@@ -303,106 +301,11 @@ def test_workflow_round_trips_chosen_values(vm_kwargs, flags):
     assert problems == []
 
 
-def test_workflow_problems_catches_each_mismatch():
-    vm = cloud_tpu.TpuVm(name="lab", spot=True)
-    lines = [line for _, line in cloud_tpu.workflow(vm, "run_tpu.py")]
-    chosen = dict(
-        name="lab",
-        zone=vm.zone,
-        accelerator_type=vm.accelerator_type,
-        version=vm.runtime_version,
-        spot=True,
-        script="run_tpu.py",
-    )
-    assert cloud_tpu.workflow_problems(lines, **chosen) == []
-    for key, wrong in [
-        ("name", "other"),
-        ("zone", "us-central1-a"),
-        ("accelerator_type", "v5litepod-4"),
-        ("version", "v2-alpha-tpuv6e"),
-        ("spot", False),
-        ("project", "proj-123"),
-        ("script", "else_tpu.py"),
-    ]:
-        assert cloud_tpu.workflow_problems(lines, **{**chosen, key: wrong}), key
-    single_worker = [line.replace("--worker=all", "--worker=0") for line in lines]
-    assert any("--worker=0" in p for p in cloud_tpu.workflow_problems(single_worker, **chosen))
-    assert cloud_tpu.workflow_problems(lines[:-1], **chosen)  # no teardown check
-
-
-def test_parse_tpu_command():
-    parsed = cloud_tpu.parse_tpu_command(
-        "gcloud compute tpus tpu-vm ssh lab --zone=z --worker=all --command='a b'"
-    )
-    assert parsed.verb == "ssh" and parsed.positionals == ("lab",)
-    assert parsed.flags == {"zone": "z", "worker": "all", "command": "a b"}
-    with pytest.raises(ValueError, match="not a `gcloud compute tpus tpu-vm`"):
-        cloud_tpu.parse_tpu_command("gcloud compute instances create x")
-
-
 def test_bootstrap_rejects_bad_inputs():
     with pytest.raises(ValueError, match="do not parse"):
         cloud_tpu.bootstrap_remote_command("run.py", extra_flags="--note 'unclosed")
     with pytest.raises(ValueError, match="not a wheel"):
         cloud_tpu.bootstrap_remote_command("run.py", wheel="dist/x.tar.gz")
-
-
-def test_unknown_flags():
-    help_text = "usage: x [-h] [--rows ROWS] [--seed SEED]\n  --rows ROWS  rows"
-    assert cloud_tpu.unknown_flags(["--rows", "4", "--seed=2"], help_text) == []
-    assert cloud_tpu.unknown_flags(["--row", "4", "--cols", "3", "-v"], help_text) == [
-        "--row",
-        "--cols",
-    ]
-
-
-def test_previous_lesson_app_prefers_virtual_devices(tmp_path):
-    (tmp_path / "arrays_devices.py").write_text("")
-    assert cloud_tpu.previous_lesson_app(tmp_path).name == "arrays_devices.py"
-    (tmp_path / "virtual_devices.py").write_text("")
-    assert cloud_tpu.previous_lesson_app(tmp_path).name == "virtual_devices.py"
-    with pytest.raises(FileNotFoundError, match="none of"):
-        cloud_tpu.previous_lesson_app(tmp_path / "missing")
-
-
-def test_run_processes_runs_together_and_reports_timeouts(tmp_path):
-    ok, failing = cloud_tpu.run_processes(
-        [
-            [sys.executable, "-c", "print('PASS: fine')"],
-            [sys.executable, "-c", "import sys; print('FAIL: no'); sys.exit(3)"],
-        ],
-        tmp_path,
-    )
-    assert ok.ok and ok.printed_pass and ok.stdout == "PASS: fine\n"
-    assert failing.returncode == 3 and not failing.printed_pass
-    # Killed before it finished, observed by what the child printed (not by how long the call
-    # took; a loaded machine may not even have started it within the 1 s): no "finished".
-    child = "import time; time.sleep(30); print('finished')"
-    (slow,) = cloud_tpu.run_processes([[sys.executable, "-c", child]], tmp_path, timeout_s=1)
-    assert slow.returncode is None and "timed out" in slow.stderr
-    assert "finished" not in slow.stdout
-
-
-def test_export_and_run_a_real_app():
-    """The whole local round trip on the smallest lesson: export, --help, a run that prints PASS."""
-    app = REPO / "apps" / "arrays_devices.py"
-    result = cloud_tpu.export_and_run(app, REPO, ["--rows", "2", "--cols", "3"])
-    assert result.export.ok, result.export.stderr
-    assert result.export.stdout.strip().endswith("arrays_devices_tpu.py")
-    assert "--rows" in result.help.stdout and result.help.ok
-    assert result.run.ok and result.run.printed_pass and result.passed, result.run.stderr[-2000:]
-    assert "source sha256:" in result.script_header
-    # The temporary folder is gone, and nothing was written beside the apps.
-    assert not pathlib.Path(result.export.stdout.strip()).exists()
-    assert not (REPO / "apps" / "arrays_devices_tpu.py").exists()
-
-
-def test_export_of_a_non_app_fails_without_a_script(tmp_path):
-    not_an_app = tmp_path / "plain.py"
-    not_an_app.write_text("print('hello')\n")
-    result = cloud_tpu.export_and_run(not_an_app, REPO)
-    assert not result.export.ok and result.run is None and not result.passed
-    assert "not a marimo app" in result.export.stderr
 
 
 def _bash_words(text: str) -> list[str]:
@@ -451,22 +354,6 @@ def test_display_command_keeps_short_lines_and_rejects_open_quotes():
         cloud_tpu.display_command("gcloud " + "x " * 50 + "--command='open")
 
 
-def test_workflow_problems_read_commands_as_displayed():
-    vm = cloud_tpu.TpuVm(spot=True)
-    steps = cloud_tpu.workflow(vm, "r_tpu.py")
-    shown = [cloud_tpu.display_command(line, width=40) for _, line in steps]
-    chosen = dict(
-        name=vm.name,
-        zone=vm.zone,
-        accelerator_type=vm.accelerator_type,
-        version=vm.runtime_version,
-        spot=True,
-        script="r_tpu.py",
-    )
-    assert cloud_tpu.workflow_problems(shown, **chosen) == []
-    assert cloud_tpu.workflow_problems(shown, **{**chosen, "spot": False})
-
-
 @pytest.mark.parametrize("name", [n for n in cloud_tpu.ACCELERATOR_TYPES if n.startswith("tpu7x")])
 def test_ironwood_slices_are_named_by_topology_with_four_chips_per_vm(name):
     accelerator = cloud_tpu.ACCELERATOR_TYPES[name]
@@ -489,7 +376,7 @@ def test_create_with_labels_appends_one_labels_flag():
     vm = cloud_tpu.TpuVm(labels=(("team", "ml"), ("job", "sweep-1"), ("cost-center", "cc_7")))
     argv = cloud_tpu.create_command(vm)
     assert argv[-1] == "--labels=team=ml,job=sweep-1,cost-center=cc_7"
-    assert cloud_tpu.parse_tpu_command(cloud_tpu.shell_join(argv)).flags["labels"] == (
+    assert command_check.parse_tpu_command(cloud_tpu.shell_join(argv)).flags["labels"] == (
         "team=ml,job=sweep-1,cost-center=cc_7"
     )
     assert not any(a.startswith("--labels") for a in cloud_tpu.create_command(cloud_tpu.TpuVm()))

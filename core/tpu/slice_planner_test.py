@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from core.tpu import cloud_tpu, slice_planner, specs
+from core.tpu import cloud_tpu, command_check, slice_planner, specs
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_a_small_model_fits_one_host_and_gets_a_create_command():
     best = slice_planner.recommend(options)
     assert best.hosts == 1
     line = slice_planner.create_command(best, name="my-tpu")
-    parsed = cloud_tpu.parse_tpu_command(line)
+    parsed = command_check.parse_tpu_command(line)
     assert parsed.verb == "create" and parsed.positionals == ("my-tpu",)
     assert parsed.flags["accelerator-type"] == best.accelerator_type
 
