@@ -122,7 +122,8 @@ def _(check_envs, check_steps, seed):
     # episode starts, where our reset's randomness enters.
     versus = gymnasium_parity.rollout_vs_gymnasium(seed.value, check_envs.value, check_steps.value)
     check = lab.Check(
-        f"vmap + scan rollout of {check_envs.value} envs x {check_steps.value} steps (float64) "
+        f"vmap + scan rollout of {check_envs.value} envs x {check_steps.value} steps "
+        f"(float64{lab.float64_note()}) "
         f"vs {check_envs.value} gymnasium CartPole-v1 envs given the same actions "
         f"({versus['episodes_ended']} episodes ended)",
         {

@@ -115,7 +115,8 @@ def _(policy, seed, steps):
 @app.cell
 def _(parity, resets):
     check = lab.Check(
-        f"{parity.steps} steps of our CartPole (JAX, float64) vs gymnasium CartPole-v1 "
+        f"{parity.steps} steps of our CartPole (JAX, float64{lab.float64_note()}) vs "
+        "gymnasium CartPole-v1 "
         f"(its float64 state; {parity.terminations} terminations, {parity.truncations} "
         "truncations by its TimeLimit)",
         {

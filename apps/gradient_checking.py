@@ -176,7 +176,8 @@ def _(bug, checked, function, jax_derivative, params, x0, x_ND, y_N):
         _tolerances["network jax.grad vs NumPy backprop"] = numerics.tolerance("float32")
     check = lab.Check(
         f"finite differences, jax.grad and the gradient checker against closed forms in NumPy "
-        f"float64 ({'planted bug: the checker must reject it' if bug.value else 'no bug'})",
+        f"float64{lab.float64_note()} "
+        f"({'planted bug: the checker must reject it' if bug.value else 'no bug'})",
         _errors,
         _tolerances,
         facts={

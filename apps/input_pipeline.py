@@ -197,7 +197,7 @@ def _(batched, columns, dropped, examples, order):
                 masked_total / len(real_ids), reference_mean
             )
         },
-        numerics.tolerance("float64"),
+        numerics.tolerance("float64", backend="cpu"),
         facts={
             "every example exactly once": bool(ids_ok),
             "rows equal to the source": bool(rows_ok),

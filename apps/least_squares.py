@@ -155,7 +155,7 @@ def _(a_MK, b_M, condition, deficient, lstsq_x):
     # solution when rank deficient), within AMPLIFICATION_SLACK * κ * ε while that bound means
     # something; and the optimality A^T r ~ 0 (NumPy float64), which holds at any κ.
     _errors, _tolerances, _no_digits = ls.lstsq_check(a_MK, b_M, lstsq_x, condition)
-    _what = f"lstsq in float32 and float64 at κ = {condition:.3g}" + (
+    _what = f"lstsq in float32 and float64{lab.float64_note()} at κ = {condition:.3g}" + (
         " (rank deficient: the minimum-norm solution)" if deficient else ""
     )
     _what += ": residual optimal (A^T r ~ 0) in both; " + (

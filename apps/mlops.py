@@ -256,7 +256,7 @@ def _(
             ),
             "gate accuracies (sklearn)": max(abs(_acc[k] - accuracy[k]) for k in accuracy),
         },
-        numerics.tolerance("float64"),
+        numerics.tolerance("float64", backend="cpu"),
         facts={
             "every planted violation refused with its row and rule": all(caught.values()),
             "one planted violation of each kind": not planted

@@ -102,9 +102,11 @@ def _(cols, kind, rows, seed):
 @app.cell
 def _(kind, side):
     # Independent reference: numpy float64 (log-sum-exp softmax / np.std standardize).
+    # float64 runs where it exists: this CPU, or the host's CPU beside a TPU (lab.enable_float64)
+    _tol64 = numerics.tolerance("float64", backend="cpu")
     check = lab.Check(
         f"{kind.value} of each row in jax.numpy (float32, and float64 in enable_x64 to "
-        f"{numerics.tolerance('float64'):.0e}) vs NumPy float64",
+        f"{_tol64:.0e}{lab.float64_note()}) vs NumPy float64",
         {
             "jax.numpy float32 vs NumPy float64": side.errors["jax.numpy (default float32)"],
             "jax.numpy in enable_x64 vs NumPy float64": side.errors[
@@ -113,7 +115,7 @@ def _(kind, side):
         },
         {
             "jax.numpy float32 vs NumPy float64": numerics.tolerance("float32"),
-            "jax.numpy in enable_x64 vs NumPy float64": numerics.tolerance("float64"),
+            "jax.numpy in enable_x64 vs NumPy float64": _tol64,
         },
         facts={
             "jax.numpy computes in float32": side.dtypes["jax.numpy (default float32)"]
@@ -240,6 +242,8 @@ def _(cols, kind, rows, seed):
     float32 on the way in. `jax.enable_x64()` is a **context manager**: inside it JAX
     computes in 64 bits, outside it nothing changed (this lesson never flips the global
     `jax_enable_x64` config, which would leak into every other computation in the process).
+    A TPU has no float64 hardware at all: there the course runs its float64 work on the
+    host's CPU backend (`jax.devices("cpu")`, via `lab.enable_float64()`) and says so.
     """
             ),
             lab.table(dtype_rows),

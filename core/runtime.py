@@ -6,6 +6,7 @@ lesson UI (`core.lab` re-exports these names for the apps).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 
@@ -38,6 +39,62 @@ def use_cpu_devices(count: int | None = None) -> int:
         if not os.environ.get("JAX_PLATFORMS") and not host_has_tpu():
             jax.config.update("jax_platforms", "cpu")
     return count
+
+
+# Backends without float64 hardware: float64 work there raises UNIMPLEMENTED (a TPU's LU:
+# "Only F32 and C64 types are implemented"), so it runs on the host's CPU backend instead.
+NO_FLOAT64_BACKENDS = ("tpu",)
+
+
+def _default_backend() -> str:
+    import jax
+
+    return jax.default_backend()
+
+
+def float64_device(backend: str | None = None):
+    """The device a float64 JAX computation runs on: None (JAX's default device) where
+    ``backend`` (default: JAX's default backend) has float64, else the host's first CPU
+    device. A TPU has no float64: its float64 references run on ``jax.devices("cpu")``."""
+    backend = _default_backend() if backend is None else backend
+    if backend not in NO_FLOAT64_BACKENDS:
+        return None
+    import jax
+
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"float64 needs the CPU backend beside the {backend.upper()} (which has no "
+            f"float64): leave JAX_PLATFORMS unset or set it to '{backend},cpu' "
+            f"(it is {os.environ.get('JAX_PLATFORMS')!r})"
+        ) from error
+
+
+def float64_note(backend: str | None = None) -> str:
+    """Where ``enable_float64`` computes, to append to a check line: "" on a backend with
+    float64, " (float64 on the host CPU: a TPU has no float64)" on a TPU."""
+    backend = _default_backend() if backend is None else backend
+    if backend not in NO_FLOAT64_BACKENDS:
+        return ""
+    return f" (float64 on the host CPU: a {backend.upper()} has no float64)"
+
+
+@contextlib.contextmanager
+def enable_float64(backend: str | None = None):
+    """``jax.enable_x64(True)`` on a device that has float64: JAX's default device on a CPU
+    or GPU, the host's CPU on a TPU (``float64_device``). Arrays made from NumPy inside land
+    there and jitted functions run there; the process-wide default (float32) is untouched.
+
+        with runtime.enable_float64():
+            x64 = solve(jnp.asarray(a_float64), ...)
+    """
+    import jax
+
+    device = float64_device(backend)
+    placement = contextlib.nullcontext() if device is None else jax.default_device(device)
+    with jax.enable_x64(True), placement:
+        yield device
 
 
 def child_env(**extra: str) -> dict[str, str]:

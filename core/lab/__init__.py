@@ -41,6 +41,8 @@ from core.lab.tables import (  # noqa: F401 (re-exported; marimo-free, the resul
 from core.runtime import (  # noqa: F401 (re-exported)
     DEFAULT_CPU_DEVICES,
     child_env,
+    enable_float64,
+    float64_note,
     host_has_tpu,
     use_cpu_devices,
 )

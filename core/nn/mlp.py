@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import numerics
+from core import numerics, runtime
 
 DATASETS = ("moons", "spirals", "blobs")
 
@@ -484,7 +484,7 @@ grad_loss.__doc__ = "jax.grad of ``loss`` with respect to params (compiled): a p
 
 def gradient_float64(params, x_BD, y_B, activation: str = "relu"):
     """jax.grad of ``loss`` with every array in float64 (inside an x64 context only)."""
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         params64 = jax.tree.map(lambda p: jnp.asarray(np.asarray(p, np.float64)), params)
         x64 = jnp.asarray(np.asarray(x_BD, np.float64))
         grads = grad_loss(params64, x64, jnp.asarray(np.asarray(y_B)), activation)

@@ -4,7 +4,8 @@
     assert result.passed, result.summary()
 
 The numeric gradient perturbs one element at a time, ``(f(x + h e_i) - f(x - h e_i)) / 2h``,
-in float64: either by evaluating ``f`` itself inside ``jax.enable_x64`` on float64 copies of
+in float64: either by evaluating ``f`` itself inside ``runtime.enable_float64`` (jax.enable_x64, on
+the host CPU when the default backend is a TPU, which has no float64) on float64 copies of
 the inputs (``f`` must then compute in the input's dtype, not cast to float32), or by calling
 ``reference_f``, a NumPy float64 twin. The step is chosen from machine epsilon: central
 differences have a truncation error ~ h^2 f''' / 6 and a rounding error ~ eps |f| / h, which
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import numerics
+from core import numerics, runtime
 
 EPS64 = float(np.finfo(np.float64).eps)
 # Central differences in float64 are accurate to ~eps^(2/3) ~ 4e-11 of the function's scale
@@ -148,7 +149,7 @@ def numeric_gradient(
             gradient[i] = (f_up - f_down) / (2 * h_N[i])
         return gradient, h_N
 
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         x64_N, h64_N = jnp.asarray(x_N), jnp.asarray(h_N)
 
         def flat_f(flat):

@@ -17,6 +17,7 @@ import math
 import jax
 import numpy as np
 
+from core import runtime
 from core.rl import cartpole
 
 POLICIES = ("random", "balancing", "mixed")
@@ -77,7 +78,7 @@ def side_by_side(seed: int, steps: int, policy: str = "mixed") -> Parity:
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     random_actions = rng.integers(0, 2, size=steps)
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         # Two compiled programs in all: the key of step t is folded in inside the jit.
         step = jax.jit(lambda k, t, s, a: cartpole.step(jax.random.fold_in(k, t), s, a, params))
         base_key = jax.random.key(seed)
@@ -163,7 +164,7 @@ def resets_vs_gymnasium(
         theirs.append(np.array(env.unwrapped.state, np.float64))
     theirs = np.stack(theirs)
     env.close()
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         # one small program called per sample: cheaper here than compiling a vmapped one
         reset = jax.jit(lambda k, t: cartpole.reset(jax.random.fold_in(k, t), params)[1])
         key = jax.random.key(seed)
@@ -187,7 +188,7 @@ def rollout_vs_gymnasium(seed: int, num_envs: int, num_steps: int) -> dict:
 
     from core.rl import rollout
 
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         compiled = rollout.compiled_random_rollout(num_envs, num_steps, fast_compile=True)
         trajectory = compiled(jax.random.key(seed))
         traj = jax.tree.map(np.asarray, trajectory)

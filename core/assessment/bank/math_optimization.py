@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import runtime
 from core.assessment.items import Item, PredictItem
 
 # Rotations with entries k/5 or k/25 (Pythagorean triples; unit quaternions (4,2,2,1)/5 in some
@@ -92,7 +93,7 @@ class StableLearningRate(PredictItem):
         )
 
     def live(self, params):
-        with jax.enable_x64(True):
+        with runtime.enable_float64():
             a = jnp.asarray(params["A"], dtype=jnp.float64)
             b = jnp.asarray(params["b"], dtype=jnp.float64)
             return float(2.0 / jnp.max(_hessian_eigenvalues(a, b)))

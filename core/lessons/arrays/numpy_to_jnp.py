@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import numerics
+from core import numerics, runtime
 from core.perf import timing
 
 NORMALIZATIONS = ("softmax", "standardize")
@@ -55,9 +55,10 @@ def normalize_rows_jnp_x64(x_RC: np.ndarray, kind: str) -> jax.Array:
     """The jnp computation in float64, with x64 switched on only inside this call.
 
     ``jax.enable_x64`` is a context manager: the process-wide default (float32) is untouched,
-    so other cells and lessons are not affected.
+    so other cells and lessons are not affected. On a TPU (no float64 hardware) it runs on the
+    host's CPU backend (``runtime.enable_float64``).
     """
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         x64 = jnp.asarray(np.asarray(x_RC, dtype=np.float64))
         return normalize_rows_jnp(x64, kind).block_until_ready()
 
@@ -189,7 +190,7 @@ def default_dtypes() -> list[dict]:
     """Rows: expression, numpy dtype, jnp dtype, jnp dtype inside ``jax.enable_x64()``."""
     rows = []
     for text, build in DEFAULT_DTYPE_EXPRESSIONS:
-        with jax.enable_x64(True):
+        with runtime.enable_float64():
             x64_dtype = str(build(jnp).dtype)
         rows.append(
             {
@@ -204,7 +205,7 @@ def default_dtypes() -> list[dict]:
 
 def lost_increment() -> dict[str, float]:
     """(1e8 + 1) - 1e8 in each default: float32 has no room for the 1 next to 1e8."""
-    with jax.enable_x64(True):
+    with runtime.enable_float64():
         x64 = float((jnp.asarray(1e8) + 1.0) - 1e8)
     return {
         "numpy (float64)": float((np.asarray(1e8) + 1.0) - 1e8),

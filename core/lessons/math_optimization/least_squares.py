@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import numerics
+from core import numerics, runtime
 from core.optim import linalg
 
 METHODS = ("lstsq", "normal equations")
@@ -89,11 +89,12 @@ def systems(
 
 
 def solve(a_CMK: np.ndarray, b_CM: np.ndarray, method: str, dtype: str) -> np.ndarray:
-    """Solve every system by ``method`` in ``dtype`` (float64 inside jax.enable_x64);
+    """Solve every system by ``method`` in ``dtype`` (float64 inside jax.enable_x64, on the
+    host CPU when JAX's default backend is a TPU: runtime.enable_float64);
     returns float64 NumPy (non-finite entries kept: the caller reports them)."""
     solver = {"lstsq": linalg.lstsq, "normal equations": linalg.normal_equations}[method]
     if dtype == "float64":
-        with jax.enable_x64(True):
+        with runtime.enable_float64():
             return np.asarray(solver(jnp.asarray(a_CMK), jnp.asarray(b_CM)), np.float64)
     if dtype != "float32":
         raise ValueError(f"dtype is one of {', '.join(DTYPES)}, got {dtype!r}")

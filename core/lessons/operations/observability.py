@@ -387,7 +387,8 @@ def check_terms(
         "loss of step k (gauge vs log)",
         "step time sum (histogram _sum vs log, relative)",
     ):
-        tol[name] = numerics.tolerance("float64")  # the same float64s, written and parsed
+        # the same float64s, written and parsed (NumPy, on the host)
+        tol[name] = numerics.tolerance("float64", backend="cpu")
     k = int(health.sample(w.settled, "job_step", JOB_ID))
     scraped_tokens = health.sample(w.settled, "job_tokens_total", JOB_ID)
     errors["tokens scraped vs k x batch_size (closed form)"] = abs(scraped_tokens - k * batch_size)
@@ -397,7 +398,7 @@ def check_terms(
     seconds = np.sum(np.array([e["step_time_s"] for e in steady], dtype=np.float64))
     name = "tokens/s vs steady steps x batch / their seconds (float64, raw log)"
     errors[name] = abs(tokens_per_s - len(steady) * batch_size / seconds) / tokens_per_s
-    tol[name] = numerics.tolerance("float64")
+    tol[name] = numerics.tolerance("float64", backend="cpu")
 
     ref = stall_reference(w)
     xla_flops = float((w.running or {}).get("flops_per_step") or 0.0)
