@@ -17,7 +17,7 @@ MALLOC_TUNABLES := $(MALLOC_TUNABLES):glibc.malloc.trim_threshold=2147483647
 export GLIBC_TUNABLES ?= $(MALLOC_TUNABLES)
 
 .PHONY: lab test install lock lint check-apps pytest curriculum capstone pallas-capstone clean \
-	torch-xla-env kfp-env
+	torch-xla-env kfp-env wheelhouse
 
 # .venv is exactly requirements.lock (every package pinned, each wheel's sha256 checked; no
 # resolution on this machine), then the project itself (editable): core/envlock.py. A new
@@ -49,6 +49,17 @@ $(KFP_STAMP): $(KFP_LOCK)
 	@touch $(KFP_STAMP)
 
 kfp-env: $(KFP_STAMP)
+
+# The course offline on a TPU host without internet: the lock's wheels for CPython 3.11 on
+# manylinux x86-64 in .wheelhouse/part-NN/ (git-ignored; each part <= 55 MB with its manifest),
+# leaving out the host's own JAX, jaxlib, libtpu, NumPy and SciPy. PROFILE: core (default),
+# torch, rl, frameworks, operations, tests or all; HOST_INVENTORY: a host's `wheelhouse
+# inventory` JSON, whose own index's files stay out too (tpu_scripts/wheelhouse/hosts/).
+PROFILE ?= core
+HOST_INVENTORY ?=
+wheelhouse: $(STAMP)
+	$(BIN)/python -m tpu_scripts wheelhouse --profile $(PROFILE) \
+		$(if $(HOST_INVENTORY),--host-inventory $(HOST_INVENTORY))
 
 lab: $(STAMP) $(KFP_STAMP)
 	@echo "Serving the course gallery on http://$(HOST):$(PORT) (course home: http://$(HOST):$(PORT)/?file=index.py)"

@@ -6,6 +6,7 @@ python -m tpu_scripts rehearse --processes 2 --devices-per-process 4 SCRIPT [-- 
 python -m tpu_scripts launch {create,stage,run,fetch,delete} ... [--dry-run]
 python -m tpu_scripts course-run --name VM --zone Z --accelerator-type T --lessons NAME,...
 python -m tpu_scripts compare runs/tpu/VM/DATE [--local DIR] [--markdown PATH]
+python -m tpu_scripts wheelhouse [install DIR... --target SITE | inventory | profiles]
 python -m tpu_scripts artifact {runtime-receipt,experiment-log,decision-dossier,
                                 timing-placement,verify} ...
 """
@@ -15,10 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tpu_scripts import artifacts, compare, course_run, export, launch
+from tpu_scripts.wheelhouse import cli as wheelhouse_cli  # standard library only
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tpu_scripts import artifacts, compare, course_run, launch
+
     parser = argparse.ArgumentParser(
         prog="python -m tpu_scripts",
         description="Take lesson apps to Cloud TPU VMs.",
@@ -64,12 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     course_run.add_parser(commands)
     compare.add_parser(commands)
     artifacts.add_parser(commands)  # each artifact's subparser sets its handler
+    wheelhouse_cli.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["wheelhouse"]:  # before anything but the standard library is imported
+        return wheelhouse_cli.main(argv[1:])
+    from tpu_scripts import compare, course_run, export, launch
+
+    parser = build_parser()
     # Everything after the first "--" belongs to the script (rehearse, launch run), untouched.
     passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
