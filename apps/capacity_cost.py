@@ -73,70 +73,83 @@ def _():
 
 @app.cell
 def _():
-    controls = {name: FLAGS.control(name, ARGS) for name in (
-        "batch", "hidden", "mfu", "params_b", "chips", "v5p_on_demand", "budget_usd", "team",
-        "job", "cost_center", "bucket", "trials", "seed")}  # fmt: skip
+    # One global name per control: marimo re-runs the cells that read a control's name when
+    # it moves (a control held in a dict or a list is no name, and nothing would re-run).
+    batch = FLAGS.control("batch", ARGS)
+    hidden = FLAGS.control("hidden", ARGS)
+    mfu = FLAGS.control("mfu", ARGS)
+    params_b = FLAGS.control("params_b", ARGS)
+    chips = FLAGS.control("chips", ARGS)
+    v5p_on_demand = FLAGS.control("v5p_on_demand", ARGS)
+    budget_usd = FLAGS.control("budget_usd", ARGS)
+    team = FLAGS.control("team", ARGS)
+    job = FLAGS.control("job", ARGS)
+    cost_center = FLAGS.control("cost_center", ARGS)
+    bucket = FLAGS.control("bucket", ARGS)
+    trials_control = FLAGS.control("trials", ARGS)
+    seed = FLAGS.control("seed", ARGS)
     run_button = mo.ui.run_button(label=f"Run the sweep with {BUTTON_TRIALS} trials")
     mo.vstack([
         mo.md("**Measured step**"),
-        mo.hstack([controls["batch"], controls["hidden"]], justify="start", wrap=True),
+        mo.hstack([batch, hidden], justify="start", wrap=True),
         mo.md("**Cost**"),
-        mo.hstack([controls[k] for k in ("mfu", "params_b", "chips", "v5p_on_demand")],
-                  justify="start", wrap=True),
+        mo.hstack([mfu, params_b, chips, v5p_on_demand], justify="start", wrap=True),
         mo.md("**Labels, budget, IAM**"),
-        mo.hstack([controls[k] for k in ("team", "job", "cost_center", "budget_usd", "bucket")],
-                  justify="start", wrap=True),
+        mo.hstack([team, job, cost_center, budget_usd, bucket], justify="start", wrap=True),
         mo.md("**Sweep**"),
-        mo.hstack([controls["trials"], controls["seed"], run_button], justify="start"),
+        mo.hstack([trials_control, seed, run_button], justify="start"),
     ])  # fmt: skip
-    return controls, run_button
+    return (
+        batch, bucket, budget_usd, chips, cost_center, hidden, job, mfu, params_b, run_button,
+        seed, team, trials_control, v5p_on_demand,
+    )  # fmt: skip
 
 
 @app.cell
-def _(controls):
-    measured = lesson.measure(controls["batch"].value, 32, controls["hidden"].value, 10)
+def _(batch, hidden):
+    measured = lesson.measure(batch.value, 32, hidden.value, 10)
     lab.report("MFU of the step (this CPU)", measured.mfu)
-    lab.table(measured.rows(), f"One SGD step of a 32-{controls['hidden'].value}-10 MLP, batch "
-              f"{controls['batch'].value}, on {measured.machine}")  # fmt: skip
+    lab.table(measured.rows(), f"One SGD step of a 32-{hidden.value}-10 MLP, batch "
+              f"{batch.value}, on {measured.machine}")  # fmt: skip
     return (measured,)
 
 
 @app.cell
-def _(controls):
-    _labels = (("team", controls["team"].value), ("job", controls["job"].value),
-               ("cost-center", controls["cost_center"].value))  # fmt: skip
+def _(chips, cost_center, job, mfu, params_b, team, v5p_on_demand):
+    _labels = (("team", team.value), ("job", job.value),
+               ("cost-center", cost_center.value))  # fmt: skip
     _problems = cloud_tpu.label_problems(_labels)
     lab.guard(
         "; ".join(_problems) if _problems else None,
         headline="These labels break GCP's label rules.",
     )
     table = pricing.load()
-    if controls["v5p_on_demand"].value > 0:
+    if v5p_on_demand.value > 0:
         table = pricing.with_price(table, pricing.Price(
             generation="v5p", tier="on-demand", region="us-east5",
-            usd_per_chip_hour=float(controls["v5p_on_demand"].value), retrieved=QUOTE_DATE,
+            usd_per_chip_hour=float(v5p_on_demand.value), retrieved=QUOTE_DATE,
             source="https://example.org/your-own-quote", note="entered in the lesson"))  # fmt: skip
-    cost = pricing.cost_rows(
-        table, controls["mfu"].value, controls["params_b"].value * 1e9, controls["chips"].value
-    )
+    # The inputs travel with the rows, so the check judges the rows at the values they used.
+    cost_inputs = {"mfu": float(mfu.value), "params_b": float(params_b.value)}
+    cost = pricing.cost_rows(table, cost_inputs["mfu"], cost_inputs["params_b"] * 1e9, chips.value)
     labels = _labels
     lab.table(
         cost,
-        f"Cost per Mtok at MFU {controls['mfu'].value:g} for a "
-        f"{controls['params_b'].value:g} B-parameter model (6N FLOPs per token), per chip",
+        f"Cost per Mtok at MFU {mfu.value:g} for a "
+        f"{params_b.value:g} B-parameter model (6N FLOPs per token), per chip",
     )
-    return cost, labels, table
+    return cost, cost_inputs, labels, table
 
 
 @app.cell
-def _(controls, labels):
+def _(bucket, budget_usd, labels):
     vm = cloud_tpu.TpuVm(labels=labels, spot=True)
     budget = billing.Budget(
-        "012345-6789AB-CDEF01", "my-tpu-project", float(controls["budget_usd"].value),
+        "012345-6789AB-CDEF01", "my-tpu-project", float(budget_usd.value),
         thresholds=((0.5, "current-spend"), (0.9, "current-spend"), (1.0, "forecasted-spend")),
         labels=labels,
     )  # fmt: skip
-    plan = iam.Plan(bucket=controls["bucket"].value)
+    plan = iam.Plan(bucket=bucket.value)
     launch = [cloud_tpu.create_command(vm), *billing.commands(budget)]
     iam_commands = iam.commands(plan)
     _lines = [cloud_tpu.display_command(cloud_tpu.shell_join(a)) for a in [*launch, *iam_commands]]
@@ -145,11 +158,11 @@ def _(controls, labels):
 
 
 @app.cell
-def _(controls, run_button):
-    _trials = BUTTON_TRIALS if lab.interactive() and run_button.value else controls["trials"].value
+def _(run_button, seed, trials_control):
+    _trials = BUTTON_TRIALS if lab.interactive() and run_button.value else trials_control.value
     run_dir = tempfile.TemporaryDirectory(prefix="capacity-cost-sweep-")
     problem = sweep.make_problem(0)
-    trials = sweep.run_sweep(run_dir.name, problem, _trials, seed=controls["seed"].value)
+    trials = sweep.run_sweep(run_dir.name, problem, _trials, seed=seed.value)
     spec = sweep.vizier_spec("tpe")
     sweep.write_vizier_spec(f"{run_dir.name}/vizier_study_spec.json", spec)
     _price = pricing.lookup(pricing.load(), "v6e", "on-demand")
@@ -159,7 +172,7 @@ def _(controls, run_button):
          "seconds (this CPU)": t.seconds, "MLflow run": t.run_id[:8]}
         for t in trials
     ]  # fmt: skip
-    lab.table(trial_rows, f"{len(trials)} trials (Optuna TPE, seed {controls['seed'].value}); "
+    lab.table(trial_rows, f"{len(trials)} trials (Optuna TPE, seed {seed.value}); "
               f"MLflow store {run_dir.name}/mlflow")  # fmt: skip
     lab.report("sweep chip-hours if each trial ran on one chip", _chip_hours, "chip-hours")
     lab.report("sweep cost at v6e on-demand", _chip_hours * _price.usd_per_chip_hour, "USD")
@@ -169,16 +182,16 @@ def _(controls, run_button):
 
 
 @app.cell
-def _(budget, controls, cost, iam_commands, launch, measured, plan, problem, table, trials):
+def _(budget, cost, cost_inputs, iam_commands, launch, measured, plan, problem, table, trials):
     _raw = json.loads(pricing.PRICES_JSON.read_text(encoding="utf-8"))["prices"]
     _mine = {(r["generation"], r["tier"]): r for r in cost}
     _got, _want = [], []
     for _p in [*_raw, *[p.model_dump() for p in table.prices if p.generation == "v5p"]]:
         # The other way round from the lesson's tokens/s: the work of a million tokens (6N
         # FLOPs each) in chip-hours at the useful FLOP/s, times the price of a chip-hour.
-        _useful = np.float64(controls["mfu"].value) * np.float64(
+        _useful = np.float64(cost_inputs["mfu"]) * np.float64(
             specs.chip(_p["generation"]).bf16_flops.value)  # fmt: skip
-        _work = 1e6 * 6.0 * np.float64(controls["params_b"].value) * 1e9
+        _work = 1e6 * 6.0 * np.float64(cost_inputs["params_b"]) * 1e9
         _want.append(_work / _useful / 3600.0 * np.float64(_p["usd_per_chip_hour"]))
         _got.append(_mine[(_p["generation"], _p["tier"])]["USD per Mtok"])
     _closed = [sweep.closed_form_losses(problem, t.lr, t.momentum) for t in trials]

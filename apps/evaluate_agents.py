@@ -52,47 +52,52 @@ def _():
 
 @app.cell
 def _():
-    controls = {name: FLAGS.control(name, ARGS) for name in FLAGS.flags}
-    _c = controls
+    # One global name per control: marimo re-runs the cells that read it when it moves, so
+    # the confidence and the resamples re-draw the intervals without retraining.
+    seed_count = FLAGS.control("seeds", ARGS)
+    total_steps = FLAGS.control("total_steps", ARGS)
+    lr_a = FLAGS.control("lr_a", ARGS)
+    lr_b = FLAGS.control("lr_b", ARGS)
+    resamples = FLAGS.control("resamples", ARGS)
+    confidence = FLAGS.control("confidence", ARGS)
+    seed = FLAGS.control("seed", ARGS)
     mo.vstack(
         [
-            mo.hstack([_c["seeds"], _c["total_steps"], _c["seed"]], justify="start", wrap=True),
-            mo.hstack([_c["lr_a"], _c["lr_b"]], justify="start", wrap=True),
-            mo.hstack([_c["resamples"], _c["confidence"]], justify="start", wrap=True),
+            mo.hstack([seed_count, total_steps, seed], justify="start", wrap=True),
+            mo.hstack([lr_a, lr_b], justify="start", wrap=True),
+            mo.hstack([resamples, confidence], justify="start", wrap=True),
         ]
     )
-    return (controls,)
+    return confidence, lr_a, lr_b, resamples, seed, seed_count, total_steps
 
 
 @app.cell
-def _(controls):
-    _c = {name: control.value for name, control in controls.items()}
+def _(lr_a, lr_b, seed_count, total_steps):
     _problem = None
-    if _c["lr_a"] == _c["lr_b"]:
+    if lr_a.value == lr_b.value:
         _problem = (
-            f"both configurations use learning rate {_c['lr_a']:g}: there is nothing to rank. "
+            f"both configurations use learning rate {lr_a.value:g}: there is nothing to rank. "
             "Move lr a or lr b."
         )
     lab.guard(_problem, headline="Two configurations are needed.")
-    seeds = _c["seeds"]
-    config = ppo.Config(total_timesteps=_c["total_steps"], eval_episodes=8)
-    names = {"A": f"A: lr {_c['lr_a']:g}", "B": f"B: lr {_c['lr_b']:g}"}
+    seeds = seed_count.value
+    config = ppo.Config(total_timesteps=total_steps.value, eval_episodes=8)
+    names = {"A": f"A: lr {lr_a.value:g}", "B": f"B: lr {lr_b.value:g}"}
     train_button = mo.ui.run_button(label=f"Train {2 * seeds} runs")
     train_button
     return config, names, seeds, train_button
 
 
 @app.cell
-def _(config, controls, seeds, train_button):
+def _(config, lr_a, lr_b, seed, seeds, train_button):
     mo.stop(
         lab.interactive() and not train_button.value,
         mo.callout(mo.md("Press **Train** to run."), kind="info"),
     )
-    _c = {name: control.value for name, control in controls.items()}
     # 2 x seeds runs, one compiled program: [A's seeds, B's seeds], the rate per run traced.
     _compiled = ppo.compile_runs(config, 2 * seeds, fast_compile=True)
-    _keys = jax.random.split(jax.random.key(_c["seed"]), 2 * seeds)
-    _rates = [_c["lr_a"]] * seeds + [_c["lr_b"]] * seeds
+    _keys = jax.random.split(jax.random.key(seed.value), 2 * seeds)
+    _rates = [lr_a.value] * seeds + [lr_b.value] * seeds
     _, metrics = _compiled(_keys, ppo.run_hparams(config, 2 * seeds, learning_rate=_rates))
     outcome_a, outcome_b = lesson.final_outcomes(metrics, seeds)
     curve_a, curve_b = lesson.training_curves(metrics, seeds)
@@ -104,17 +109,16 @@ def _(config, controls, seeds, train_button):
 
 
 @app.cell
-def _(controls, names, outcome_a, outcome_b):
-    _c = {name: control.value for name, control in controls.items()}
-    _key_a, _key_b = jax.random.split(jax.random.key(_c["seed"] + 1))
+def _(confidence, names, outcome_a, outcome_b, resamples, seed):
+    _key_a, _key_b = jax.random.split(jax.random.key(seed.value + 1))
     intervals = {}
     for _name, _key, _x in (("A", _key_a, outcome_a), ("B", _key_b, outcome_b)):
         _mean, _low, _high = evaluation.bootstrap_ci(
-            _key, jnp.asarray(_x, jnp.float32), _c["resamples"], _c["confidence"]
+            _key, jnp.asarray(_x, jnp.float32), resamples.value, confidence.value
         )
         intervals[_name] = {
             "ours": (float(_mean), float(_low), float(_high)),
-            "scipy": evaluation.scipy_ci(_x, _c["resamples"], _c["confidence"], _c["seed"]),
+            "scipy": evaluation.scipy_ci(_x, resamples.value, confidence.value, seed.value),
         }
     lab.table(
         [
@@ -128,24 +132,23 @@ def _(controls, names, outcome_a, outcome_b):
             }
             for n, v in intervals.items()
         ],
-        f"Mean greedy return and its {_c['confidence']:.0%} percentile-bootstrap interval "
-        f"({_c['resamples']} resamples)",
+        f"Mean greedy return and its {confidence.value:.0%} percentile-bootstrap interval "
+        f"({resamples.value} resamples)",
     )
     return (intervals,)
 
 
 @app.cell
-def _(controls, outcome_a, outcome_b):
-    _c = {name: control.value for name, control in controls.items()}
+def _(confidence, outcome_a, outcome_b, resamples, seed):
     # The same keys as the table's intervals: the replay redraws the same resamples.
-    _key_a, _key_b = jax.random.split(jax.random.key(_c["seed"] + 1))
+    _key_a, _key_b = jax.random.split(jax.random.key(seed.value + 1))
     _errors = {}
     for _name, _key, _x in (("A", _key_a, outcome_a), ("B", _key_b, outcome_b)):
-        _e = evaluation.reference_errors(_key, _x, _c["resamples"], _c["confidence"])
+        _e = evaluation.reference_errors(_key, _x, resamples.value, confidence.value)
         _errors |= {f"{_name} {_end}": _e[_end] for _end in ("mean", "low", "high")}
     check = lab.Check(
         "percentile-bootstrap interval of the mean (JAX, float32) vs NumPy float64 "
-        f"percentiles of the same {_c['resamples']} resamples (relative to the largest "
+        f"percentiles of the same {resamples.value} resamples (relative to the largest "
         "outcome)",
         _errors,
         numerics.tolerance("float32"),
@@ -173,22 +176,20 @@ def _():
 
 
 @app.cell
-def _(config, controls, curve_a, curve_b, names):
-    _c = {name: control.value for name, control in controls.items()}
-    _ka, _kb = jax.random.split(jax.random.key(_c["seed"] + 2))
+def _(confidence, config, curve_a, curve_b, names, seed):
+    _ka, _kb = jax.random.split(jax.random.key(seed.value + 2))
     _bands = {
-        names["A"]: evaluation.curve_bands(_ka, curve_a, 1000, _c["confidence"]),
-        names["B"]: evaluation.curve_bands(_kb, curve_b, 1000, _c["confidence"]),
+        names["A"]: evaluation.curve_bands(_ka, curve_a, 1000, confidence.value),
+        names["B"]: evaluation.curve_bands(_kb, curve_b, 1000, confidence.value),
     }
-    lesson.band_chart(lesson.band_frame(_bands, config.batch_size), _c["confidence"])
+    lesson.band_chart(lesson.band_frame(_bands, config.batch_size), confidence.value)
     return
 
 
 @app.cell
-def _(controls, names, outcome_a, outcome_b):
-    _c = {name: control.value for name, control in controls.items()}
+def _(names, outcome_a, outcome_b, seed):
     flip_rate = evaluation.ranking_flip_rate(outcome_a, outcome_b)
-    by_seeds = evaluation.flip_rate_by_seeds(outcome_a, outcome_b, _c["seed"])
+    by_seeds = evaluation.flip_rate_by_seeds(outcome_a, outcome_b, seed.value)
     _better = names["A"] if outcome_a.mean() > outcome_b.mean() else names["B"]
     _points = pd.DataFrame(
         [{"configuration": names["A"], "return": float(v)} for v in outcome_a]

@@ -189,7 +189,7 @@ def _():
 
 
 @app.cell
-def _(gcs_trip, problems, reference, result, spot):
+def _(gcs_trip, problems, reference, result, save_every, spot):
     _diff = max(
         (abs(result.losses[s] - reference.losses[s]) for s in reference.losses
          if s in result.losses), default=float("inf"),
@@ -202,7 +202,7 @@ def _(gcs_trip, problems, reference, result, spot):
             "every step's loss equal bit for bit, final state digest equal": not problems,
             "recovered automatically": result.recovered,
             "SIGTERM loses no step; others at most save_every": result.lost_steps
-            <= (0 if result.failures[0].kind == "sigterm" else ARGS.save_every),
+            <= (0 if result.failures[0].kind == "sigterm" else save_every.value),
             "gs:// checkpoint read back bitwise": gcs_trip.bitwise_equal,
             "a gs:// step without its commit marker is refused": bool(gcs_trip.partial_problems),
         } | ({} if spot is None else {

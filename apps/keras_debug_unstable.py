@@ -67,19 +67,23 @@ def _():
 @app.cell
 def _():
     backends = mo.ui.text(value=ARGS.backends, label="backends (comma-separated)")
-    controls = {
-        name: FLAGS.control(name, ARGS)
-        for name in (
-            "learning_rate",
-            "init_scale",
-            "depth",
-            "hidden",
-            "clip_norm",
-            "safe_learning_rate",
-            "steps",
-            "seed",
-        )
-    }
+    # A mo.ui.dictionary, which marimo tracks: a plain dict of controls re-runs nothing when
+    # one moves (the results of the last run would stay beside the moved control).
+    controls = mo.ui.dictionary(
+        {
+            name: FLAGS.control(name, ARGS)
+            for name in (
+                "learning_rate",
+                "init_scale",
+                "depth",
+                "hidden",
+                "clip_norm",
+                "safe_learning_rate",
+                "steps",
+                "seed",
+            )
+        }
+    )
     run_button = mo.ui.run_button(label="Run under the chosen backends")
     mo.vstack(
         [

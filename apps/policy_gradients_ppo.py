@@ -65,7 +65,9 @@ def _():
 
 @app.cell
 def _():
-    controls = {name: FLAGS.control(name, ARGS) for name in FLAGS.flags}
+    # Every control feeds the run's config, so they live in one mo.ui.dictionary: marimo
+    # tracks it (a plain dict of controls is no name it can see) and re-runs its readers.
+    controls = mo.ui.dictionary({name: FLAGS.control(name, ARGS) for name in FLAGS.flags})
     _c = controls
     mo.vstack(
         [
@@ -117,7 +119,7 @@ def _():
 
 @app.cell
 def _(controls):
-    _c = {name: control.value for name, control in controls.items()}
+    _c = controls.value
     # The check runs on a random trajectory of 16 steps x 3 envs with 2 terminations and
     # 2 truncations, at the current gamma and lambda, and on 512 random ratios at the
     # current clip range.
@@ -140,7 +142,7 @@ def _(controls):
 
 @app.cell
 def _(controls):
-    _eps = controls["clip_eps"].value
+    _eps = controls.value["clip_eps"]
     alt.Chart(
         lesson.surrogate_frame(_eps), title=f"PPO's objective per sample, eps = {_eps:g}"
     ).mark_line().encode(
@@ -163,7 +165,7 @@ def _():
 
 @app.cell
 def _(controls):
-    _c = {name: control.value for name, control in controls.items()}
+    _c = controls.value
     _batch = _c["num_envs"] * _c["num_steps"]
     _problem = None
     if _c["algorithm"] == "ppo" and _batch % _c["num_minibatches"]:
@@ -196,16 +198,15 @@ def _(config, controls, train_button):
         lab.interactive() and not train_button.value,
         mo.callout(mo.md("Press **Train** to run."), kind="info"),
     )
-    _seeds = controls["seeds"].value
+    _seeds = controls.value["seeds"]
     # One compiled program for all seeds: jit(vmap(train)); fast-compiled (a short run is
     # mostly compile time).
     _compiled, compile_s = timing.timed_call(lambda: ppo.compile_runs(config, _seeds, True))
-    _keys = jax.random.split(jax.random.key(controls["seed"].value), _seeds)
+    _keys = jax.random.split(jax.random.key(controls.value["seed"]), _seeds)
     (_, metrics), train_s = timing.timed_call(_compiled, _keys, ppo.run_hparams(config, _seeds))
     curves = lesson.curve_frame(metrics, config, config.algorithm)
     eval_mean = np.asarray(metrics["eval_returns_E"]).mean(axis=1)
-    values = {name: control.value for name, control in controls.items()}
-    claim = lesson.claim_holds(values, eval_mean)
+    claim = lesson.claim_holds(controls.value, eval_mean)
     if claim is None:
         _said = (
             "Away from the default controls the lesson claims nothing about the outcome: "

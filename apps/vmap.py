@@ -96,10 +96,13 @@ def _():
 def _(example, out_axes):
     chosen = vmap.get(example.value)
     # One dropdown per argument, labelled with its name: they reset when the function changes.
-    axis_controls = [
-        FLAGS.control(f"in_axis_{i}", ARGS, label=f"in_axes for {arg}")
-        for i, arg in enumerate(chosen.arg_names, start=1)
-    ]
+    # A mo.ui.array, which marimo tracks (a plain list of controls would re-run nothing).
+    axis_controls = mo.ui.array(
+        [
+            FLAGS.control(f"in_axis_{i}", ARGS, label=f"in_axes for {arg}")
+            for i, arg in enumerate(chosen.arg_names, start=1)
+        ]
+    )
     mo.vstack(
         [
             mo.md(
