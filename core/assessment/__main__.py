@@ -6,10 +6,14 @@
     python -m core.assessment progress
 
 ``grade`` prints each item's verdict and, for a failed item, the feedback that teaches (the
-derivation, the evidence, the hidden tests) and the lesson to revisit; then the score. It
-exits 0 when every sheet was graded, 2 when a sheet is malformed (the field is named; the
-other sheets are still graded). ``--save-progress`` records a sheet in the workspace
-progress (runs/assessments/), which the course home shows.
+derivation, the evidence, the hidden tests) and the lesson to revisit; then the score. Every
+sheet is graded whatever another holds: a code answer runs in a process of its own
+(core.assessment.sandbox) under ``--time-limit`` and ``--memory-limit``, and how it ended
+(an exception, sys.exit, a timeout, memory, a crash) is that item's feedback. At the end a
+summary goes to stderr, and the status says what happened: 0 when every answer file was
+graded, 2 when one is malformed (the field is named), 3 when the grader could not grade an
+answer (its process did not start: grade it again). ``--save-progress`` records a sheet in
+the workspace progress (runs/assessments/), which the course home shows.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import sys
 import textwrap
 
 from core import curriculum, runtime
-from core.assessment import WORKSPACE
+from core.assessment import WORKSPACE, sandbox
 
 EXIT_MALFORMED = 2
+EXIT_UNGRADED = 3
 
 
 def _paper_names() -> list[str]:
@@ -66,6 +71,7 @@ def print_report(report, detail: str) -> None:
     for number, result in enumerate(report.results, start=1):
         item = result.item
         mark = "pass" if result.passed else ("FAIL" if result.attempted else "----")
+        mark = "????" if result.ungraded else mark
         print(f"{number:3d}. [{mark}] {item.title} ({item.kind}; {item.phase})")
         print(_indent(result.summary))
         show = detail == "all" or (detail == "failed" and result.attempted and not result.passed)
@@ -96,6 +102,7 @@ def report_json(report, source: str) -> dict:
                 "phase": r.item.phase,
                 "attempted": r.attempted,
                 "passed": r.passed,
+                "ungraded": r.ungraded or None,
                 "summary": r.summary,
                 "revisit": _lesson_app(r.item.lesson) if r.attempted and not r.passed else None,
             }
@@ -108,15 +115,21 @@ def grade_sheets(args) -> int:
     from core.assessment import paper as papers
     from core.assessment import sheets
 
-    status, reports = 0, []
+    sandbox.use_limits(args.limits)
+    reports, malformed, ungraded, unconfined = [], [], [], set()
     for file in args.answers:
         try:
             sheet = sheets.load_sheet(file, expected_path=args.path)
         except sheets.SheetError as error:
             print(f"{file}: malformed answers file: {error}", file=sys.stderr)
-            status = EXIT_MALFORMED
+            malformed.append(file)
             continue
         report = papers.grade(sheet.path, sheet.seed, sheet.answers)
+        for result in report.results:
+            if result.ungraded:
+                ungraded.append(f"{file}: {result.item.id}: {result.ungraded}")
+            if result.feedback is not None and result.feedback.confinement.startswith("unc"):
+                unconfined.add(result.feedback.confinement)
         if args.json:
             reports.append(report_json(report, str(file)))
         else:
@@ -129,7 +142,20 @@ def grade_sheets(args) -> int:
             print(f"progress saved: {saved}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(reports, indent=2))
-    return status
+    total = len(args.answers)
+    summary = f"graded {total - len(malformed)} of {total} answer files"
+    summary += f"; {len(malformed)} malformed" if malformed else ""
+    summary += f"; {len(ungraded)} answers not graded (run them again)" if ungraded else ""
+    print(summary, file=sys.stderr)
+    for line in ungraded:
+        print(f"  not graded: {line}", file=sys.stderr)
+    for why in sorted(unconfined):
+        print(
+            f"warning: code answers ran {why}: they could read this user's files", file=sys.stderr
+        )
+    if malformed:
+        return EXIT_MALFORMED
+    return EXIT_UNGRADED if ungraded else 0
 
 
 def print_progress(args) -> int:
@@ -174,6 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--json", action="store_true", help="print the results as JSON")
     grade.add_argument("--save-progress", action="store_true", help="record in the workspace")
     grade.add_argument("--progress-dir", type=pathlib.Path, default=default_root)
+    limits = sandbox.DEFAULT_LIMITS
+    grade.add_argument(
+        "--time-limit",
+        type=float,
+        default=limits.time_s,
+        help=f"seconds one code answer may run, once its process started ({limits.time_s:g})",
+    )
+    grade.add_argument(
+        "--memory-limit",
+        type=int,
+        default=limits.memory_mib,
+        help=f"MiB of address space for one code answer's process ({limits.memory_mib})",
+    )
 
     progress = commands.add_parser("progress", help="show the workspace progress per path")
     progress.add_argument("--path", choices=_paper_names())
@@ -184,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 with usage on bad arguments
+    if args.command == "grade":
+        try:
+            args.limits = sandbox.Limits(time_s=args.time_limit, memory_mib=args.memory_limit)
+        except ValueError as error:
+            parser.error(str(error))
     if args.command == "paper":
         from core.assessment import sheets
 

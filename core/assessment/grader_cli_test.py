@@ -109,3 +109,33 @@ def test_json_report(tmp_path, capsys):
     [report] = json.loads(capsys.readouterr().out)
     assert report["score"] == 1.0 and report["seed"] == 11
     assert [r["item"] for r in report["results"]] == list(paper.paper(SLUG).item_ids)
+
+
+def test_a_cohort_with_hostile_sheets_is_graded_to_the_end(tmp_path):
+    """An answer that calls sys.exit(0), a 5000-digit seed and arrays nested 100,000 deep:
+    the grader used to stop at the first (status 0, no score) or crash on the others
+    (traceback, status 1), skipping every later sheet. Now each is that sheet's feedback,
+    every sheet is graded, and the status says some were malformed, at the end."""
+    code = next(item for item in paper.paper(SLUG).items if item.kind == "code")
+    leaves = _write(tmp_path, "exits.json", {code.id: "import sys\nsys.exit(0)\n"})
+    digits = tmp_path / "digits.json"
+    digits.write_text(f'{{"path": "{SLUG}", "seed": {"7" * 5000}, "answers": {{}}}}')
+    deep = tmp_path / "deep.json"
+    deep.write_text(f'{{"path": "{SLUG}", "seed": 1, "answers": {"[" * 100_000}')
+    last = _write(tmp_path, "last.json", {})
+    argv = ["grade", "--path", SLUG, "--answers", leaves, digits, deep, last]
+    result = subprocess.run(
+        [sys.executable, "-m", "core.assessment", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
+        timeout=600,
+    )
+    assert result.returncode == cli.EXIT_MALFORMED, (result.stdout + result.stderr)[-3000:]
+    out, err = result.stdout, result.stderr
+    assert f"# {leaves}" in out and f"# {last}" in out
+    assert "your code ended its own process" in out and "SystemExit" in out
+    assert f"{digits}: malformed answers file: sheet: " in err and "digits" in err
+    assert f"{deep}: malformed answers file: sheet: nested too deeply" in err
+    assert "graded 2 of 4 answer files; 2 malformed" in err

@@ -11,7 +11,10 @@ always computed, never typed in:
   learner names it from the choices; ``evidence`` runs the defective and the fixed program
   and shows what differs.
 - ``CodeItem``: the learner completes a stub; hidden tests from core grade the function it
-  defines; the reference solution lives in core and is shown only after an attempt.
+  defines; the reference solution lives in core and is shown only after an attempt. The
+  learner's source runs in a process of its own (core.assessment.sandbox: time and memory
+  limits, no access to the course's files where the kernel has Landlock); the hidden tests
+  run in the grader and call it there.
 
 Answers have one of three Python types: a float (predict, ``answer_type="number"``), a list
 of ints (predict, ``answer_type="shape"``), or a str (a choice id, or Python source).
@@ -31,6 +34,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+
+from core.assessment import sandbox
 
 Kind = Literal["predict", "diagnose", "code"]
 Answer = float | list[int] | str
@@ -67,6 +72,10 @@ class Feedback:
     passed: bool
     summary: str
     detail: str
+    # why the grader could not grade the answer ("" when it did): not the learner's failure,
+    # the answer is not counted as an attempt
+    ungraded: str = ""
+    confinement: str = ""  # how a code answer's process was confined (sandbox.Child)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,8 +189,12 @@ class PredictItem(Item):
             return None if ok else "expected a shape: a list of integers, like [4, 128]"
         if not _is_number(answer):
             return f"expected a number{' in ' + self.units if self.units else ''}"
-        if not math.isfinite(answer):
-            return "expected a finite number"
+        try:
+            finite = math.isfinite(answer)
+        except OverflowError:  # an integer past float's range
+            finite = False
+        if not finite:
+            return "expected a finite number (within float64's range)"
         return None
 
     def matches(self, answer, expected) -> bool:
@@ -329,6 +342,32 @@ class HiddenTest:
     message: str  # what was compared, and the measured error or the exception
 
 
+MAX_SOURCE_CHARS = 100_000
+
+# The hidden test a stopped answer fails, by how it stopped (sandbox.Stopped.status).
+_STOPPED = {
+    "timeout": "finished within the time limit",
+    "memory": "stayed within the memory limit",
+    "exit": "returned to the grader (no sys.exit)",
+    "ended": "kept its process running",
+    "crashed": "kept its process running",
+    "malformed": "answered in the grader's format",
+    "grader": "the grader started the process that runs your code",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The hidden tests' verdicts on one source at one seed, and how its process ran:
+    ``output`` is what it printed last (for a stopped answer), ``ungraded`` why the grader
+    could not run it at all, ``confinement`` what confined it."""
+
+    tests: tuple[HiddenTest, ...]
+    confinement: str
+    output: str = ""
+    ungraded: str = ""
+
+
 class CodeItem(Item):
     """Complete a stub; hidden tests from core grade the function it defines.
 
@@ -368,10 +407,22 @@ class CodeItem(Item):
         )
 
     def answer_problem(self, answer: Any) -> str | None:
-        return None if isinstance(answer, str) else "expected Python source as one string"
+        if not isinstance(answer, str):
+            return "expected Python source as one string"
+        if len(answer) > MAX_SOURCE_CHARS:
+            return f"the source has {len(answer)} characters; at most {MAX_SOURCE_CHARS}"
+        return None
+
+    @functools.cache  # noqa: B019 (module-level singletons)
+    def course_sources(self) -> frozenset[str]:
+        """The course's own sources for this exercise (reference, stub, planted mistakes):
+        the only ones the grader runs in its own process, all others in a sandbox."""
+        return frozenset({self.reference_source(), self.stub, *self.planted_wrong().values()})
 
     def load(self, source: str) -> Callable:
-        """Execute ``source`` in a fresh namespace and return its ``function_name``."""
+        """Execute one of the course's sources in a fresh namespace here; its function."""
+        if source not in self.course_sources():
+            raise ValueError("only the course's own sources run in the grader's process")
         namespace: dict[str, Any] = {"__name__": f"learner_{self.function_name}"}
         exec(compile(source, f"<your {self.function_name}>", "exec"), namespace)  # noqa: S102
         function = namespace.get(self.function_name)
@@ -383,33 +434,70 @@ class CodeItem(Item):
         """The hidden tests' verdicts on ``source`` at ``seed``; run once per (seed, source):
         they are deterministic, and grading and the self-check both run the reference (each
         run compiles the learner's function afresh: a jit, a shard_map, a pallas_call)."""
-        return list(_cached_tests(self, seed, source))
+        return list(self.run(seed, source).tests)
 
-    def _run_tests_now(self, seed: int, source: str) -> list[HiddenTest]:
+    def run(self, seed: int, source: str, limits=None) -> Run:
+        """``run_tests`` with how the source's process ran; cached unless ``limits`` is
+        given (sandbox.Limits: then always run afresh under them)."""
+        if limits is not None:
+            return self._run_now(seed, source, limits)
+        return _cached_run(self, seed, source)
+
+    def _run_now(self, seed: int, source: str, limits=None) -> Run:
+        if source in self.course_sources():  # the course's own code: no need to confine it
+            try:
+                function = self.load(source)
+            except Exception as error:
+                return Run((HiddenTest("the source runs", False, _last_line(error)),), _OWN)
+            return Run(tuple(self._guarded(function, seed)), _OWN)
+        child = sandbox.Child(limits or sandbox.current_limits())
         try:
-            function = self.load(source)
-        except Exception as error:  # the learner's code: any error is feedback, not a crash
-            return [HiddenTest("the source runs", False, _last_line(error))]
-        return self._guarded(function, seed)
+            with child:
+                try:
+                    function = child.load(source, self.function_name)
+                except sandbox.LearnerError as error:
+                    tests = [HiddenTest("the source runs", False, error.text)]
+                else:
+                    tests = self._guarded(function, seed)
+        except sandbox.Stopped as stop:
+            test = HiddenTest(_STOPPED[stop.status], False, stop.message)
+            ungraded = stop.message if stop.status == "grader" else ""
+            return Run((test,), child.confinement, child.output(), ungraded)
+        return Run(tuple(tests), child.confinement)
 
     def _guarded(self, function: Callable, seed: int) -> list[HiddenTest]:
         try:
             return self.hidden_tests(function, seed)
-        except Exception as error:
+        except Exception as error:  # the learner's exception, here or in its own process
             return [HiddenTest("the hidden tests run", False, _last_line(error))]
 
     def grade(self, seed: int, answer: Answer) -> Feedback:
-        tests = self.run_tests(seed, str(answer))
-        passed = bool(tests) and all(t.passed for t in tests)
+        run = self.run(seed, str(answer))
+        tests = run.tests
+        passed = bool(tests) and all(t.passed for t in tests) and not run.ungraded
         count = sum(t.passed for t in tests)
-        summary = f"{'right' if passed else 'not right'}: {count} of {len(tests)} hidden tests pass"
+        if run.ungraded:
+            summary = f"not graded: {run.ungraded}; grade it again"
+        else:
+            verdict = "right" if passed else "not right"
+            summary = f"{verdict}: {count} of {len(tests)} hidden tests pass"
         lines = [f"- {'pass' if t.passed else 'FAIL'} · {t.name}: {t.message}" for t in tests]
         detail = "\n".join(lines)
+        if run.output.strip():
+            detail += (
+                "\n\nWhat your code's process wrote last:\n\n"
+                f"```text\n{run.output.strip()[-2000:]}\n```"
+            )
+        if run.confinement.startswith("unconfined"):
+            detail += (
+                f"\n\nNote: {run.confinement}; the answer ran in its own process with time "
+                "and memory limits, but could read the files this user can read."
+            )
         detail += (
             f"\n\nThe reference solution ({self.solution_module}):\n\n"
             f"```python\n{self.reference_source().strip()}\n```"
         )
-        return Feedback(passed, summary, detail)
+        return Feedback(passed, summary, detail, run.ungraded, run.confinement)
 
     def reference_answer(self, seed: int) -> Answer:
         return self.reference_source()
@@ -431,13 +519,18 @@ class CodeItem(Item):
         )
 
 
+_OWN = "the course's own source, run in the grader's process"
+
+
 @functools.lru_cache(maxsize=64)
-def _cached_tests(item: CodeItem, seed: int, source: str) -> tuple[HiddenTest, ...]:
-    return tuple(item._run_tests_now(seed, source))
+def _cached_run(item: CodeItem, seed: int, source: str) -> Run:
+    return item._run_now(seed, source)
 
 
 def _last_line(error: BaseException) -> str:
     """The exception as the learner needs it: type, message, and the line of their code."""
+    if isinstance(error, sandbox.LearnerError):  # raised in the answer's process: said there
+        return error.text
     frames = traceback.extract_tb(error.__traceback__)
     frames = [f for f in frames if f.filename.startswith("<your")]
     where = f" (line {frames[-1].lineno} of your code)" if frames else ""

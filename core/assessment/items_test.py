@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core import curriculum
-from core.assessment import paper
+from core.assessment import items, paper
 from core.assessment.items import CodeItem, DiagnoseItem, PredictItem
 
 SEEDS = (3, 17, 2026)
@@ -85,9 +85,56 @@ def test_code_exercise_fails_stub_and_planted_wrong(item):
             assert tests and not all(t.passed for t in tests), mistake
 
 
-@pytest.mark.parametrize("item", CODE, ids=[i.id for i in CODE])
-def test_code_exercise_reports_learner_errors_as_feedback(item):
-    for source in ("def broken(:\n", "x = 1\n", f"def {item.function_name}(*a):\n    1 / 0\n"):
+def test_code_exercise_reports_learner_errors_as_feedback():
+    """Errors raised in the answer's own process come back as the learner's feedback."""
+    item = next(i for i in CODE if i.id == "reinforcement_learning.gae_truncation")
+    for source, words in (
+        ("def broken(:\n", "SyntaxError"),
+        ("x = 1\n", "no function named 'gae'"),
+        ("def gae(*a, **k):\n    1 / 0\n", "ZeroDivisionError: division by zero (line 2 of"),
+    ):
         feedback = item.grade(SEEDS[0], source)
-        assert not feedback.passed
-        assert "Error" in feedback.detail or "no function" in feedback.detail
+        assert not feedback.passed and words in feedback.detail, feedback.detail
+
+
+@pytest.mark.parametrize("item", CODE, ids=[i.id for i in CODE])
+def test_an_answer_that_imports_the_reference_solution_fails(item):
+    """It passed: the solutions were importable by the answer they grade."""
+    source = f"from {item.solution_module} import {item.function_name}\n"
+    feedback = item.grade(SEEDS[0], source)
+    assert not feedback.passed, feedback.summary
+    assert "ModuleNotFoundError: No module named 'core'" in feedback.detail, feedback.detail
+
+
+def test_an_answer_that_exits_is_feedback_and_grading_goes_on():
+    """``sys.exit(0)`` ended the grader (status 0, no score) and every later answer."""
+    item = next(i for i in CODE if i.id == "reinforcement_learning.gae_truncation")
+    feedback = item.grade(SEEDS[0], "import sys; sys.exit(0)")
+    assert not feedback.passed and "SystemExit(0)" in feedback.detail, feedback.detail
+    assert not feedback.ungraded and "your code ended its own process" in feedback.detail
+
+
+@pytest.mark.parametrize("item", CODE, ids=[i.id for i in CODE])
+def test_a_right_answer_that_is_not_the_course_text_passes_in_its_own_process(item):
+    """The hidden tests call it across the process boundary: arrays, a mesh, sharded results
+    and its ValueError make the trip."""
+    source = item.reference_source() + "\n# the learner's own copy\n"
+    run = item.run(SEEDS[0], source)
+    assert run.tests and all(t.passed for t in run.tests), run.tests
+    assert run.confinement != items._OWN and not run.ungraded
+
+
+def test_a_wrong_answer_stays_wrong_across_the_process_boundary():
+    """Copies on the devices that differ (no collective) are seen as such in the grader."""
+    item = next(i for i in CODE if i.id == "distributed.sharded_step")
+    source = item.planted_wrong()["no collective: each device steps on its own shard's gradient"]
+    run = item.run(SEEDS[0], source + "\n# edited\n")
+    assert not all(t.passed for t in run.tests)
+    assert "differ from device 0's" in " ".join(t.message for t in run.tests)
+
+
+def test_only_the_course_sources_run_in_the_graders_process():
+    item = CODE[0]
+    assert item.reference_source() in item.course_sources()
+    with pytest.raises(ValueError, match="only the course's own sources"):
+        item.load(item.reference_source() + "\n")

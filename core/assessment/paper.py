@@ -81,6 +81,11 @@ class ItemResult:
         return self.feedback is not None
 
     @property
+    def ungraded(self) -> str:
+        """Why the grader could not grade the answer ("" when it did or none was given)."""
+        return self.feedback.ungraded if self.feedback is not None else ""
+
+    @property
     def passed(self) -> bool:
         return self.feedback is not None and self.feedback.passed
 
@@ -144,9 +149,19 @@ def grade(slug: str, seed: int, answers: dict[str, Answer | None]) -> Report:
     results = []
     for item in chosen.items:
         answer = answers.get(item.id)
-        results.append(ItemResult(item, None if answer is None else item.grade(seed, answer)))
+        results.append(ItemResult(item, None if answer is None else _grade_one(item, seed, answer)))
     graded = {i: a for i, a in answers.items() if a is not None}
     return Report(chosen, seed, tuple(results), graded)
+
+
+def _grade_one(item: Item, seed: int, answer: Answer) -> Feedback:
+    """The item's feedback; a grader that fails on an answer leaves it ungraded (said so,
+    not counted as an attempt) and grades the next item."""
+    try:
+        return item.grade(seed, answer)
+    except Exception as error:
+        why = f"the grader failed on this answer ({type(error).__name__}: {error})"[:500]
+        return Feedback(False, f"not graded: {why}", "", ungraded=why)
 
 
 def reference_answers(slug: str, seed: int) -> dict[str, Answer]:

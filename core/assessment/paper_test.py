@@ -74,3 +74,26 @@ def test_answers_the_paper_cannot_grade_are_named():
         paper.grade(chosen.slug, 0, {"no.such_item": 1.0})
     with pytest.raises(ValueError, match="no assessment"):
         paper.paper("learn-fortran")
+
+
+def test_an_answer_the_grader_fails_on_is_ungraded_and_the_rest_graded(monkeypatch):
+    """A grader defect on one answer must not end the sheet, count as the learner's attempt,
+    or read as a wrong answer."""
+    from core.assessment import sheets, view
+
+    chosen = paper.paper("make-it-fast")
+    first, second = chosen.items[:2]
+
+    def broken(seed, answer):
+        raise TypeError("a defect of the grader")
+
+    monkeypatch.setattr(first, "grade", broken)
+    answers = {first.id: first.reference_answer(3), second.id: second.reference_answer(3)}
+    report = paper.grade(chosen.slug, 3, answers)
+    one, two = report.results[:2]
+    assert one.ungraded and "TypeError: a defect of the grader" in one.summary
+    assert two.passed and not two.ungraded
+    assert view.feedback_markdown(one).startswith("**Not graded.**")
+    assert [r["verdict"] for r in view.score_rows(report)[:2]] == ["not graded", "passed"]
+    recorded = sheets.recorded(sheets.Progress(paper=chosen.slug, seed=3), report)
+    assert first.id not in recorded.items and second.id in recorded.items

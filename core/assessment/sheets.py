@@ -29,6 +29,7 @@ from core.assessment import PROGRESS_DIR_ENV, WORKSPACE  # noqa: F401 (re-export
 from core.assessment import paper as papers
 
 MAX_SEED = 2**31 - 1
+MAX_SHEET_BYTES = 4 * 2**20  # a paper's answers, code included, are a few hundred KiB at most
 
 
 class SheetError(ValueError):
@@ -64,12 +65,25 @@ def _first_error(error: pydantic.ValidationError) -> SheetError:
     return SheetError(field, first["msg"])
 
 
+def parse_json(text: str, what: str = "sheet") -> Any:
+    """``text`` as JSON, or SheetError(``what``) for anything else: not JSON, an integer past
+    Python's int max str digits (json raises ValueError), nesting past the recursion limit
+    (RecursionError), text larger than MAX_SHEET_BYTES."""
+    if len(text) > MAX_SHEET_BYTES:
+        raise SheetError(what, f"larger than {MAX_SHEET_BYTES // 2**20} MiB")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SheetError(what, f"not JSON ({error.msg} at line {error.lineno})") from None
+    except RecursionError:
+        raise SheetError(what, "nested too deeply to be answers") from None
+    except ValueError as error:  # "Exceeds the limit (4300 digits) for integer string ..."
+        raise SheetError(what, f"not usable JSON ({error})") from None
+
+
 def parse_sheet(text: str, expected_path: str | None = None) -> AnswerSheet:
     """Validate a sheet's JSON text; SheetError names the first field that is wrong."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SheetError("sheet", f"not JSON ({error.msg} at line {error.lineno})") from None
+    data = parse_json(text)
     if not isinstance(data, dict):
         raise SheetError("sheet", "expected a JSON object with path, seed and answers")
     try:
@@ -85,12 +99,20 @@ def parse_sheet(text: str, expected_path: str | None = None) -> AnswerSheet:
     return sheet
 
 
-def load_sheet(file: pathlib.Path, expected_path: str | None = None) -> AnswerSheet:
+def read_limited(file: pathlib.Path, what: str) -> str:
+    """The text of ``file``, refused (SheetError) past MAX_SHEET_BYTES before it is read."""
     try:
-        text = pathlib.Path(file).read_text(encoding="utf-8")
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_SHEET_BYTES + 1)
+        if len(data) > MAX_SHEET_BYTES:
+            raise SheetError(what, f"{file} is larger than {MAX_SHEET_BYTES // 2**20} MiB")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise SheetError("answers file", f"cannot read {file}: {error}") from None
-    return parse_sheet(text, expected_path)
+        raise SheetError(what, f"cannot read {file}: {error}") from None
+
+
+def load_sheet(file: pathlib.Path, expected_path: str | None = None) -> AnswerSheet:
+    return parse_sheet(read_limited(pathlib.Path(file), "answers file"), expected_path)
 
 
 def template(slug: str, seed: int, learner: str = "") -> dict[str, Any]:
@@ -148,9 +170,10 @@ def load_progress(slug: str, seed: int, root: pathlib.Path = WORKSPACE) -> Progr
     file = progress_file(slug, seed, root)
     if not file.is_file():
         return Progress(paper=slug, seed=seed)
+    text = read_limited(file, str(file))
     try:
-        progress = Progress.model_validate_json(file.read_text(encoding="utf-8"))
-    except (pydantic.ValidationError, UnicodeDecodeError) as error:
+        progress = Progress.model_validate_json(text)
+    except (pydantic.ValidationError, ValueError, RecursionError) as error:
         raise SheetError(str(file), f"not a valid progress file ({error})") from None
     if (progress.paper, progress.seed) != (slug, seed):
         raise SheetError(str(file), f"holds {progress.paper} seed {progress.seed}")
@@ -166,7 +189,7 @@ def recorded(progress: Progress, report: papers.Report) -> Progress:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     items = dict(progress.items)
     for result in report.results:
-        if not result.attempted:
+        if not result.attempted or result.ungraded:  # the grader's failure is no attempt
             continue
         answer = report.answers[result.item.id]
         before = items.get(result.item.id)

@@ -52,6 +52,40 @@ def test_a_malformed_sheet_names_the_field(text, field):
     assert str(raised.value).startswith(f"{field}: ")
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        # json.loads raises ValueError past 4300 digits, not JSONDecodeError
+        (_sheet().replace('"seed": 5', '"seed": ' + "9" * 5000), "sheet", "digits"),
+        (_sheet().replace("1.0}", "1" * 5000 + "}"), "sheet", "digits"),
+        # past Python's recursion limit: RecursionError
+        (_sheet().replace("1.0}", DEEP + "}"), "sheet", "nested"),
+        (DEEP, "sheet", "nested"),
+        # digits under the limit, past float64: math.isfinite raised OverflowError
+        (_sheet(answers={PREDICT.id: 10**4000}), f"answers.{PREDICT.id}", "finite"),
+        (_sheet(answers={CODE.id: "#" * 200_000}), f"answers.{CODE.id}", "characters"),
+    ],
+)
+def test_hostile_json_is_a_malformed_sheet(text, field, words):
+    """Each of these ended the grader with a traceback (a ValueError, a RecursionError, an
+    OverflowError) instead of naming what is wrong."""
+    with pytest.raises(sheets.SheetError) as raised:
+        sheets.parse_sheet(text)
+    assert raised.value.field == field and words in str(raised.value), str(raised.value)
+
+
+def test_a_huge_file_is_refused_before_it_is_read(tmp_path):
+    big = tmp_path / "big.json"
+    with open(big, "w") as file:
+        file.write(_sheet()[:-1] + ', "pad": "')
+        file.truncate(sheets.MAX_SHEET_BYTES + 1)
+    with pytest.raises(sheets.SheetError, match="larger than"):
+        sheets.load_sheet(big)
+
+
 def test_a_sheet_for_the_other_path_is_refused():
     other = _sheet(path="learn-tpus", answers={})
     with pytest.raises(sheets.SheetError, match="^path: "):

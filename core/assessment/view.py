@@ -52,6 +52,8 @@ def feedback_markdown(result: papers.ItemResult) -> str:
     """The verdict and what teaches: shown only once an answer was committed."""
     if result.feedback is None:
         return ""
+    if result.ungraded:  # the grader's failure: nothing to revisit, commit it again
+        return f"**Not graded.** {result.feedback.summary}\n\n{result.feedback.detail.strip()}"
     verdict = "**Right.**" if result.passed else "**Not right.**"
     text = f"{verdict} {result.feedback.summary}\n\n{result.feedback.detail.strip()}"
     if not result.passed:
@@ -91,6 +93,7 @@ def score_rows(report: papers.Report, attempts: dict[str, int] | None = None) ->
     for number, result in enumerate(report.results, start=1):
         item = result.item
         verdict = "passed" if result.passed else ("failed" if result.attempted else "not yet")
+        verdict = "not graded" if result.ungraded else verdict
         rows.append(
             {
                 "#": number,

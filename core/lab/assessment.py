@@ -130,7 +130,7 @@ def paper_view(report: papers.Report, forms, questions: dict, problems: dict[str
         if item.id in problems:
             parts.append(mo.callout(mo.md(problems[item.id]), kind="warn"))
         if result.attempted:
-            kind = "success" if result.passed else "danger"
+            kind = "success" if result.passed else "warn" if result.ungraded else "danger"
             parts.append(mo.callout(mo.md(view.feedback_markdown(result)), kind=kind))
         sections.append(mo.vstack(parts))
     return mo.vstack(sections, gap=2)
@@ -147,8 +147,8 @@ def score_chart(rows: list[dict], phase_titles: tuple[str, ...]) -> alt.Chart:
             color=alt.Color(
                 "verdict:N",
                 scale=alt.Scale(
-                    domain=["passed", "failed", "not yet"],
-                    range=["#2e7d32", "#c62828", "#cfd8dc"],
+                    domain=["passed", "failed", "not graded", "not yet"],
+                    range=["#2e7d32", "#c62828", "#f9a825", "#cfd8dc"],
                 ),
             ),
             tooltip=["phase", "item", "verdict", "attempts"],

@@ -91,3 +91,15 @@ def test_the_paper_check_passes_and_the_chart_keeps_phase_titles(tmp_path):
     ]
     chart = assessment.score_chart(rows, PAPER.path.phase_titles).to_dict()
     assert chart["encoding"]["y"]["axis"]["labelLimit"] == 0
+
+
+def test_a_hostile_sheet_is_a_problem_not_a_crash(tmp_path):
+    """Issue 36: a 5000-digit number or arrays nested 100,000 deep crashed the app."""
+    for name, text in (
+        ("digits.json", f'{{"path": "{PAPER.slug}", "seed": {"9" * 5000}, "answers": {{}}}}'),
+        ("deep.json", f'{{"path": "{PAPER.slug}", "seed": 1, "answers": {"[" * 100_000}'),
+    ):
+        sheet = tmp_path / name
+        sheet.write_text(text)
+        opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path, seed_chosen=False)
+        assert opened.sheet is None and f"answers file {sheet}: sheet: " in opened.problem
