@@ -8,10 +8,6 @@ app = marimo.App(
 
 with app.setup:
     import json
-    import pathlib
-    import subprocess
-    import sys
-    import tempfile
 
     import altair as alt
     import jax
@@ -116,40 +112,31 @@ def _(repeats, run_button):
         lab.interactive() and not run_button.value,
         mo.md("*Press **Run the receipt** to run it here.*"),
     )
-    _tmp = tempfile.TemporaryDirectory(prefix="receipt_")
-    _out = pathlib.Path(_tmp.name) / "receipt.json"
-    _result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tpu_scripts",
-            "receipt",
-            "--json",
-            str(_out),
-            "--repeats",
-            str(repeats.value),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=curriculum.REPO_ROOT,
-        timeout=120,
-        env=lab.child_env(JAX_NUM_CPU_DEVICES=str(jax.device_count())),
-    )
+    # One process per chip: holding the TPU, the receipt is taken in this process (a child
+    # could not open the chip); otherwise by the lesson's command in a child process.
+    _taken = receipt.live_receipt(repeats.value, cwd=curriculum.REPO_ROOT)
     _problem = (
         None
-        if _result.returncode == 0 and _out.exists()
+        if _taken.receipt is not None
         else (
-            f"`python -m tpu_scripts receipt` exited {_result.returncode}:\n"
-            f"```\n{_result.stderr[-1500:]}\n```"
+            f"`python -m tpu_scripts receipt` exited {_taken.returncode}:\n"
+            f"```\n{_taken.stderr[-1500:]}\n```"
         )
     )
     lab.guard(_problem)
-    live = receipt.read_json(_out)
-    _tmp.cleanup()
+    live = _taken.receipt
     mo.vstack(
         [
-            mo.md("## The live receipt (this host)"),
-            mo.md(f"```\n{_result.stdout.strip()}\n```"),
+            mo.md(
+                f"## The live receipt (this host, taken in {_taken.where})"
+                + (
+                    ": this process holds the TPU, and a chip serves one process at a time, "
+                    "so a child `python -m tpu_scripts receipt` could not open it"
+                    if _taken.where == "this process"
+                    else ""
+                )
+            ),
+            mo.md(f"```\n{_taken.stdout.strip()}\n```"),
             mo.json(json.dumps(live)),
         ]
     )

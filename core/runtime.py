@@ -2,13 +2,23 @@
 
 Nothing here imports marimo, so capstones, interop and tpu_scripts can use it without the
 lesson UI (`core.lab` re-exports these names for the apps).
+
+One process per chip: libtpu takes a POSIX lock on /tmp/libtpu_lockfile when JAX starts the
+TPU backend and keeps it for the life of the process; another process that asks for the TPU
+meanwhile fails ("The TPU is already in use by process with pid N", or "Internal error when
+accessing libtpu multi-process lockfile" where it cannot find that pid). So a child started by
+a process holding the TPU runs on the CPU (``child_env``), and an app whose chip another
+process holds (a second app of `make lab` on a TPU VM) runs on the CPU and says who holds it
+(``use_cpu_devices``, ``busy_tpu``, ``tpu_notice``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
+import sys
 
 DEFAULT_CPU_DEVICES = 8  # `make lab` and the tests run with this many virtual CPU devices
 
@@ -36,9 +46,148 @@ def use_cpu_devices(count: int | None = None) -> int:
         raise ValueError(f"CPU device count must be >= 1, got {count}")
     if not xla_bridge.backends_are_initialized():
         jax.config.update("jax_num_cpu_devices", count)
-        if not os.environ.get("JAX_PLATFORMS") and not host_has_tpu():
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        on_tpu_vm = host_has_tpu()
+        if not platforms and not on_tpu_vm:
             jax.config.update("jax_platforms", "cpu")
+        elif on_tpu_vm and _opens_tpu(platforms) and (busy := busy_tpu()) is not None:
+            global _BUSY  # noqa: PLW0603 (process-wide, like the backend it decides)
+            _BUSY = busy
+            jax.config.update("jax_platforms", "cpu")
+            print(busy.notice(), file=sys.stderr)
     return count
+
+
+# --- one process per chip ---------------------------------------------------------------------
+
+# Where libtpu keeps its multi-process lock (xla/stream_executor/tpu/tpu_initialize_util.cc:
+# /tmp first, then a per-user folder under /tmp, then the home folder).
+TPU_LOCKFILES = (
+    "/tmp/libtpu_lockfile",
+    f"/tmp/libtpu_lock_{os.getuid()}/libtpu_lockfile",
+    os.path.join(os.path.expanduser("~"), ".libtpu_lockfile"),
+)
+PROC_LOCKS = "/proc/locks"
+_BUSY: ChipBusy | None = None  # set by use_cpu_devices when another process held the chip
+
+
+@dataclasses.dataclass(frozen=True)
+class ChipBusy:
+    """Another process holds this host's TPU: its pid (0 when not visible here), its command
+    line and the lockfile it holds."""
+
+    pid: int
+    command: str
+    lockfile: str
+
+    def notice(self) -> str:
+        """What an app shows at its top: who holds the chip, that it runs on the CPU, how to
+        free the chip."""
+        if self.pid:
+            who = f"process {self.pid}" + (f" (`{self.command}`)" if self.command else "")
+            free = f"stop it (close that app, or `kill {self.pid}`)"
+        else:
+            who = "another process (its pid is not visible here: `sudo lsof -w /dev/accel0`)"
+            free = "stop it"
+        return (
+            f"The TPU is held by {who}: a chip serves one process at a time, so this app runs "
+            f"on the CPU and its numbers are this host's CPU's. To use the chip here, {free}, "
+            f"then restart this app (libtpu's lock: {self.lockfile})."
+        )
+
+
+def _opens_tpu(platforms: str | None) -> bool:
+    """Whether a JAX process with this JAX_PLATFORMS would try to start the TPU."""
+    return not platforms or "tpu" in [p.strip() for p in platforms.split(",")]
+
+
+def _holder_from_proc_locks(path: str) -> int | None:
+    """The pid holding a POSIX lock on ``path`` per /proc/locks (None: unlocked or unknown)."""
+    try:
+        stat = os.stat(path)
+        with open(PROC_LOCKS) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or "->" in parts or parts[1] != "POSIX":  # "->": a blocked waiter
+            continue
+        *_, inode = parts[5].split(":")
+        if inode.isdigit() and int(inode) == stat.st_ino and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
+def _holder_from_fcntl(path: str) -> int | None:
+    """F_GETLK's answer for ``path`` (None: unlocked, or held by this process). Never called
+    by a process holding the TPU: closing any descriptor of the lockfile drops a process's
+    POSIX locks on it, libtpu's included."""
+    import fcntl
+    import struct
+
+    layout = "hhqqi"  # struct flock on Linux x86-64/arm64: type, whence, start, len, pid
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        query = struct.pack(layout, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, *_, pid = struct.unpack(layout, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if kind == fcntl.F_UNLCK else pid
+
+
+def busy_tpu(lockfiles=None) -> ChipBusy | None:
+    """Who holds this host's TPU, if another process does: libtpu's lockfile is locked by a
+    process other than this one (``lockfiles``: default TPU_LOCKFILES). None when the chip is
+    free or this process holds it."""
+    for path in map(str, TPU_LOCKFILES if lockfiles is None else lockfiles):
+        if not os.path.exists(path):
+            continue
+        pid = _holder_from_proc_locks(path)
+        if pid is None and not holds_tpu():
+            pid = _holder_from_fcntl(path)
+        if pid is None or pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read().decode(errors="replace").replace("\0", " ").split()
+                command = " ".join(words)  # one line, whatever the arguments hold
+        except OSError:
+            command = ""
+        return ChipBusy(pid, command[:160], path)
+    return None
+
+
+def tpu_notice() -> str:
+    """The notice of an app that found its TPU held by another process (``ChipBusy.notice``)
+    and runs on the CPU; "" otherwise."""
+    return _BUSY.notice() if _BUSY is not None else ""
+
+
+def _started_platforms() -> set[str]:
+    """The JAX platforms whose backends this process has started (empty before its first
+    computation; asking never starts one)."""
+    if "jax" not in sys.modules:
+        return set()
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        return set()
+    return set(xla_bridge.backends())
+
+
+def holds_tpu() -> bool:
+    """Whether this process holds a TPU (JAX started its TPU backend here)."""
+    return "tpu" in _started_platforms()
+
+
+class ChipHeld(RuntimeError):
+    """A child process asked for the TPU that its parent holds."""
 
 
 # Backends without float64 hardware: float64 work there raises UNIMPLEMENTED (a TPU's LU:
@@ -102,9 +251,32 @@ def child_env(**extra: str) -> dict[str, str]:
 
     marimo decides it runs under pytest from PYTEST_CURRENT_TEST; a `python apps/x.py`
     started from a test must not inherit it, or it runs in "test" mode and ignores its flags.
+
+    One process per chip: while this process holds a TPU the child gets JAX_PLATFORMS=cpu
+    (say so with ``child_note``); ``extra`` asking for the TPU then raises ChipHeld. To give
+    a child the chip, do the work in this process, or start the child from a process that
+    never started the TPU backend.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return {**env, **extra}
+    env.update(extra)
+    if holds_tpu() and _opens_tpu(env.get("JAX_PLATFORMS")):
+        if "JAX_PLATFORMS" in extra:
+            raise ChipHeld(
+                f"a child with JAX_PLATFORMS={extra['JAX_PLATFORMS']!r} would ask for the TPU "
+                "this process holds: one process per chip (libtpu's lock). Run the work in "
+                "this process, or let the child run on the CPU (JAX_PLATFORMS=cpu)"
+            )
+        env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def child_note() -> str:
+    """For a line about a child's results: " (run on the CPU: this process holds the TPU, one
+    process per chip)" while this process holds a TPU (``child_env`` put the child on the
+    CPU), "" otherwise."""
+    if not holds_tpu():
+        return ""
+    return " (run on the CPU: this process holds the TPU, and a chip serves one process)"
 
 
 def package_version(distribution: str) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,3 +49,137 @@ def test_float64_without_a_cpu_backend_says_how_to_get_one(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "tpu")
     with pytest.raises(RuntimeError, match="tpu,cpu"):
         runtime.float64_device("tpu")
+
+
+# --- one process per chip --------------------------------------------------------------------
+
+
+def test_a_child_of_a_process_holding_the_tpu_runs_on_the_cpu(monkeypatch):
+    """Kind 3 of issue 37: tpu_receipt started `python -m tpu_scripts receipt` while its own
+    process held the chip; the child got libtpu's multi-process lockfile error. A child started
+    while this process holds a TPU gets JAX_PLATFORMS=cpu, and a child that asks for the TPU
+    by name is refused."""
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(runtime, "_started_platforms", lambda: {"tpu", "cpu"})
+    assert runtime.holds_tpu()
+    assert runtime.child_env()["JAX_PLATFORMS"] == "cpu"
+    assert runtime.child_env(JAX_PLATFORMS="cpu")["JAX_PLATFORMS"] == "cpu"
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu,cpu")  # inherited: the child would open the TPU
+    assert runtime.child_env()["JAX_PLATFORMS"] == "cpu"
+    assert "holds the TPU" in runtime.child_note()
+    with pytest.raises(runtime.ChipHeld, match="one process per chip"):
+        runtime.child_env(JAX_PLATFORMS="tpu")
+
+
+def test_a_child_of_a_process_without_the_tpu_keeps_its_platforms(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu,cpu")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "x")
+    for started in (set(), {"cpu"}):  # before any computation; a CPU-only process
+        monkeypatch.setattr(runtime, "_started_platforms", lambda started=started: started)
+        env = runtime.child_env(EXTRA="1")
+        assert env["JAX_PLATFORMS"] == "tpu,cpu" and env["EXTRA"] == "1"
+        assert "PYTEST_CURRENT_TEST" not in env
+        assert runtime.child_env(JAX_PLATFORMS="tpu")["JAX_PLATFORMS"] == "tpu"
+        assert runtime.child_note() == ""
+
+
+def test_the_real_started_platforms_of_this_cpu_process():
+    jax.numpy.zeros(1).block_until_ready()
+    assert runtime._started_platforms() == {"cpu"} and not runtime.holds_tpu()
+
+
+# --- the lab on a TPU VM: a second app finds the chip held ---------------------------------
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what libtpu does to /tmp/libtpu_lockfile
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def held_lockfile(tmp_path):
+    """(lockfile, pid): a real process holding a POSIX lock on a file, as libtpu holds its
+    lockfile for as long as it has the chip."""
+    import subprocess
+    import sys
+
+    lockfile = tmp_path / "libtpu_lockfile"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(lockfile)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield lockfile, holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("source", ["/proc/locks", "fcntl F_GETLK"])
+def test_the_process_holding_the_chip_is_named(held_lockfile, tmp_path, monkeypatch, source):
+    lockfile, pid = held_lockfile
+    if source == "/proc/locks":  # the fallback must not answer for it
+        monkeypatch.setattr(runtime, "_holder_from_fcntl", lambda path: None)
+    else:
+        monkeypatch.setattr(runtime, "PROC_LOCKS", str(tmp_path / "no-proc-locks"))
+    busy = runtime.busy_tpu([tmp_path / "absent", lockfile])
+    assert busy is not None and busy.pid == pid and busy.lockfile == str(lockfile)
+    assert "python" in busy.command and "\n" not in busy.command  # its command line, one line
+    notice = busy.notice()
+    assert f"process {pid}" in notice and "runs on the CPU" in notice and f"kill {pid}" in notice
+    assert runtime.busy_tpu([tmp_path / "absent"]) is None
+
+
+def test_a_free_or_own_lock_is_not_busy(tmp_path):
+    import fcntl
+    import os
+
+    lockfile = tmp_path / "libtpu_lockfile"
+    lockfile.write_text("")
+    assert runtime.busy_tpu([lockfile]) is None  # nobody holds it
+    fd = os.open(lockfile, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert runtime.busy_tpu([lockfile]) is None  # this process holds it: not "another"
+    finally:
+        os.close(fd)
+
+
+SECOND_APP = """
+import sys
+from core import runtime
+runtime.TPU_LOCKFILES = (sys.argv[1],)
+runtime.host_has_tpu = lambda: True  # a TPU VM whose chip another app's kernel holds
+runtime.use_cpu_devices(2)
+import jax
+print(jax.default_backend(), jax.device_count())
+print(runtime.tpu_notice())
+"""
+
+
+def test_a_second_app_on_a_tpu_vm_runs_on_the_cpu_and_says_who_holds_the_chip(held_lockfile):
+    """`make lab` on a TPU VM serves each app in its own kernel: the first holds the chip. A
+    second app's setup (use_cpu_devices) finds libtpu's lock held, runs on the CPU and says
+    which process holds the chip and how to free it, instead of failing to start the TPU."""
+    import subprocess
+    import sys
+
+    lockfile, pid = held_lockfile
+    env = runtime.child_env()
+    env.pop("JAX_PLATFORMS", None)  # as on a TPU VM: JAX would try the TPU first
+    done = subprocess.run(
+        [sys.executable, "-c", SECOND_APP, str(lockfile)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=pathlib.Path(__file__).resolve().parents[1],
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    backend, notice = done.stdout.strip().splitlines()
+    assert backend == "cpu 2"
+    assert f"process {pid}" in notice and "runs on the CPU" in notice
+    assert f"process {pid}" in done.stderr  # said in a headless run's output too

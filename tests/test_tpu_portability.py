@@ -8,18 +8,25 @@ TPU state (core/runtime_test.py).
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
+import re
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("core", "apps", "capstones", "interop", "tpu_scripts", "benchmarks")
 
 
-def _sources(dirs=SOURCE_DIRS):
-    for folder in dirs:
+@functools.cache
+def _sources() -> tuple[tuple[pathlib.Path, ast.Module], ...]:
+    """(path, syntax tree) of every library, app and script module (tests left out), parsed
+    once for all the sweeps."""
+    found = []
+    for folder in SOURCE_DIRS:
         for path in sorted((REPO / folder).rglob("*.py")):
             if path.name.endswith("_test.py") or "__marimo__" in path.parts:
                 continue
-            yield path, ast.parse(path.read_text(), filename=str(path))
+            found.append((path, ast.parse(path.read_text(), filename=str(path))))
+    return tuple(found)
 
 
 def _dotted(node: ast.AST) -> str:
@@ -67,3 +74,59 @@ def test_float64_tolerances_name_the_backend_that_computed():
             if named and not any(k.arg == "backend" for k in node.keywords):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not found, 'tolerance("float64") without backend=:\n' + "\n".join(found)
+
+
+SUBPROCESS_CALLS = ("run", "Popen", "check_output", "check_call", "call")
+# Modules whose Python children never import JAX: why each is left out.
+NO_JAX_CHILDREN = {
+    "core/envlock.py": "pip install/uninstall of the locked environment",
+    "core/serving/load.py": "locust against a loopback service",
+    "tpu_scripts/project_wheel.py": "pip wheel of the project",
+    "tpu_scripts/wheelhouse/build.py": "pip download",
+    "tpu_scripts/wheelhouse/install.py": "pip install from the wheelhouse",
+    "tpu_scripts/fake_gcloud.py": "bash, standing in for gcloud",
+}
+PINNED_TO_CPU = re.compile(r"""JAX_PLATFORMS["']?\s*(?:[:=,])\s*["']cpu["']""")
+
+
+def test_python_children_get_their_environment_from_child_env():
+    """Kind 3: one process per chip. tpu_receipt's child `python -m tpu_scripts receipt` asked
+    for the chip its parent held (libtpu's multi-process lockfile error). core.runtime.child_env
+    gives a child JAX_PLATFORMS=cpu while this process holds a TPU (core/runtime_test.py); a
+    module that starts Python children passes every one an env= from it (directly, or through
+    a helper built on it: allocator.child_env, recovery.job_env), or pins the child to the CPU
+    in a literal environment."""
+    found = [f"{name}: no such module" for name in NO_JAX_CHILDREN if not (REPO / name).exists()]
+    for path, tree in _sources():
+        source = path.read_text()
+        if "sys.executable" not in source:
+            continue
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and _dotted(node.func).startswith("subprocess.")
+            and _dotted(node.func).split(".")[-1] in SUBPROCESS_CALLS
+        ]
+        if not calls:
+            continue
+        where = path.relative_to(REPO)
+        if str(where) in NO_JAX_CHILDREN:
+            continue
+        pinned = PINNED_TO_CPU.search(source) is not None
+        if not ("child_env(" in source or "job_env(" in source or pinned):
+            found.append(f"{where}: starts Python children without child_env")
+        found += [
+            f"{where}:{call.lineno}: no env= (inherits os.environ as it is)"
+            for call in calls
+            if not any(k.arg == "env" for k in call.keywords) and _starts_python(call)
+        ]
+    assert not found, "\n".join(found)
+
+
+def _starts_python(call: ast.Call) -> bool:
+    """Whether a subprocess call's argv is a literal list that starts with sys.executable."""
+    argv = call.args[0] if call.args else None
+    return (
+        isinstance(argv, ast.List) and bool(argv.elts) and _dotted(argv.elts[0]) == "sys.executable"
+    )

@@ -139,7 +139,10 @@ def run_parent(argv: list[str]) -> int:
         print(f"error: {out} already holds {', '.join(held)}: use a new --out", file=sys.stderr)
         return 2
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    env = {**os.environ, CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"}
+    from core import runtime
+
+    # The child takes the chip; this parent never starts JAX (child_env: one process per chip).
+    env = runtime.child_env(**{CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"})
     child = subprocess.Popen(
         [sys.executable, str(pathlib.Path(__file__).resolve()), *argv],
         stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ device i's value (i + 1), which must equal the closed form n (n + 1) / 2, timed 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -224,6 +225,49 @@ def summary_lines(receipt: dict) -> list[str]:
         f"compile {collective['compile_s'] * 1e3:.1f} ms, "
         f"median step {collective['median_s'] * 1e3:.3f} ms over {collective['repeats']}",
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveReceipt:
+    """A receipt taken on this host by ``live_receipt``: the receipt (None when the child
+    failed), where it ran, the command's output and exit code."""
+
+    receipt: dict | None
+    where: str  # "a child process" or "this process"
+    stdout: str
+    stderr: str
+    returncode: int
+
+
+def live_receipt(repeats: int, cwd: str | os.PathLike, timeout_s: float = 120) -> LiveReceipt:
+    """This host's receipt, the lesson's way: ``python -m tpu_scripts receipt`` in a child
+    process, as a learner runs it on a TPU VM. One process per chip: while this process holds
+    the TPU a child could not open it (libtpu's lock), so the receipt is taken here instead,
+    on the chip this process holds, and ``where`` says so."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import jax
+
+    from core import runtime
+
+    if runtime.holds_tpu():
+        taken = runtime_receipt(repeats)
+        return LiveReceipt(taken, "this process", "\n".join(summary_lines(taken)), "", 0)
+    with tempfile.TemporaryDirectory(prefix="receipt_") as folder:
+        out = pathlib.Path(folder) / "receipt.json"
+        argv = [sys.executable, "-m", "tpu_scripts", "receipt", "--json", str(out)]
+        done = subprocess.run(
+            [*argv, "--repeats", str(repeats)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=timeout_s,
+            env=runtime.child_env(JAX_NUM_CPU_DEVICES=str(jax.device_count())),
+        )
+        taken = read_json(out) if done.returncode == 0 and out.exists() else None
+    return LiveReceipt(taken, "a child process", done.stdout, done.stderr, done.returncode)
 
 
 def main(json_path: str | None = None, repeats: int = 5, distributed: bool = False) -> int:

@@ -45,6 +45,34 @@ def test_in_process_receipt_matches_jax():
     assert [d["id"] for d in document["devices"]] == [d.id for d in jax.devices()]
 
 
+def test_live_receipt_runs_the_command_in_a_child(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    live = receipt.live_receipt(repeats=1, cwd=curriculum.REPO_ROOT)
+    assert live.returncode == 0, live.stderr[-2000:]
+    assert live.where == "a child process" and live.receipt["collective"]["passed"]
+
+
+def test_live_receipt_of_a_process_holding_the_tpu_starts_no_child(monkeypatch):
+    """Kind 3 of issue 37: on a TPU the lesson's own process holds the chip, and the child
+    `python -m tpu_scripts receipt` got libtpu's multi-process lockfile error. Holding the TPU
+    (faked), the receipt is taken in this process and no child is started."""
+    monkeypatch.setattr(runtime, "_started_platforms", lambda: {"tpu", "cpu"})
+
+    real_popen = subprocess.Popen
+
+    class NoPythonChild(real_popen):  # platform.platform() may still run `uname`
+        def __init__(self, argv, *args, **kwargs):
+            if sys.executable in list(argv):
+                raise AssertionError("a child would ask for the chip this process holds")
+            super().__init__(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", NoPythonChild)
+    live = receipt.live_receipt(repeats=1, cwd=curriculum.REPO_ROOT)
+    assert live.where == "this process" and live.returncode == 0
+    assert live.receipt == receipt.validate(live.receipt) and live.receipt["collective"]["passed"]
+    assert "psum" in live.stdout
+
+
 @pytest.mark.parametrize("n", [1, 2, 8, 64])
 def test_psum_expected_is_the_triangular_number(n):
     assert receipt.psum_expected(n) == float(sum(range(1, n + 1)))

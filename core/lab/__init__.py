@@ -22,10 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.curriculum import (
-    phase_line,  # noqa: F401 (re-exported: every title cell shows it)
-    track_line,  # noqa: F401 (re-exported: a track app's title line)
-)
+from core import curriculum, runtime
 
 # What a headless run found: lab.table, Check and guard record into it (core/lab/results.py).
 from core.lab import results
@@ -41,11 +38,30 @@ from core.lab.tables import (  # noqa: F401 (re-exported; marimo-free, the resul
 from core.runtime import (  # noqa: F401 (re-exported)
     DEFAULT_CPU_DEVICES,
     child_env,
+    child_note,
     enable_float64,
     float64_note,
+    holds_tpu,
     host_has_tpu,
     use_cpu_devices,
 )
+
+
+def phase_line(slug: str) -> str:
+    """The line under a lesson's title (``curriculum.phase_line``, derived from the course
+    map), with the device notice when this app runs on the CPU because another process holds
+    the TPU (a second app of `make lab` on a TPU VM: ``runtime.tpu_notice``)."""
+    return curriculum.phase_line(slug) + _device_notice()
+
+
+def track_line(slug: str) -> str:
+    """A track app's title line (``curriculum.track_line``), with the device notice."""
+    return curriculum.track_line(slug) + _device_notice()
+
+
+def _device_notice() -> str:
+    notice = runtime.tpu_notice()
+    return f" — **On the CPU, not the TPU.** {notice}" if notice else ""
 
 
 def mode() -> str | None:

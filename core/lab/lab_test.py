@@ -213,3 +213,18 @@ def test_table_rejects_words_for_a_missing_column_and_bad_digits():
         lab.table([{"passed": True}], words={"pased": ("PASS", "FAIL")})
     with pytest.raises(ValueError, match="digits must be >= 1"):
         lab.format_number(1.5, digits=0)
+
+
+def test_an_app_whose_tpu_another_process_holds_says_so_under_its_title(monkeypatch):
+    """The lab on a TPU VM (issue 37): a second app's kernel runs on the CPU while the first
+    holds the chip; its title line names the holder and how to free the chip."""
+    from core import curriculum, runtime
+
+    assert lab.phase_line("attention") == curriculum.phase_line("attention")
+    busy = runtime.ChipBusy(4242, "python -m marimo run apps/jit.py", "/tmp/libtpu_lockfile")
+    monkeypatch.setattr(runtime, "_BUSY", busy)
+    line = lab.phase_line("attention")
+    assert line.startswith(curriculum.phase_line("attention")) and "\n" not in line
+    assert "On the CPU" in line and "process 4242" in line and "kill 4242" in line
+    track_app = next(s for t in curriculum.TRACKS for s in t.slugs)
+    assert "process 4242" in lab.track_line(track_app)

@@ -96,6 +96,8 @@ def disk_full_supported() -> bool:
         import subprocess
         import tempfile
 
+        from core import runtime
+
         probe = (
             "import sys, pathlib; from core.workload import faults;"
             "faults._enter_private_mount_namespace();"
@@ -105,7 +107,11 @@ def disk_full_supported() -> bool:
         # The parent owns the probe's folder: the child's mount dies with it, the folder not.
         with tempfile.TemporaryDirectory(prefix="disk-full-probe-") as folder:
             result = subprocess.run(
-                [sys.executable, "-c", probe, folder], cwd=root, capture_output=True, timeout=60
+                [sys.executable, "-c", probe, folder],
+                cwd=root,
+                capture_output=True,
+                timeout=60,
+                env=runtime.child_env(JAX_PLATFORMS="cpu"),  # a mount probe: never the TPU
             )
         _support = sys.platform == "linux" and result.returncode == 0
     return _support
