@@ -172,12 +172,15 @@ def _(run_button, seed, trials_control):
          "seconds (this CPU)": t.seconds, "MLflow run": t.run_id[:8]}
         for t in trials
     ]  # fmt: skip
-    lab.table(trial_rows, f"{len(trials)} trials (Optuna TPE, seed {seed.value}); "
-              f"MLflow store {run_dir.name}/mlflow")  # fmt: skip
+    _table = lab.table(trial_rows, f"{len(trials)} trials (Optuna TPE, seed {seed.value}); "
+                       f"MLflow store {run_dir.name}/mlflow")  # fmt: skip
     lab.report("sweep chip-hours if each trial ran on one chip", _chip_hours, "chip-hours")
     lab.report("sweep cost at v6e on-demand", _chip_hours * _price.usd_per_chip_hour, "USD")
-    mo.md(f"Vizier study spec (validated, `vizier_study_spec.json`):\n```json\n"
-          f"{json.dumps(spec, indent=2)}\n```")  # fmt: skip
+    mo.vstack([
+        _table,  # the trials a learner just ran (it was never shown, only recorded)
+        mo.md(f"Vizier study spec (validated, `vizier_study_spec.json`):\n```json\n"
+              f"{json.dumps(spec, indent=2)}\n```"),
+    ])  # fmt: skip
     return problem, run_dir, spec, trials
 
 
