@@ -23,6 +23,7 @@ of ints (predict, ``answer_type="shape"``), or a str (a choice id, or Python sou
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 import functools
 import importlib
@@ -522,9 +523,23 @@ class CodeItem(Item):
 _OWN = "the course's own source, run in the grader's process"
 
 
-@functools.lru_cache(maxsize=64)
+_RUNS: collections.OrderedDict[tuple, Run] = collections.OrderedDict()
+_RUNS_KEPT = 64
+
+
 def _cached_run(item: CodeItem, seed: int, source: str) -> Run:
-    return item._run_now(seed, source)
+    """The run of (item, seed, source), kept for the 64 latest; an ungraded one is not kept
+    (the grader's failure: the next try runs it again)."""
+    key = (item.id, seed, source)
+    if key in _RUNS:
+        _RUNS.move_to_end(key)
+        return _RUNS[key]
+    run = item._run_now(seed, source)
+    if not run.ungraded:
+        _RUNS[key] = run
+        while len(_RUNS) > _RUNS_KEPT:
+            _RUNS.popitem(last=False)
+    return run
 
 
 def _last_line(error: BaseException) -> str:

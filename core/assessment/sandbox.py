@@ -12,7 +12,7 @@ autograders do: nbgrader stops a cell past ``ExecutePreprocessor.timeout`` and g
 jupyter/nbgrader#70; a dead kernel must fail its tests, not pass them, #427; a crash is
 reported as such, sagemathinc/cocalc#4951):
 
-- ``timeout``: still running after ``Limits.time_s`` (from the moment its process was ready);
+- ``timeout``: its process worked longer than ``Limits.time_s`` (start-up not counted);
 - ``memory``: past ``Limits.memory_mib`` of address space (RLIMIT_AS), a MemoryError or an
   allocator's abort;
 - ``exit``: ``sys.exit()``, ``quit()``, KeyboardInterrupt: stopped by the answer itself;
@@ -58,8 +58,9 @@ MEMORY_WORDS = ("MemoryError", "bad_alloc", "Out of memory", "out of memory",
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """What one answer may use. ``time_s`` counts from the moment its process is ready
-    (Python and JAX started: ``start_s``, the grader's own time, is separate)."""
+    """What one answer may use. ``time_s`` counts while the grader waits on the answer's
+    process (loading the source, each call), not while the hidden tests compute their own
+    references, nor while Python and JAX start (``start_s``, the grader's own time)."""
 
     time_s: float = 120.0
     memory_mib: int = 6144  # address space: JAX's CPU runtime alone maps about 1 GiB
@@ -326,6 +327,7 @@ class Child:
         self.limits = limits
         self.confinement = "not started"
         self.deadline: float | None = None
+        self.used_s = 0.0  # the answer's time so far: waiting on its process, not on the grader
         self._output = collections.deque(maxlen=OUTPUT_KEPT)
         self._buffer = b""
 
@@ -397,7 +399,6 @@ class Child:
 
     def load(self, source: str, name: str):
         """Execute ``source`` in the child; returns a callable that calls its ``name``."""
-        self.deadline = time.monotonic() + self.limits.time_s
         self._request({"op": "load", "source": source, "name": name})
         return self.call
 
@@ -416,9 +417,15 @@ class Child:
             raise self._stop("malformed", f"its return value does not rebuild: {error}") from None
 
     def _request(self, message: dict):
-        self._send(json.dumps(message).encode() + b"\n")
+        started = time.monotonic()  # the clock runs while the answer's process works only
+        self.deadline = started + self.limits.time_s - self.used_s
         try:
-            reply = Reply.model_validate_json(self._receive(self.deadline))
+            self._send(json.dumps(message).encode() + b"\n")
+            line = self._receive(self.deadline)
+        finally:
+            self.used_s += time.monotonic() - started
+        try:
+            reply = Reply.model_validate_json(line)
         except pydantic.ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

@@ -161,10 +161,19 @@ def test_an_answer_past_its_time_limit_is_stopped():
 
 
 def test_a_process_that_cannot_start_is_ungraded_not_failed():
-    """The answer's process not ready in time: the grader's failure, said so, not counted
-    against the answer (no process starts Python and JAX in 10 ms)."""
-    run = GAE.run(3, GAE.stub + "\n# edited\n", limits=sandbox.Limits(start_s=0.01))
-    assert run.tests[0].name == _STOPPED["grader"] and "did not start" in run.ungraded, run
+    """The answer's process not ready in time (no process starts Python and JAX in 10 ms):
+    the grader's failure, said so, not counted against the answer, and not kept: the next
+    grading of the same answer runs it again."""
+    source = GAE.stub + "\n# edited\n"
+    try:
+        sandbox.use_limits(sandbox.Limits(start_s=0.01))
+        feedback = GAE.grade(3, source)
+    finally:
+        sandbox.use_limits(sandbox.DEFAULT_LIMITS)
+    assert not feedback.passed and "did not start" in feedback.ungraded, feedback
+    assert feedback.summary.startswith("not graded:") and _STOPPED["grader"] in feedback.detail
+    again = GAE.grade(3, source)
+    assert not again.ungraded and "NotImplementedError" in again.detail, again.detail
 
 
 # --- the wire -------------------------------------------------------------------------------
