@@ -124,12 +124,22 @@ def _where(location: tuple) -> str:
     return text
 
 
+def parse_json(text: str | bytes, what: str) -> Any:
+    """``text`` as JSON; ValueError "<what> is not JSON: ..." for whatever json cannot read
+    back: a syntax error (JSONDecodeError), bytes that are not UTF-8, an integer past Python's
+    int max str digits (a bare ValueError) and nesting past the recursion limit
+    (RecursionError, which ``except json.JSONDecodeError`` lets through)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{what} is not usable JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, "Exceeds the limit"
+        raise ValueError(f"{what} is not JSON: {exc}") from None
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON document in the file at ``path`` (ValueError "<path> is not JSON: ...")."""
-    try:
-        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
+    return parse_json(pathlib.Path(path).read_text(encoding="utf-8"), str(path))
 
 
 def load(path: str | os.PathLike, model: type[pydantic.BaseModel], what: str) -> dict:

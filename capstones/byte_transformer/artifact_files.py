@@ -208,7 +208,7 @@ def read_manifest(directory) -> dict:
         )
     try:
         manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # + UnicodeDecodeError, a 5000-digit number
         raise ManifestSchemaError(f"{path} is not valid JSON: {exc}") from None
     problems = schema_problems(manifest)
     if problems:

@@ -405,9 +405,9 @@ def load(path: str | pathlib.Path, model: type[Document]) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise DocumentError(f"{path} is unreadable: {exc}") from None
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DocumentError(f"{path} is not JSON: {exc}") from None
+        document = documents.parse_json(text, str(path))
+    except ValueError as exc:
+        raise DocumentError(str(exc)) from None
     return check(model, document, path)
 
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
-import json
 import pathlib
 import platform
 import re
@@ -50,6 +49,7 @@ import socket
 import sys
 
 from capstones.byte_transformer import args, documents
+from core import documents as core_documents
 
 SCHEMA = documents.RUN_MANIFEST_SCHEMA
 MANIFEST_FILE = "run_manifest.json"
@@ -308,10 +308,7 @@ def result_records(run_dir: pathlib.Path) -> list[dict]:
         path = pathlib.Path(run_dir) / name
         if not path.is_file():
             continue
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not JSON: {exc}") from None
+        document = core_documents.parse_json(path.read_text(encoding="utf-8"), str(path))
         claimed = bool(document.get("is_tpu_result")) if isinstance(document, dict) else False
         records.append(
             {
@@ -531,9 +528,9 @@ def run_manifest_command(parsed: args.Parsed) -> int:
     describe = None
     if describe_text is not None:
         try:
-            describe = json.loads(describe_text)
-        except json.JSONDecodeError as exc:
-            raise args.UsageError(f"describe_json is not JSON: {exc}") from None
+            describe = core_documents.parse_json(describe_text, "describe_json")
+        except ValueError as exc:
+            raise args.UsageError(str(exc)) from None
     log_text = _read_text("log", parsed["log"])
     try:
         manifest = build_manifest(

@@ -238,7 +238,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     for line in path.read_text().splitlines():
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # torn by a kill (or nothing json reads back)
             continue
     return records
 

@@ -18,7 +18,6 @@ rename), so a crash mid-write leaves the previous file whole.
 from __future__ import annotations
 
 import datetime
-import json
 import pathlib
 from typing import Any, Literal
 
@@ -72,13 +71,9 @@ def parse_json(text: str, what: str = "sheet") -> Any:
     if len(text) > MAX_SHEET_BYTES:
         raise SheetError(what, f"larger than {MAX_SHEET_BYTES // 2**20} MiB")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SheetError(what, f"not JSON ({error.msg} at line {error.lineno})") from None
-    except RecursionError:
-        raise SheetError(what, "nested too deeply to be answers") from None
-    except ValueError as error:  # "Exceeds the limit (4300 digits) for integer string ..."
-        raise SheetError(what, f"not usable JSON ({error})") from None
+        return documents.parse_json(text, f"the {what}")
+    except ValueError as error:
+        raise SheetError(what, str(error)) from None
 
 
 def parse_sheet(text: str, expected_path: str | None = None) -> AnswerSheet:

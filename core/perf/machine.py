@@ -129,7 +129,7 @@ def load(path: str | pathlib.Path = DEFAULT_JSON) -> dict | None:
         return None
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested too deeply
         return None
     if not all(
         isinstance(report.get(k), (int, float)) and report[k] > 0

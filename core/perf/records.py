@@ -286,6 +286,8 @@ def load(path: str | os.PathLike) -> documents.BenchmarkRecord:
         raise ValueError(f"{path}: cannot read the benchmark record ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting too deep
+        raise ValueError(f"{path}: not JSON ({exc})") from None
     try:
         documents.validate(documents.BenchmarkRecord, document, WHAT)
     except ValueError as exc:

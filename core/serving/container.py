@@ -114,7 +114,7 @@ def exec_form(instruction: str, text: str) -> list[str]:
     """The JSON array of an exec-form instruction; ValueError for the shell form."""
     try:
         argv = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON (or none json can read back)
         argv = None
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise ValueError(

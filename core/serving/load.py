@@ -31,6 +31,8 @@ import urllib.parse
 
 import numpy as np
 
+from core import documents
+
 LOCUSTFILE = pathlib.Path(__file__).with_name("locustfile.py")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -152,10 +154,7 @@ def percentiles(times_ms, qs=(50, 95, 99)) -> list[float]:
 
 def parse(summary_json: str, record: dict, spec: LoadSpec) -> LoadResult:
     """The result of one run from locust's ``--json`` summary and the locustfile's record."""
-    try:
-        entries = json.loads(summary_json)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"locust's --json summary is not JSON: {exc}") from None
+    entries = documents.parse_json(summary_json, "locust's --json summary")
     if not isinstance(entries, list) or not entries:
         raise ValueError("locust's summary lists no endpoint: no request was made")
     requests = sum(int(e["num_requests"]) for e in entries)

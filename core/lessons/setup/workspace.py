@@ -234,7 +234,7 @@ def from_json(text: str | bytes) -> dict:
     """Parse and validate a saved receipt; ValueError naming the problem on a bad file."""
     try:
         document = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # + UnicodeDecodeError, a 5000-digit number
         raise ValueError(f"environment receipt is not valid JSON: {exc}") from None
     return validate(document)
 

@@ -1,4 +1,6 @@
-"""No pattern of the course's code ends in a bare ``$`` (issue 36, item 11).
+"""Validation of what comes from outside (issue 36, items 10 and 11): no pattern of the
+course's code ends in a bare ``$``, and JSON read from a file or a peer fails only as a named
+ValueError.
 
 Python's ``$`` also matches just before a trailing newline, so ``re.match(r"^[a-z]+$", s)``
 accepts ``"ml\\n"``: a GCP label, a bucket or an account id checked that way passes, and the
@@ -6,6 +8,12 @@ newline reaches the gcloud command line. End a pattern with ``\\Z`` or use ``re.
 ``$`` is right only with ``re.MULTILINE`` (one match per line). pydantic's ``pattern=`` runs
 the Rust regex engine, where ``$`` is the end of the text, unless the pattern needs a
 look-around, which sends it to Python's ``re``.
+
+``json.loads`` raises three kinds: JSONDecodeError for a syntax error, a bare ValueError for
+an integer past Python's int max str digits, and RecursionError for nesting past the
+recursion limit. ``except json.JSONDecodeError`` alone let the last two end the grader with a
+traceback (a 5000-digit seed, arrays nested 100,000 deep); ``core.documents.parse_json``
+names all three.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import subprocess
 
 import pytest
 
-from core import curriculum
+from core import curriculum, documents
 from core.tpu import billing, cloud_tpu, iam
 
 CALLS = {"compile", "match", "search", "fullmatch", "sub", "subn", "split", "findall", "finditer"}
@@ -120,3 +128,71 @@ def test_validators_refuse_a_trailing_newline(make):
     """Each of these reached a gcloud command line with the newline in it."""
     with pytest.raises(ValueError):
         make()
+
+
+# --- JSON from outside ----------------------------------------------------------------------
+
+HOSTILE = {
+    "syntax": "{not json",
+    "digits": '{"seed": ' + "9" * 5000 + "}",
+    "nesting": "[" * 100_000 + "]" * 100_000,
+    "bytes": b"\xff\xfe{",
+}
+
+
+def catches_only_decode_errors(source: str) -> list[int]:
+    """Lines of ``try`` statements that catch json.JSONDecodeError but let a bare ValueError
+    or a RecursionError through (no handler names ValueError, RecursionError, Exception or
+    nothing at all)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Try):
+            continue
+        names = [ast.unparse(h.type) if h.type is not None else "" for h in node.handlers]
+        if not any("JSONDecodeError" in n for n in names):
+            continue
+        everything = any(n in ("", "Exception", "BaseException") for n in names)
+        values = everything or any(
+            "ValueError" in n.replace("JSONDecodeError", "").replace("UnicodeDecodeError", "")
+            for n in names
+        )
+        recursion = everything or any("RecursionError" in n for n in names)
+        if not (values and recursion):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_scanner_tells_the_narrow_catch_from_the_broad_ones():
+    narrow = "try:\n    json.loads(t)\nexcept json.JSONDecodeError:\n    pass\n"
+    assert catches_only_decode_errors(narrow) == [1]
+    assert catches_only_decode_errors(narrow.replace("JSONDecodeError:", "JSONDecodeError:\n"
+                                      "    pass\nexcept ValueError:")) == [1]  # fmt: skip
+    for broad in ("(ValueError, RecursionError)", "Exception", "(json.JSONDecodeError, "
+                  "RecursionError, ValueError)"):  # fmt: skip
+        assert catches_only_decode_errors(narrow.replace("json.JSONDecodeError", broad)) == []
+    two = narrow + "except (ValueError, RecursionError):\n    pass\n"
+    assert catches_only_decode_errors(two) == []
+
+
+def test_no_module_catches_only_json_decode_errors():
+    found = {}
+    for path in _course_modules():
+        source = (curriculum.REPO_ROOT / pathlib.Path(path)).read_text(encoding="utf-8")
+        if lines := catches_only_decode_errors(source):
+            found[path] = lines
+    assert not found, (
+        f"use core.documents.parse_json (or catch ValueError and RecursionError): {found}"
+    )
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_parse_json_names_every_failure(kind):
+    with pytest.raises(ValueError, match="^the answers file is not "):
+        documents.parse_json(HOSTILE[kind], "the answers file")
+
+
+def test_read_json_names_the_file(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text(HOSTILE["nesting"])
+    with pytest.raises(ValueError, match="deep.json is not usable JSON: nested too deeply"):
+        documents.read_json(path)
