@@ -4,7 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Move your experiment to a TPU")
 
 with app.setup:
-    import pathlib
     import shlex
 
     import altair as alt
@@ -12,13 +11,14 @@ with app.setup:
     import marimo as mo
     import pandas as pd
 
-    from core import lab
+    from core import curriculum, lab
     from core.lab import text
     from core.tpu import cloud_tpu, command_check, local_run
 
     lab.use_cpu_devices()
-    APPS_DIR = pathlib.Path(__file__).resolve().parent
-    REPO_ROOT = APPS_DIR.parent
+    # The course's apps: the checkout's, or on a TPU VM the copies the wheel ships (an exported
+    # script's own folder holds only scripts).
+    APPS_DIR, REPO_ROOT = curriculum.APPS_DIR, curriculum.REPO_ROOT
     RUNTIME_CHOICES = ("auto", *cloud_tpu.RUNTIME_VERSIONS.values())
     FLAGS = lab.Flags(
         lab.Flag(

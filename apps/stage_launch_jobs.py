@@ -8,6 +8,7 @@ app = marimo.App(
 
 with app.setup:
     import io
+    import pathlib
     import tempfile
 
     import altair as alt
@@ -36,7 +37,13 @@ with app.setup:
         description="Stage and launch checkpointed TPU jobs: export, stage, run, fetch, resume.",
     )
     ARGS = FLAGS.parse()
-    JOB = "tpu_scripts/examples/sharded_step.py"
+    # The job ships with the package, so a TPU VM's wheel install has it too; shown from here.
+    _here = pathlib.Path.cwd()
+    JOB = str(
+        rehearse.EXAMPLE.relative_to(_here)
+        if rehearse.EXAMPLE.is_relative_to(_here)
+        else rehearse.EXAMPLE
+    )
     # Absolute, not the float32 table: the resumed job repeats the uninterrupted job's float32
     # steps from a restored checkpoint, so its weights must match to rounding (0 in practice).
     RESUME_TOLERANCE = 1e-6

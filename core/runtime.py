@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import glob
 import os
+import pathlib
 import sys
 
 DEFAULT_CPU_DEVICES = 8  # `make lab` and the tests run with this many virtual CPU devices
@@ -277,6 +278,21 @@ def child_note() -> str:
     if not holds_tpu():
         return ""
     return " (run on the CPU: this process holds the TPU, and a chip serves one process)"
+
+
+# The course's files outside its packages that lessons read at run time travel in the wheel
+# under core/_course/, at their checkout paths (wheel_contents.COURSE_FILES).
+CHECKOUT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+COURSE_DIR = pathlib.Path(__file__).resolve().parent / "_course"
+
+
+def course_path(relative: str | os.PathLike) -> pathlib.Path:
+    """A course file or folder outside the packages ("apps", "deploy/Dockerfile"): in a
+    checkout, under its root; in a wheel install (a TPU VM: no checkout), the copy shipped
+    under core/_course/. The checkout's path when neither exists (its error names it)."""
+    in_checkout = CHECKOUT_ROOT / relative
+    shipped = COURSE_DIR / relative
+    return shipped if not in_checkout.exists() and shipped.exists() else in_checkout
 
 
 def package_version(distribution: str) -> str | None:

@@ -99,12 +99,18 @@ def test_the_scanner_finds_a_dollar_anchor_and_passes_the_safe_forms():
     assert _ends_with_bare_dollar("^a$") and not _ends_with_bare_dollar("a\\$")
 
 
-def test_no_pattern_ends_in_a_bare_dollar():
+def _scan(finder) -> dict[str, list]:
+    """{module: what ``finder`` found in its source} over the course's modules."""
     found = {}
     for path in _course_modules():
         source = (curriculum.REPO_ROOT / pathlib.Path(path)).read_text(encoding="utf-8")
-        if hits := anchors(source):
+        if hits := finder(source):
             found[path] = hits
+    return found
+
+
+def test_no_pattern_ends_in_a_bare_dollar():
+    found = _scan(anchors)
     assert not found, f"end these with \\Z or use re.fullmatch: {found}"
 
 
@@ -175,11 +181,7 @@ def test_the_scanner_tells_the_narrow_catch_from_the_broad_ones():
 
 
 def test_no_module_catches_only_json_decode_errors():
-    found = {}
-    for path in _course_modules():
-        source = (curriculum.REPO_ROOT / pathlib.Path(path)).read_text(encoding="utf-8")
-        if lines := catches_only_decode_errors(source):
-            found[path] = lines
+    found = _scan(catches_only_decode_errors)
     assert not found, (
         f"use core.documents.parse_json (or catch ValueError and RecursionError): {found}"
     )

@@ -3,6 +3,7 @@ every ``x_test.py`` beside its module (145 of them); wheel_contents.BuildPy, nam
 pyproject.toml, leaves them out. Read from setuptools' file list (what ``pip wheel`` packs),
 without building."""
 
+import pathlib
 import warnings
 
 import pytest
@@ -47,3 +48,98 @@ def test_setuptools_alone_would_ship_them(monkeypatch):
 )  # fmt: skip
 def test_which_modules_are_tests(module, is_test):
     assert wheel_contents.is_test_module(module) is is_test
+
+
+# --- the wheel alone: what an exported lesson reads on a TPU VM (issue 37, kind 4) ----------
+
+
+@pytest.fixture(scope="module")
+def wheel_site(tmp_path_factory):
+    """The project's wheel, built from a copy of the checkout's files (tracked and new, as a
+    fresh clone would hold them) and unpacked: a pure-Python wheel's files are its install."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    root = curriculum.REPO_ROOT
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    source = tmp_path_factory.mktemp("source")
+    for name in filter(None, listed):
+        if (root / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, source / name)
+    dist = tmp_path_factory.mktemp("dist")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "-q", "-w", str(dist), str(source)],
+        capture_output=True, text=True, cwd=source,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = dist.glob("*.whl")
+    site = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return site
+
+
+def test_the_wheel_ships_the_files_lessons_read_outside_the_packages(wheel_site):
+    shipped = wheel_site / wheel_contents.COURSE_DIR
+    for slug in sorted(curriculum.named_app_slugs()):
+        assert (shipped / "apps" / f"{slug}.py").is_file(), slug
+    for name in ("deploy/Dockerfile", "deploy/requirements.lock"):
+        assert (shipped / name).is_file(), name
+    for capstone in curriculum.CAPSTONES:
+        assert (shipped / "docs" / "portfolio" / f"{capstone.slug}.md").is_file(), capstone.slug
+    records = curriculum.REPO_ROOT / "benchmarks" / "records"
+    assert sorted(p.relative_to(records) for p in records.glob("*/*.json")) == sorted(
+        p.relative_to(shipped / "benchmarks" / "records")
+        for p in (shipped / "benchmarks" / "records").glob("*/*.json")
+    )
+    assert (wheel_site / "tpu_scripts" / "examples" / "sharded_step.py").is_file()
+    assert sorted(p.name for p in (wheel_site / "tpu_scripts" / "envs").glob("*.txt")) == sorted(
+        p.name for p in (curriculum.REPO_ROOT / "tpu_scripts" / "envs").glob("*.txt")
+    )
+    assert not list(wheel_site.rglob("*_test.py"))
+
+
+def test_an_exported_lesson_runs_from_the_wheel_alone(wheel_site, tmp_path):
+    """stage_launch_jobs, exported and run on a TPU VM from the installed wheel (no checkout
+    beside it), stopped with "no such file to stage: tpu_scripts/examples/sharded_step.py"; it
+    also exports another lesson's app there. Run the same way here: the wheel's files first on
+    the path, from a folder outside the checkout."""
+    import subprocess
+    import sys
+
+    from core import runtime
+    from tpu_scripts import export
+
+    script = export.export_app(
+        curriculum.APPS_DIR / "stage_launch_jobs.py", tmp_path / "stage_launch_jobs.py"
+    )
+    env = runtime.child_env(PYTHONPATH=str(wheel_site), JAX_PLATFORMS="cpu")
+    probe = (
+        "import core; from core import curriculum; from core.perf import records; "
+        "from core.serving import container; print(core.__file__); "
+        "print(curriculum.APPS_DIR, curriculum.PORTFOLIO_DIR, records.RECORDS_DIR, "
+        "container.DOCKERFILE)"
+    )
+    where = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    module, found = where.stdout.splitlines()
+    assert module.startswith(str(wheel_site)), where.stdout + where.stderr
+    for path in map(pathlib.Path, found.split()):  # the copies the wheel ships
+        assert path.is_relative_to(wheel_site / wheel_contents.COURSE_DIR) and path.exists()
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True, text=True, cwd=work, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "STOPPED" not in done.stdout and "FAIL" not in done.stdout, done.stdout[-3000:]
+    assert any(line.startswith("PASS") for line in done.stdout.splitlines()), done.stdout

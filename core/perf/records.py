@@ -38,10 +38,11 @@ import re
 import sys
 import time
 
-from core import documents
+from core import documents, runtime
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-RECORDS_DIR = REPO / "benchmarks" / "records"
+# In a wheel install (a TPU VM) the committed records ship in core/_course/ (wheel_contents).
+RECORDS_DIR = runtime.course_path("benchmarks/records")
 ROOT_ENV = "JAX_LAB_RECORDS_DIR"
 NAME = re.compile(r"[a-z0-9]+(_[a-z0-9]+)*")
 WHAT = "benchmark record"
@@ -343,7 +344,7 @@ def cite(name: str, root: str | os.PathLike | None = None) -> str:
     """``"<path> (<date>, <machine label>)"`` of the newest record, the path repo-relative."""
     path, record = _newest(name, root)
     try:
-        shown = path.resolve().relative_to(REPO)
+        shown = path.resolve().relative_to(RECORDS_DIR.resolve().parents[1])  # benchmarks/...
     except ValueError:
         shown = path
     return f"{shown} ({record.date}, {record.machine.label})"

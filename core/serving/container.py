@@ -36,10 +36,13 @@ import time
 import urllib.error
 import urllib.request
 
+from core import runtime
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "deploy" / "Dockerfile"
-REQUIREMENTS_IN = ROOT / "deploy" / "requirements.in"
-LOCK = ROOT / "deploy" / "requirements.lock"
+# In a wheel install (a TPU VM) these ship in core/_course/ (wheel_contents.COURSE_FILES).
+DOCKERFILE = runtime.course_path("deploy/Dockerfile")
+REQUIREMENTS_IN = runtime.course_path("deploy/requirements.in")
+LOCK = runtime.course_path("deploy/requirements.lock")
 DOCKERIGNORE = ROOT / ".dockerignore"
 # The only environment variables a local run sets differently from the image (see above).
 LOCAL_OVERRIDES = (
