@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from tpu_scripts.wheelhouse import cli as wheelhouse_cli  # standard library only
+from tpu_scripts.wheelhouse import local as wheelhouse_local  # standard library only
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["wheelhouse"]:  # before anything but the standard library is imported
         return wheelhouse_cli.main(argv[1:])
+    if wheelhouse_local.wants(argv) and wheelhouse_local.prepare(argv) != 0:
+        return 1  # course-run --local --wheelhouse: installed first, on a bare host too
     from tpu_scripts import compare, course_run, export, launch
 
     parser = build_parser()

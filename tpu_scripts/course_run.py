@@ -5,8 +5,10 @@
     python -m tpu_scripts course-run --local --lessons "Setup & first steps,vmap"
 
 ``--lessons`` takes phase titles, learning-path titles, phase packages (``setup``) and lesson
-slugs, separated by commas (a title that holds a comma is still one name). An unknown name
-or a lesson without its app is refused with the valid names, exit 2, before anything runs.
+slugs, separated by commas (a title that holds a comma is still one name); ``--phases`` the
+course map's phase numbers and ranges (``1-9``, ``all``), so a whole course splits across calls
+(lesson_choice.py). An unknown name or a lesson without its app is refused with the valid
+names, exit 2, before anything runs.
 
 On a TPU VM (which must exist: ``launch create``): ``describe`` records the VM (its
 accelerator type must be the one given; runtime version, state); each lesson is exported
@@ -21,13 +23,18 @@ failure on one worker only is visible. ``<run>`` is ``runs/tpu/<vm>/<YYYY-MM-DD>
 ``run.json`` there records the run (VM identity, accelerator type, runtime version, the
 versions the lessons resolved, per-lesson status with exit code, seconds and output tail),
 validated (``RunRecord``, run_record.py) and written atomically after every lesson. The first
-lesson that fails stops the run: its output is printed, the record says "failed", exit 1. The
+lesson that fails stops the run: its output is printed, the record says "failed", exit 1; with
+``--keep-going`` every lesson runs and the failures are reported at the end (exit 1 if any).
+Either way a table ends the run: lesson, status, seconds, check line or first error line. The
 command never deletes the VM: it prints ``launch delete`` (which checks that ``describe`` then
 fails) as the explicit next step. Running the same command again resumes: a lesson whose
 bundle came back and verifies (``results.load``) is not rerun; a failed one is; ``--force``
 reruns all. ``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU
 side of ``python -m tpu_scripts compare``. Without gcloud on PATH (or with ``--dry-run``) the
-steps are printed and nothing runs.
+steps are printed and nothing runs. ``--wheelhouse DIR`` installs the course from a wheelhouse
+(``python -m tpu_scripts wheelhouse``) instead of the network: copied to every worker and
+installed there (wheelhouse/remote.py), or, with ``--local``, here into ``--site`` before the
+run starts (wheelhouse/local.py: on a host with nothing of the course installed yet).
 """
 
 from __future__ import annotations
@@ -43,101 +50,35 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 from core import curriculum, runtime
 from core.lab import results
 from core.tpu import cloud_tpu
 from tpu_scripts import export, launch
+from tpu_scripts.lesson_choice import UsageError, require_apps, resolve_lessons, resolve_phases
+from tpu_scripts.project_wheel import build_wheel
 from tpu_scripts.run_record import (
     DONE,
     RECORD,
+    first_problem,
     lesson_outcome,
     load_record,
     merge_record,
     now_utc,
     pending_lesson,
     save_record,
+    summary_table,
     to_run,
+    verdicts,
 )
+from tpu_scripts.wheelhouse import remote
 
 STAGED = "staged"  # <run>/staged/: the exported scripts and the wheel, as copied
 REMOTE_SCRIPTS = "scripts"  # ~/jax-tpu-lab/scripts/ on every worker
 REMOTE_RESULTS = "results"  # ~/jax-tpu-lab/results/<slug>/ on every worker
 TAIL_CHARS = 4000  # the output kept in run.json and printed on a failure
 RUN_TIMEOUT_S = 3600.0  # one lesson on every worker
-
-
-class UsageError(ValueError):
-    """Bad input, refused before anything runs (exit 2)."""
-
-
-# ----------------------------------------------------------------------------------------
-# Which lessons
-
-
-def lesson_names() -> dict[str, tuple[str, ...]]:
-    """Every name ``--lessons`` accepts (lowercase) -> the lesson slugs it stands for."""
-    names: dict[str, tuple[str, ...]] = {}
-    for phase in curriculum.PHASES:
-        slugs = tuple(lesson.slug for lesson in phase.lessons)
-        names[phase.title.lower()] = slugs
-        names[phase.package.lower()] = slugs
-    phases = {phase.title: phase for phase in curriculum.PHASES}
-    for path in curriculum.LEARNING_PATHS:
-        names[path.title.lower()] = tuple(
-            lesson.slug for title in path.phase_titles for lesson in phases[title].lessons
-        )
-    for lesson in curriculum.all_lessons():
-        names[lesson.slug] = (lesson.slug,)
-    return names
-
-
-def resolve_lessons(spec: str, apps_dir: pathlib.Path = curriculum.APPS_DIR) -> list[str]:
-    """The lesson slugs ``spec`` names, in order, each once (UsageError on a bad name).
-
-    Comma-separated pieces are joined back when together they make one name ("Post-training:
-    SFT, LoRA, reward models and RLHF"): the longest name wins.
-    """
-    names = lesson_names()
-    pieces = [piece.strip() for piece in spec.split(",")]
-    if not any(pieces):
-        raise UsageError("--lessons is empty: name phases, learning paths or lesson slugs")
-    slugs, unknown, i = [], [], 0
-    while i < len(pieces):
-        for j in range(len(pieces), i, -1):
-            candidate = ", ".join(pieces[i:j]).lower()
-            if candidate in names:
-                slugs += names[candidate]
-                i = j
-                break
-        else:
-            if pieces[i]:
-                unknown.append(pieces[i])
-            i += 1
-    if unknown:
-        raise UsageError(
-            f"unknown lesson name(s): {', '.join(map(repr, unknown))}. Valid: the phases "
-            + "; ".join(f"{p.title!r} ({p.package})" for p in curriculum.PHASES)
-            + "; the learning paths "
-            + "; ".join(repr(p.title) for p in curriculum.LEARNING_PATHS)
-            + "; or a lesson slug: "
-            + ", ".join(lesson.slug for lesson in curriculum.all_lessons())
-        )
-    slugs = list(dict.fromkeys(slugs))
-    missing = [slug for slug in slugs if not curriculum.app_path(slug, apps_dir).is_file()]
-    if missing:
-        present = [
-            s.slug
-            for s in curriculum.all_lessons()
-            if curriculum.app_path(s.slug, apps_dir).is_file()
-        ]
-        raise UsageError(
-            f"no app for {', '.join(missing)} in {apps_dir} (not written yet); lessons with an "
-            f"app: {', '.join(present)}"
-        )
-    return slugs
 
 
 # ----------------------------------------------------------------------------------------
@@ -154,17 +95,19 @@ def remote_install_command(wheel_name: str) -> str:
     return cloud_tpu.install_remote_command(wheel_name, reinstall=True)
 
 
-def remote_run_command(slug: str, multi_host: bool) -> str:
+def remote_run_command(slug: str, multi_host: bool, offline: bool = False) -> str:
     """Run lesson ``slug``'s script on a worker, its bundle in ~/jax-tpu-lab/results/<slug>/.
 
     A multi-host slice's workers join one JAX job first (``JAX_TPU_LAB_MULTIHOST=1``: the
     exported script calls ``jax.distributed.initialize()``, export.JOIN_PRELUDE).
+    ``offline``: the VM's python3 with the site a wheelhouse was installed into, not .venv.
     """
     out = f"{REMOTE_RESULTS}/{slug}"
     join = f"{export.MULTIHOST_ENV}=1 " if multi_host else ""
+    python = remote.python() if offline else ".venv/bin/python"
     return (
         f"cd ~/{cloud_tpu.REMOTE_DIR} && rm -rf {shlex.quote(out)} && "
-        f"{join}.venv/bin/python {REMOTE_SCRIPTS}/{shlex.quote(script_name(slug))} "
+        f"{join}{python} {REMOTE_SCRIPTS}/{shlex.quote(script_name(slug))} "
         f"--out {shlex.quote(out)}"
     )
 
@@ -184,49 +127,6 @@ def export_scripts(slugs: list[str], apps_dir: pathlib.Path, staged: pathlib.Pat
         export.export_app(app, script)
 
 
-def _source_tree(target: pathlib.Path) -> None:
-    """The files the wheel is built from, copied: pyproject.toml, README.md, the modules of the
-    build commands pyproject names ([tool.setuptools] cmdclass: wheel_contents.py, which
-    leaves the tests out) and the packages [tool.setuptools.packages.find] includes. A build
-    in the checkout would reuse its build/ folder, where a module deleted since the last
-    build still sits."""
-    import tomllib
-
-    root = curriculum.REPO_ROOT
-    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    includes = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    commands = config["tool"]["setuptools"].get("cmdclass", {}).values()
-    modules = sorted({f"{name.rpartition('.')[0]}.py" for name in commands})
-    for name in ("pyproject.toml", "README.md", *modules):
-        shutil.copy2(root / name, target / name)
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "__marimo__")
-    for pattern in includes:
-        package = pattern.rstrip("*")
-        if (root / package).is_dir():
-            shutil.copytree(root / package, target / package, ignore=skip)
-
-
-def build_wheel(staged: pathlib.Path) -> pathlib.Path:
-    """The project wheel, built here without the network (the venv's setuptools), from a clean
-    copy of the sources."""
-    with tempfile.TemporaryDirectory(prefix="jax_tpu_lab_wheel_") as tmp:
-        source, dist = pathlib.Path(tmp) / "src", pathlib.Path(tmp) / "dist"
-        source.mkdir()
-        _source_tree(source)
-        argv = [
-            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-            "--no-index", "-q", "-w", str(dist), str(source),
-        ]  # fmt: skip
-        result = subprocess.run(argv, capture_output=True, text=True, cwd=source)
-        wheels = list(dist.glob("*.whl"))
-        if result.returncode != 0 or len(wheels) != 1:
-            raise RuntimeError(f"building the wheel failed:\n{result.stderr[-TAIL_CHARS:]}")
-        staged.mkdir(parents=True, exist_ok=True)
-        target = staged / wheels[0].name
-        shutil.move(str(wheels[0]), target)
-    return target
-
-
 # ----------------------------------------------------------------------------------------
 # Running
 
@@ -244,6 +144,8 @@ class Options:
     dry_run: bool = False
     argv: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()  # tpu_scripts/frameworks/environments.py names
+    keep_going: bool = False  # run every lesson; report all failures at the end
+    wheelhouse: tuple[pathlib.Path, ...] = ()  # its part folders: install these, not the network
 
     @property
     def run_dir(self) -> pathlib.Path:
@@ -263,14 +165,6 @@ def delete_hint(vm: cloud_tpu.TpuVm) -> str:
 
 def _tail(text: str) -> str:
     return text[-TAIL_CHARS:]
-
-
-def _verdicts(output: str) -> list[str]:
-    """The PASS/FAIL/STOPPED/ERROR lines of the output, each once (every worker prints them)."""
-    lines = [line.strip() for line in output.splitlines()]
-    return list(
-        dict.fromkeys(x for x in lines if x.startswith(("PASS", "FAIL", "STOPPED", "ERROR")))
-    )
 
 
 def _gcloud(argv: list[str], timeout_s: float | None = None) -> tuple[int | None, str]:
@@ -316,11 +210,29 @@ def describe_vm(vm: cloud_tpu.TpuVm) -> dict:
     }
 
 
-def staging_steps(vm: cloud_tpu.TpuVm, staged: pathlib.Path, slugs, wheel: str) -> list:
-    """The gcloud steps before the lessons: folders, copies (every worker), the install."""
+def staging_steps(
+    vm: cloud_tpu.TpuVm, staged: pathlib.Path, slugs, wheel: str, wheelhouse=()
+) -> list:
+    """The gcloud steps before the lessons: folders, copies (every worker), the install (from
+    the ``wheelhouse`` part folders when given: no network on the VM)."""
     mkdir = f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}/{REMOTE_SCRIPTS}"
     scripts = [str(staged / script_name(slug)) for slug in slugs]
     remote_scripts = f"{cloud_tpu.REMOTE_DIR}/{REMOTE_SCRIPTS}/"
+    if wheelhouse:
+        mkdir += f" && {remote.mkdir_line()}"
+    install = [
+        launch.Step(
+            "install the wheel on every worker",
+            tuple(cloud_tpu.ssh_command(vm, remote_install_command(pathlib.Path(wheel).name))),
+        )
+    ]
+    if wheelhouse:
+        install = [
+            launch.Step("copy the wheelhouse to every worker",
+                        tuple(remote.copy_argv(vm, list(wheelhouse)))),
+            launch.Step("install the wheelhouse and the wheel on every worker (offline)",
+                        tuple(cloud_tpu.ssh_command(vm, remote.install_line(wheel)))),
+        ]  # fmt: skip
     return [
         launch.Step("make the folders on every worker", tuple(cloud_tpu.ssh_command(vm, mkdir))),
         launch.Step("copy the wheel to every worker", tuple(cloud_tpu.scp_command(vm, [wheel]))),
@@ -328,16 +240,16 @@ def staging_steps(vm: cloud_tpu.TpuVm, staged: pathlib.Path, slugs, wheel: str) 
             "copy the lesson scripts to every worker",
             tuple(cloud_tpu.scp_command(vm, scripts, remote_scripts)),
         ),
-        launch.Step(
-            "install the wheel on every worker",
-            tuple(cloud_tpu.ssh_command(vm, remote_install_command(pathlib.Path(wheel).name))),
-        ),
+        *install,
     ]
 
 
-def lesson_steps(vm: cloud_tpu.TpuVm, slug: str, incoming: pathlib.Path) -> list:
+def lesson_steps(
+    vm: cloud_tpu.TpuVm, slug: str, incoming: pathlib.Path, offline: bool = False
+) -> list:
     """Run ``slug`` on every worker, then fetch each worker's bundle into incoming/<i>/."""
-    run = cloud_tpu.ssh_command(vm, remote_run_command(slug, vm.accelerator.multi_host))
+    command = remote_run_command(slug, vm.accelerator.multi_host, offline)
+    run = cloud_tpu.ssh_command(vm, command)
     steps = [launch.Step(f"run {slug} on every worker", tuple(run))]
     for worker in range(vm.accelerator.hosts):
         fetch = launch.fetch_command(
@@ -360,11 +272,13 @@ def _place_bundles(run_dir: pathlib.Path, slug: str, incoming: pathlib.Path, hos
         incoming.parent.rmdir()
 
 
-def run_on_tpu(vm: cloud_tpu.TpuVm, slug: str, run_dir: pathlib.Path, timeout_s: float):
+def run_on_tpu(
+    vm: cloud_tpu.TpuVm, slug: str, run_dir: pathlib.Path, timeout_s: float, offline=False
+):
     """Run one lesson on every worker and fetch the bundles: (exit code, output)."""
     incoming = run_dir / ".incoming" / slug
     shutil.rmtree(incoming, ignore_errors=True)
-    run_step, *fetches = lesson_steps(vm, slug, incoming)
+    run_step, *fetches = lesson_steps(vm, slug, incoming, offline)
     print(f"# {run_step.what}\n{run_step.line}", flush=True)
     code, output = _gcloud(list(run_step.argv), timeout_s)
     for step in fetches:  # every worker's bundle, also after a failure (what came back)
@@ -472,9 +386,10 @@ def dry_run(options: Options, slugs: list[str]) -> int:
         + cloud_tpu.shell_join([*cloud_tpu.describe_command(vm), "--format=json"])
     )
     print("# build the wheel (local, offline)")
-    steps = staging_steps(vm, staged, slugs, wheel) if slugs else []
+    steps = staging_steps(vm, staged, slugs, wheel, options.wheelhouse) if slugs else []
     for slug in slugs:
-        steps += lesson_steps(vm, slug, options.run_dir / ".incoming" / slug)
+        incoming = options.run_dir / ".incoming" / slug
+        steps += lesson_steps(vm, slug, incoming, bool(options.wheelhouse))
     if options.frameworks:
         steps += framework_steps(vm, options.frameworks, wheel, options.run_dir)
     for step in steps:
@@ -515,7 +430,8 @@ def course_run(options: Options) -> int:
             record["wheel"] = pathlib.Path(wheel).name
             record["wheel_sha256"] = hashlib.sha256(pathlib.Path(wheel).read_bytes()).hexdigest()
             save_record(record_path, record)
-            code = launch.execute(staging_steps(vm, staged, todo, str(wheel)), dry_run=False)
+            steps = staging_steps(vm, staged, todo, str(wheel), options.wheelhouse)
+            code = launch.execute(steps, dry_run=False)
             if code != 0:
                 raise RuntimeError("staging failed (the step's output is above)")
     except (RuntimeError, OSError, ValueError) as exc:
@@ -525,7 +441,10 @@ def course_run(options: Options) -> int:
         if vm is not None and record["vm"] is not None:
             print(delete_hint(vm))
         return 1
+    if options.wheelhouse:  # installed here by __main__ (--local) or on the VM by staging
+        record["wheelhouse"] = remote.build_id(list(options.wheelhouse))
     lessons = {lesson["slug"]: lesson for lesson in record["lessons"]}
+    failures = []
     for number, slug in enumerate(todo, 1):
         lesson = lessons[slug]
         shutil.rmtree(run_dir / slug, ignore_errors=True)
@@ -536,7 +455,8 @@ def course_run(options: Options) -> int:
             code, output = run_locally(slug, staged, run_dir, options.timeout_s)
             hosts = 1
         else:
-            code, output = run_on_tpu(vm, slug, run_dir, options.timeout_s)
+            code, output = run_on_tpu(vm, slug, run_dir, options.timeout_s,
+                                      bool(options.wheelhouse))  # fmt: skip
             hosts = vm.accelerator.hosts
         status, results_path, workers, problem = lesson_outcome(run_dir, slug, hosts, code)
         lesson.update(
@@ -550,28 +470,45 @@ def course_run(options: Options) -> int:
         )
         _record_versions(record, run_dir, slug)
         save_record(record_path, record)
-        verdicts = "; ".join(_verdicts(output)[-3:])
-        print(f"[{number}/{len(todo)}] {slug}: {status} ({lesson['seconds']:.1f} s) {verdicts}")
-        if status not in DONE:
-            record["status"] = "failed"
-            save_record(record_path, record)
-            print(
-                f"\nFAILED: {slug} ({problem}). Its output (last {TAIL_CHARS} characters):\n"
-                f"{_tail(output)}\n\nThe run stopped here; the same command resumes it "
-                f"(lessons already back are not rerun). Record: {record_path}",
-                file=sys.stderr,
-            )
-            if vm is not None:
-                print(delete_hint(vm))
-            return 1
-    record["status"] = "passed"
+        said = "; ".join(verdicts(output)[-3:])
+        print(f"[{number}/{len(todo)}] {slug}: {status} ({lesson['seconds']:.1f} s) {said}")
+        if status in DONE:
+            continue
+        failures.append(slug)
+        if options.keep_going:
+            print(f"  {slug} {status}: {first_problem(output)} (going on: --keep-going)")
+            continue
+        record["status"] = "failed"
+        save_record(record_path, record)
+        print(
+            f"\nFAILED: {slug} ({problem}). Its output (last {TAIL_CHARS} characters):\n"
+            f"{_tail(output)}\n\nThe run stopped here; the same command resumes it "
+            f"(lessons already back are not rerun; --keep-going runs them all). "
+            f"Record: {record_path}",
+            file=sys.stderr,
+        )
+        print("\n" + summary_table(run_dir, record, slugs[: slugs.index(slug) + 1]))
+        if vm is not None:
+            print(delete_hint(vm))
+        return 1
+    record["status"] = "failed" if failures else "passed"
     save_record(record_path, record)
-    print(f"all {len(slugs)} lesson(s) back in {run_dir} (record: {record_path})")
+    print("\n" + summary_table(run_dir, record, slugs))
+    code = 0
+    if failures:
+        print(
+            f"\n{len(failures)} of {len(todo)} lesson(s) run did not pass: {', '.join(failures)}."
+            f" Their output is in {record_path}; the same command reruns only them.",
+            file=sys.stderr,
+        )
+        code = 1
+    else:
+        print(f"all {len(slugs)} lesson(s) back in {run_dir} (record: {record_path})")
     if vm is not None and options.frameworks:
-        return run_frameworks(options)
+        return max(code, run_frameworks(options))
     if vm is not None:
         print(delete_hint(vm))
-    return 0
+    return code
 
 
 # ----------------------------------------------------------------------------------------
@@ -584,14 +521,35 @@ def add_parser(commands) -> None:
         help="run chosen lessons on a TPU VM (every worker) and fetch their results",
         description="Export the chosen lessons, stage them and the project wheel on every "
         "worker of a TPU VM, run them (--worker=all), fetch every worker's results into "
-        "runs/tpu/VM/DATE/ and record the run in run.json. Stops at the first failure; the "
-        "same command resumes; never deletes the VM (launch delete does, explicitly).",
+        "runs/tpu/VM/DATE/ and record the run in run.json. Stops at the first failure (or, with "
+        "--keep-going, reports them all at the end); the same command resumes; never deletes "
+        "the VM (launch delete does, explicitly).",
     )
     sub.add_argument(
         "--lessons",
         default="",
         help="phase titles, learning-path titles, phase packages or lesson slugs, comma-separated",
     )
+    sub.add_argument(
+        "--phases",
+        default="",
+        help="the course map's phase numbers, ranges or packages (1-4,7; setup; all): a whole "
+        "course split across calls, e.g. --phases 1-9 then --phases 10-19",
+    )
+    sub.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every chosen lesson, report all failures at the end (exit 1 if any)",
+    )
+    sub.add_argument(
+        "--wheelhouse",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="install the course from this wheelhouse (python -m tpu_scripts wheelhouse), not "
+        "the network: on every worker, or here with --local (into --site)",
+    )
+    sub.add_argument("--site", help="--local --wheelhouse: install into (default: RUNS_ROOT/site)")
     sub.add_argument(
         "--frameworks",
         default="",
@@ -625,9 +583,13 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
     """Validated options (UsageError naming the problem; nothing has run)."""
     apps_dir = pathlib.Path(args.apps_dir)
     frameworks = tuple(dict.fromkeys(n.strip() for n in args.frameworks.split(",") if n.strip()))
-    if not args.lessons.strip() and not frameworks:
-        raise UsageError("name --lessons, --frameworks (torch-xla, tensorflow) or both")
-    slugs = resolve_lessons(args.lessons, apps_dir) if args.lessons.strip() else []
+    if not args.lessons.strip() and not args.phases.strip() and not frameworks:
+        raise UsageError(
+            "name --lessons, --frameworks (torch-xla, tensorflow) or both; or --phases"
+        )
+    slugs = resolve_phases(args.phases) if args.phases.strip() else []
+    slugs += resolve_lessons(args.lessons, apps_dir) if args.lessons.strip() else []
+    slugs = require_apps(list(dict.fromkeys(slugs)), apps_dir)
     vm = None
     if not args.local:
         if not args.name or not args.accelerator_type:
@@ -663,6 +625,12 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
     wheel = pathlib.Path(args.wheel) if args.wheel else None
     if wheel is not None and (not wheel.is_file() or wheel.suffix != ".whl"):
         raise UsageError(f"--wheel {wheel}: not a wheel file")
+    wheelhouse = []
+    for folder in args.wheelhouse:
+        try:
+            wheelhouse += remote.parts(folder)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     dry = args.dry_run
     if dry is None:
         dry = not args.local and shutil.which("gcloud") is None
@@ -680,6 +648,8 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
         dry_run=dry,
         argv=tuple(argv),
         frameworks=frameworks,
+        keep_going=args.keep_going,
+        wheelhouse=tuple(dict.fromkeys(wheelhouse)),
     )
 
 

@@ -5,12 +5,14 @@ rehearsal (2 JAX processes x 4 CPU devices)."""
 import os
 import pathlib
 import shutil
+import sys
 
 import pytest
 
 from core import curriculum
 from tpu_scripts import __main__ as cli
 from tpu_scripts import compare, course_run, fake_gcloud
+from tpu_scripts.wheelhouse import fake_wheels, manifest
 
 VM = ["--name", "lab-vm", "--zone", "us-west4-a", "--accelerator-type", "v5litepod-16"]
 DATE = "2026-12-01"
@@ -144,12 +146,18 @@ def ssh_commands(root) -> list[str]:
     return [c[-1].removeprefix("--command=") for c in fake_gcloud.calls(root) if c[3] == "ssh"]
 
 
-def test_course_run_end_to_end_with_two_workers(tmp_path, monkeypatch, capsys):
+def fake_vm(tmp_path, monkeypatch) -> pathlib.Path:
+    """The fake gcloud first on PATH (its VM's workers under tmp/fake); an empty apps folder."""
     fake_gcloud.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_TPU_ROOT", str(tmp_path / "fake"))
     apps = tmp_path / "apps"
     apps.mkdir()
+    return apps
+
+
+def test_course_run_end_to_end_with_two_workers(tmp_path, monkeypatch, capsys):
+    apps = fake_vm(tmp_path, monkeypatch)
     shutil.copy(curriculum.app_path("arrays_devices"), apps)
     # virtual_devices stands in for a lesson that fails on worker 1 only
     (apps / "virtual_devices.py").write_text(PLANTED.format(fail_on="{1}"))
@@ -211,3 +219,110 @@ def test_course_run_end_to_end_with_two_workers(tmp_path, monkeypatch, capsys):
     assert "a rehearsal, not a TPU measurement" in arrays
     assert compare.lesson_slugs(run_dir, None) == ["arrays_devices", "virtual_devices"]
     assert pathlib.Path(run_dir / "arrays_devices" / "results.md").is_file()
+
+
+# ---------------------------------------------------------------------------------------
+# --keep-going, and a wheelhouse instead of the network
+
+# A lesson that needs a module only a wheelhouse provides (fake_wheels' "offline_only").
+NEEDS_WHEELHOUSE = PLANTED.replace(
+    "    check = lab.Check(", "    import offline_only\n\n    check = lab.Check("
+)
+
+
+def test_keep_going_runs_every_lesson_and_reports_all_failures_at_the_end(tmp_path, capsys):
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "vmap.py").write_text(PLANTED.format(fail_on="{0}"))  # fails on this one process
+    (apps / "jit.py").write_text(PLANTED.format(fail_on="set()"))
+    runs = tmp_path / "runs"
+    argv = ["course-run", "--local", "--lessons", "vmap,jit", "--runs-root", str(runs)]
+    argv += ["--date", DATE, "--apps-dir", str(apps)]
+    record_path = runs / "local" / DATE / course_run.RECORD
+
+    # without it: the first failure stops the run; the table shows what ran
+    assert run_cli(*argv) == 1
+    out, err = capsys.readouterr()
+    assert "FAILED: vmap" in err and "--keep-going runs them all" in err
+    table = out[out.index("| lesson |") :]
+    assert "| vmap | error |" in table and "RuntimeError: planted failure on worker 0" in table
+    assert "| jit |" not in table
+    assert [x["status"] for x in course_run.load_record(record_path)["lessons"]] == [
+        "error",
+        "pending",
+    ]
+
+    # with it: every lesson runs, the failures come at the end, exit 1
+    assert run_cli(*argv, "--keep-going") == 1
+    out, err = capsys.readouterr()
+    assert "vmap error: RuntimeError: planted failure on worker 0 (going on: --keep-going)" in out
+    assert "[2/2] jit: passed" in out
+    rows = out[out.index("| lesson |") :].splitlines()
+    assert rows[2].startswith("| vmap | error | ") and rows[2].endswith(
+        "| RuntimeError: planted failure on worker 0 |"
+    )
+    assert rows[3].startswith("| jit | passed | ") and "PASS: planted lesson" in rows[3]
+    assert "1 of 2 lesson(s) run did not pass: vmap" in err
+    record = course_run.load_record(record_path)
+    assert record["status"] == "failed"
+    assert [x["status"] for x in record["lessons"]] == ["error", "passed"]
+
+
+def _wheelhouse(tmp_path):
+    wheel = fake_wheels.make_wheel(tmp_path / "src", "offline_only")
+    parts = fake_wheels.wheelhouse(tmp_path / "wheelhouse", {"offline_only": wheel})
+    return tmp_path / "wheelhouse", manifest.read(parts[0])["build"]
+
+
+def test_a_tpu_vm_installs_from_the_wheelhouse_and_runs_offline(tmp_path, monkeypatch, capsys):
+    apps = fake_vm(tmp_path, monkeypatch)
+    (apps / "jit.py").write_text(NEEDS_WHEELHOUSE.format(fail_on="set()"))
+    wheelhouse, build = _wheelhouse(tmp_path)
+    runs = tmp_path / "runs"
+    argv = ["course-run", "--lessons", "jit", *VM, "--wheelhouse", str(wheelhouse)]
+    argv += ["--runs-root", str(runs), "--date", DATE, "--apps-dir", str(apps)]
+    assert run_cli(*argv, "--dry-run") == 0
+    dry = capsys.readouterr().out
+    assert "copy the wheelhouse to every worker" in dry and "part-01" in dry and "--recurse" in dry
+    assert "uv pip install" not in dry
+
+    assert run_cli(*argv) == 0, capsys.readouterr()
+    commands = ssh_commands(tmp_path / "fake")
+    assert not any("uv pip install" in c for c in commands)
+    install = next(c for c in commands if "wheelhouse install" in c)
+    assert "python3 -m tpu_scripts wheelhouse install wheelhouse --target site" in install
+    assert "--no-index --no-deps" in install and "--target project ./jax_tpu_lab-" in install
+    run = next(c for c in commands if "scripts/jit.py" in c)
+    assert '$HOME/jax-tpu-lab/project:$HOME/jax-tpu-lab/site" python3 scripts/jit.py' in run
+    for worker in (0, 1):  # every worker installed the part, and the project from its wheel
+        lab = tmp_path / "fake" / f"worker-{worker}" / "jax-tpu-lab"
+        assert (lab / "site" / "offline_only.py").is_file()
+        assert (lab / "project" / "core" / "lab" / "__init__.py").is_file()
+        assert not list((lab / "project" / "core").rglob("*_test.py"))
+    record = course_run.load_record(runs / "tpu" / "lab-vm" / DATE / course_run.RECORD)
+    assert record["wheelhouse"] == build and record["lessons"][0]["status"] == "passed"
+
+
+def test_a_local_run_installs_the_wheelhouse_first_and_its_lessons_see_it(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "jit.py").write_text(NEEDS_WHEELHOUSE.format(fail_on="set()"))
+    wheelhouse, build = _wheelhouse(tmp_path)
+    runs, site = tmp_path / "runs", tmp_path / "site"
+    argv = ["course-run", "--local", "--lessons", "jit", "--wheelhouse", str(wheelhouse)]
+    argv += ["--site", str(site), "--runs-root", str(runs), "--apps-dir", str(apps)]
+    assert run_cli(*argv, "--date", DATE) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"all 1 part(s) of wheelhouse {build} are installed in {site}" in out
+    assert os.environ["PYTHONPATH"].endswith(str(site.resolve()))
+    record = course_run.load_record(runs / "local" / DATE / course_run.RECORD)
+    assert record["wheelhouse"] == build and record["lessons"][0]["status"] == "passed"
+    # a damaged part stops the run before anything runs
+    next(wheelhouse.glob("part-01/*.whl")).write_bytes(b"not the wheel")
+    assert run_cli(*argv, "--date", "2026-12-02", "--force") == 1
+    assert "differ from their manifest" in capsys.readouterr().err
+    assert not (runs / "local" / "2026-12-02").exists()

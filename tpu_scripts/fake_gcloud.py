@@ -13,7 +13,8 @@ call appends its argv as one JSON line to ``$FAKE_TPU_ROOT/gcloud.jsonl``. The s
   as ``rehearse.py`` runs its processes: the rehearsal's variables (process id, count, a
   coordinator on a free local port, ``$FAKE_TPU_DEVICES`` CPU devices, default 4), so the
   workers are JAX processes of one job. ``~/jax-tpu-lab/.venv`` is the project's venv (a
-  link); a command that installs with pip is logged and skipped (the venv has the project).
+  link); a command that installs with pip is logged and skipped (the venv has the project),
+  except an offline one from a staged wheelhouse (``wheelhouse install``), which runs.
   Each worker's output is printed under a ``--- worker <i>`` line; the exit code is the first
   failing worker's. If one worker fails, the others get ``GRACE_S`` to finish, then are
   killed (they would wait in a collective for the dead one);
@@ -126,7 +127,7 @@ def _free_port() -> int:
 
 def ssh(root: pathlib.Path, flags: dict, count: int) -> int:
     command = str(flags.get("command", ""))
-    if "pip install" in command:
+    if "pip install" in command and "wheelhouse install" not in command:
         print("fake gcloud: install step logged and skipped (the project venv is used)")
         return 0
     workers = _workers(flags.get("worker"), count)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from core.tpu import cloud_tpu
+from tpu_scripts.wheelhouse import remote as offline
 
 VERBS = ("create", "stage", "run", "fetch", "delete")
 FRAMEWORK_CHOICES = ("jax", "torch-xla", "tensorflow")  # tpu_scripts/frameworks/environments.py
@@ -86,15 +87,40 @@ def plan(args: argparse.Namespace) -> list[Step]:
         for path in paths:
             if not pathlib.Path(path).exists():
                 raise ValueError(f"no such file to stage: {path}")
-        mkdir = cloud_tpu.ssh_command(vm, f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}")
-        return [
-            Step("make the folder on every worker", tuple(mkdir)),
+        folders = f"mkdir -p ~/{cloud_tpu.REMOTE_DIR}"
+        wheelhouses = getattr(args, "wheelhouse", None) or []
+        found = [part for folder in wheelhouses for part in offline.parts(folder)]
+        if found:
+            wheel = offline.project_wheel(paths)
+            folders += f" && {offline.mkdir_line()}"
+        steps = [
+            Step("make the folder on every worker", tuple(cloud_tpu.ssh_command(vm, folders))),
             Step("copy files to every worker", tuple(cloud_tpu.scp_command(vm, paths))),
         ]
+        if found:  # the course from the wheelhouse, not the network (wheelhouse/remote.py)
+            install = cloud_tpu.ssh_command(vm, offline.install_line(wheel))
+            steps += [
+                Step("copy the wheelhouse to every worker", tuple(offline.copy_argv(vm, found))),
+                Step("install the wheelhouse and the wheel on every worker (offline)",
+                     tuple(install)),
+            ]  # fmt: skip
+        return steps
     if args.verb == "run":
         if not pathlib.Path(args.script).is_file():
             raise ValueError(f"no such script: {args.script} (stage it first, from this path)")
         name = getattr(args, "framework", "jax")
+        if getattr(args, "offline", False):
+            if name != "jax":
+                raise ValueError(f"--offline runs JAX scripts; {name} needs its own venv")
+            script = pathlib.PurePath(args.script).name
+            flags = cloud_tpu.shell_join(args.script_args) if args.script_args else ""
+            remote_line = f"cd ~/{cloud_tpu.REMOTE_DIR} && {offline.python()} {script} {flags}"
+            return [
+                Step(
+                    f"run on worker(s) {args.worker} (offline: the staged wheelhouse)",
+                    tuple(cloud_tpu.ssh_command(vm, remote_line.rstrip(), args.worker)),
+                )
+            ]
         if name == "jax":
             remote = cloud_tpu.bootstrap_remote_command(
                 args.script, args.wheel, " ".join(args.script_args)
@@ -175,6 +201,14 @@ def add_parser(commands) -> argparse.ArgumentParser:
     stage = common(verbs.add_parser("stage", help="copy a script (and files) to every worker"))
     stage.add_argument("script", help="the exported script")
     stage.add_argument("extra", nargs="*", help="more files to copy, e.g. the project wheel")
+    stage.add_argument(
+        "--wheelhouse",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="copy this wheelhouse (python -m tpu_scripts wheelhouse) too and install it and "
+        "the staged project wheel on every worker, offline; then `run --offline`",
+    )
     run = common(verbs.add_parser("run", help="run a staged script on the workers"))
     run.add_argument("script", help="the script (its local path; the file name is used remotely)")
     run.add_argument("--worker", default="all", help="all (every host), N, a,b or a-b")
@@ -185,6 +219,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
         default="jax",
         help="jax: ~/jax-tpu-lab/.venv; torch-xla / tensorflow: their own venv and pins "
         "(tpu_scripts/frameworks/torch_xla_train.py, tf_train.py; stage the wheel first)",
+    )
+    run.add_argument(
+        "--offline",
+        action="store_true",
+        help="run with the VM's python3 and what `stage --wheelhouse` installed, not the .venv "
+        "made from the network",
     )
     run.add_argument("script_args", nargs="*", help="after --: the script's flags")
     fetch = common(verbs.add_parser("fetch", help="copy results back from one worker"))

@@ -216,3 +216,55 @@ def test_create_refuses_bad_labels_before_running_anything(fake_gcloud):
         assert result.returncode == 2, (bad, result.stdout)
         assert "label" in result.stderr
     assert calls(fake_gcloud) == []
+
+
+def test_stage_with_a_wheelhouse_copies_it_and_installs_it_offline(fake_gcloud):
+    from tpu_scripts.wheelhouse import fake_wheels
+
+    tmp = fake_gcloud
+    fake_wheels.wheelhouse(tmp / "wh", {"alpha": fake_wheels.make_wheel(tmp / "src", "alpha")})
+    wheel = tmp / "jax_tpu_lab-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"stands for the project wheel")
+    result = with_fake(tmp, "stage", SCRIPT, str(wheel), "--wheelhouse", str(tmp / "wh"))
+    assert result.returncode == 0, result.stderr
+    mkdir, copy, copy_parts, install = calls(tmp)
+    assert mkdir[-1] == "--command=mkdir -p ~/jax-tpu-lab && mkdir -p ~/jax-tpu-lab/wheelhouse"
+    assert copy[3] == "scp" and str(wheel) in copy
+    assert copy_parts[4:6] == [
+        str(tmp / "wh" / "part-01"),
+        "jax-tpu-lab:jax-tpu-lab/wheelhouse/",
+    ]  # the default VM
+    assert copy_parts[-1] == "--recurse"
+    command = install[-1].removeprefix("--command=")
+    assert command.startswith("cd ~/jax-tpu-lab && PYTHONPATH=./jax_tpu_lab-0.1.0-py3-none-any.whl")
+    assert "python3 -m tpu_scripts wheelhouse install wheelhouse --target site" in command
+    assert "uv " not in command
+    # then the script runs with the VM's python3 and the site, never a .venv from the network
+    result = with_fake(tmp, "run", SCRIPT, "--offline", "--", "--steps", "5")
+    assert result.returncode == 0, result.stderr
+    run = calls(tmp)[-1][-1].removeprefix("--command=")
+    assert run.endswith('/jax-tpu-lab/site" python3 sharded_step.py --steps 5')
+    assert ".venv" not in run and "uv " not in run
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["stage", SCRIPT, "--wheelhouse", "."], "no wheelhouse part there"),
+        (["run", SCRIPT, "--offline", "--framework", "torch-xla"], "needs its own venv"),
+    ],
+)
+def test_offline_refusals_exit_2_before_anything_runs(fake_gcloud, args, message):
+    result = with_fake(fake_gcloud, *args)
+    assert result.returncode == 2 and message in result.stderr
+    assert calls(fake_gcloud) == []
+
+
+def test_a_wheelhouse_needs_the_project_wheel_staged_beside_it(fake_gcloud):
+    from tpu_scripts.wheelhouse import fake_wheels
+
+    tmp = fake_gcloud
+    fake_wheels.wheelhouse(tmp / "wh", {"alpha": fake_wheels.make_wheel(tmp / "src", "alpha")})
+    result = with_fake(tmp, "stage", SCRIPT, "--wheelhouse", str(tmp / "wh"))
+    assert result.returncode == 2 and "stage the wheel too" in result.stderr
+    assert calls(tmp) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import re
 from typing import Any, Literal
 
 import pydantic
@@ -63,6 +64,7 @@ class RunRecord(documents.Document):
     versions: dict[str, str]  # as the lessons resolved them (process 0's receipt)
     status: Literal["running", "passed", "failed"]
     lessons: list[LessonRecord]
+    wheelhouse: str | None = None  # the build installed instead of the network (wheelhouse)
 
     @pydantic.field_validator("created_utc", "updated_utc")
     @classmethod
@@ -180,3 +182,64 @@ def lesson_outcome(run_dir: pathlib.Path, slug: str, workers: int, exit_code: in
     if exit_code != 0:
         problems.append(f"exit code {exit_code}")
     return status, records[0]["results"], records, "; ".join(problems)
+
+
+def verdicts(output: str) -> list[str]:
+    """The PASS/FAIL/STOPPED/ERROR lines of the output, each once (every worker prints them)."""
+    lines = [line.strip() for line in output.splitlines()]
+    return list(
+        dict.fromkeys(x for x in lines if x.startswith(("PASS", "FAIL", "STOPPED", "ERROR")))
+    )
+
+
+_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b.*")
+
+
+def first_problem(output: str) -> str:
+    """The line that says what went wrong: the first FAIL/STOPPED/ERROR verdict, else the
+    exception a traceback ends with, else the last line of output."""
+    bad = [line for line in verdicts(output) if not line.startswith("PASS")]
+    if bad:
+        return bad[0]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    raised = [line for line in lines if _EXCEPTION.match(line)]
+    return raised[-1] if raised else (lines[-1] if lines else "(no output)")
+
+
+def lesson_line(run_dir: pathlib.Path, lesson: dict) -> str:
+    """A lesson's line for the summary: a passed lesson's check lines (from its bundle, else
+    its output); otherwise the first line that says what went wrong."""
+    if lesson["status"] in ("pending",):
+        return "(not run)"
+    path = run_dir / lesson["results"] if lesson.get("results") else None
+    doc = None
+    if path is not None and path.is_file():
+        try:
+            doc = results.load(path)
+        except ValueError:
+            doc = None
+    if lesson["status"] == "passed":
+        if doc is not None and doc["checks"]:
+            return "; ".join(check["line"] for check in doc["checks"])
+        passed = [line for line in verdicts(lesson["output_tail"]) if line.startswith("PASS")]
+        return "; ".join(passed) or "(passed; no check line)"
+    if doc is not None:
+        failed = [check["line"] for check in doc["checks"] if not check["passed"]]
+        if failed or doc["stopped"]:
+            return (failed or doc["stopped"])[0]
+    return first_problem(lesson["output_tail"])
+
+
+def summary_table(run_dir: pathlib.Path, record: dict, slugs, width: int = 110) -> str:
+    """A Markdown table of ``slugs``' lessons in ``record``: lesson, status, seconds, and its
+    check line or first error line (cut to ``width`` characters)."""
+    lessons = {lesson["slug"]: lesson for lesson in record["lessons"]}
+    rows = ["| lesson | status | seconds | check line or first error |", "|---|---|---|---|"]
+    for slug in slugs:
+        lesson = lessons[slug]
+        line = " ".join(lesson_line(run_dir, lesson).split()).replace("|", "\\|")
+        if len(line) > width:
+            line = line[: width - 1] + "…"
+        seconds = "" if lesson["seconds"] is None else f"{lesson['seconds']:.1f}"
+        rows.append(f"| {slug} | {lesson['status']} | {seconds} | {line} |")
+    return "\n".join(rows)

@@ -51,3 +51,18 @@ def sha256(path: pathlib.Path) -> str:
 def lock_line(path: pathlib.Path, name: str, version: str = "1.0") -> str:
     """The lock's line for a wheel: ``name==version --hash=sha256:...``."""
     return f"{name}=={version} --hash=sha256:{sha256(path)}"
+
+
+def wheelhouse(out, wheels, hosted=(), index=None, limit=10_000) -> list[pathlib.Path]:
+    """Parts of ``wheels`` ({name: path}) written by build.write_parts into ``out``; ``hosted``
+    ({name: path}): pins the host's own index (``index``, a URL) supplies instead."""
+    from tpu_scripts.wheelhouse import build, tags
+
+    def lines(items):
+        return {name: lock_line(path, name, tags.parse(path.name).version) for name, path in items}
+
+    carried, pins = lines(dict(wheels).items()), lines(dict(hosted).items())
+    plan = build.Plan(["core"], carried, pins, {"jax": "0.10.2"}, index, [],
+                      [("core", sorted(carried), sorted(pins))])  # fmt: skip
+    lock_text = "\n".join([*carried.values(), *pins.values()])
+    return build.write_parts(out, dict(wheels), plan, lock_text, limit)

@@ -7,22 +7,9 @@ import sys
 
 import pytest
 
-from tpu_scripts.wheelhouse import build, fake_wheels, install, manifest, tags
+from tpu_scripts.wheelhouse import fake_wheels, install, manifest, tags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _wheelhouse(out, wheels, hosted=(), index=None, limit=10_000):
-    """Write parts of ``wheels`` ({name: path}) with build.write_parts; ``hosted``: names
-    (with their wheel paths in ``index``'s files) the host's own index supplies."""
-    lines = {name: fake_wheels.lock_line(path, name, tags.parse(path.name).version)
-             for name, path in wheels.items()}  # fmt: skip
-    pins = {name: fake_wheels.lock_line(path, name, tags.parse(path.name).version)
-            for name, path in dict(hosted).items()}  # fmt: skip
-    plan = build.Plan(["core"], lines, pins, {"jax": "0.10.2"}, index, [],
-                      [("core", sorted(lines), sorted(pins))])  # fmt: skip
-    lock_text = "\n".join([*lines.values(), *pins.values()])
-    return build.write_parts(out, wheels, plan, lock_text, limit)
 
 
 def _two_parts(tmp_path):
@@ -35,7 +22,7 @@ def _two_parts(tmp_path):
             src, "beta", files={"ns/beta.py": "B = 2\n"}, padding=6000
         ),  # fmt: skip
     }
-    return _wheelhouse(tmp_path / "wh", wheels)
+    return fake_wheels.wheelhouse(tmp_path / "wh", wheels)
 
 
 def _install(dirs, site, **kwargs):
@@ -82,7 +69,7 @@ def test_a_wheel_for_another_python_is_refused_by_name(tmp_path):
     tag = "cp312-cp312-manylinux_2_17_x86_64"
     wheels = {"gamma": fake_wheels.make_wheel(src, "gamma", tag=tag),
               "alpha": fake_wheels.make_wheel(src, "alpha")}  # fmt: skip
-    parts = _wheelhouse(tmp_path / "wh", wheels)
+    parts = fake_wheels.wheelhouse(tmp_path / "wh", wheels)
     with pytest.raises(install.Refused) as refused:
         _install(parts, tmp_path / "site")
     message = str(refused.value)
@@ -94,14 +81,18 @@ def test_a_wheel_for_another_python_is_refused_by_name(tmp_path):
     wheels = {
         "delta": fake_wheels.make_wheel(src, "delta", tag="cp312-cp312-manylinux_2_28_x86_64")
     }
-    parts = _wheelhouse(tmp_path / "wh2", wheels)
+    parts = fake_wheels.wheelhouse(tmp_path / "wh2", wheels)
     with pytest.raises(install.Refused, match="platform manylinux_2_28_x86_64.*glibc 2.17"):
         install.install(parts, tmp_path / "site", host=host, out=lambda _: None)
 
 
 def test_parts_of_two_builds_are_refused(tmp_path):
-    one = _wheelhouse(tmp_path / "a", {"alpha": fake_wheels.make_wheel(tmp_path / "s", "alpha")})
-    two = _wheelhouse(tmp_path / "b", {"beta": fake_wheels.make_wheel(tmp_path / "s", "beta")})
+    one = fake_wheels.wheelhouse(
+        tmp_path / "a", {"alpha": fake_wheels.make_wheel(tmp_path / "s", "alpha")}
+    )
+    two = fake_wheels.wheelhouse(
+        tmp_path / "b", {"beta": fake_wheels.make_wheel(tmp_path / "s", "beta")}
+    )
     with pytest.raises(install.Refused, match="2 different wheelhouse builds"):
         _install([one[0], two[0]], tmp_path / "site")
 
@@ -110,9 +101,9 @@ def test_a_newer_build_replaces_the_old_version_and_its_files(tmp_path):
     site = tmp_path / "site"
     old = fake_wheels.make_wheel(tmp_path / "s1", "alpha", "1.0",
                                  files={"alpha.py": "V = 1\n", "alpha_old.py": ""})  # fmt: skip
-    _install(_wheelhouse(tmp_path / "a", {"alpha": old}), site)
+    _install(fake_wheels.wheelhouse(tmp_path / "a", {"alpha": old}), site)
     new = fake_wheels.make_wheel(tmp_path / "s2", "alpha", "2.0", files={"alpha.py": "V = 2\n"})
-    _install(_wheelhouse(tmp_path / "b", {"alpha": new}), site)
+    _install(fake_wheels.wheelhouse(tmp_path / "b", {"alpha": new}), site)
     assert [p.name for p in site.glob("*.dist-info")] == ["alpha-2.0.dist-info"]
     assert (site / "alpha.py").read_text() == "V = 2\n"
     assert not (site / "alpha_old.py").exists()
@@ -135,7 +126,7 @@ def test_pins_the_host_index_holds_install_from_it(tmp_path):
     hosted = fake_wheels.make_wheel(tmp_path / "elsewhere", "hosted")
     index = _index(tmp_path / "pypi", hosted)
     carried = fake_wheels.make_wheel(tmp_path / "s", "alpha")
-    parts = _wheelhouse(tmp_path / "wh", {"alpha": carried}, {"hosted": hosted}, index)
+    parts = fake_wheels.wheelhouse(tmp_path / "wh", {"alpha": carried}, {"hosted": hosted}, index)
     doc = manifest.read(parts[0])
     assert [p["name"] for p in doc["from_host_index"]] == ["hosted"]
     assert not list(parts[0].glob("hosted*"))  # not carried
