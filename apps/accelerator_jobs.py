@@ -14,6 +14,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab
+    from core.lab import text
     from core.lessons.operations import accelerator_jobs as lesson
     from core.serving import kubernetes
     from core.state import recovery_demo
@@ -124,7 +125,7 @@ def _(chosen, steps):
     mo.vstack([
         mo.md(f"**JobSet** for {_g} {_t}: {_chips} chips, "
               f"{_hosts} hosts (one pod each). Problems: {jobset_problems or 'none'}"),
-        mo.md(f"```yaml\n{kubernetes.to_yaml([jobset])}\n```"),
+        text.code_block(kubernetes.to_yaml([jobset]), "yaml", "jobset.yaml"),
     ])  # fmt: skip
     return (jobset_problems,)
 

@@ -16,6 +16,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.lessons.operations import capacity_cost as lesson
     from core.tpu import billing, cloud_tpu, gcloud_grammar, iam, pricing, specs
     from core.workload import sweep
@@ -153,7 +154,10 @@ def _(bucket, budget_usd, labels):
     launch = [cloud_tpu.create_command(vm), *billing.commands(budget)]
     iam_commands = iam.commands(plan)
     _lines = [cloud_tpu.display_command(cloud_tpu.shell_join(a)) for a in [*launch, *iam_commands]]
-    mo.md("## The commands (generated, never run)\n```bash\n" + "\n\n".join(_lines) + "\n```")
+    mo.vstack([
+        mo.md("## The commands (generated, never run)"),
+        text.code_block("\n\n".join(_lines), "bash", "commands.sh"),
+    ])  # fmt: skip
     return budget, iam_commands, launch, plan
 
 
@@ -178,8 +182,8 @@ def _(run_button, seed, trials_control):
     lab.report("sweep cost at v6e on-demand", _chip_hours * _price.usd_per_chip_hour, "USD")
     mo.vstack([
         _table,  # the trials a learner just ran (it was never shown, only recorded)
-        mo.md(f"Vizier study spec (validated, `vizier_study_spec.json`):\n```json\n"
-              f"{json.dumps(spec, indent=2)}\n```"),
+        mo.md("Vizier study spec (validated, `vizier_study_spec.json`):"),
+        text.code_block(json.dumps(spec, indent=2), "json", "vizier_study_spec.json"),
     ])  # fmt: skip
     return problem, run_dir, spec, trials
 

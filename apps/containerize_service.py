@@ -15,6 +15,7 @@ with app.setup:
     import pandas as pd
 
     from core import envlock, lab, numerics
+    from core.lab import text
     from core.lessons.deployment import containerize_service as lesson
     from core.serving import container
     from core.serving.predict import export
@@ -84,7 +85,7 @@ def _():
     mo.vstack(
         [
             mo.md("## The Dockerfile"),
-            mo.md(f"```dockerfile\n{container.DOCKERFILE.read_text()}\n```"),
+            text.code_block(container.DOCKERFILE.read_text(), "dockerfile", "Dockerfile"),
             lab.table(
                 [
                     {"part": "base", "value": image.base},

@@ -16,6 +16,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import charts
     from core.lessons.deployment import export_serving_contract as lesson
     from core.serving.predict import export
 
@@ -219,13 +220,22 @@ def _(dtype, result):
             for _b, (_labels, _probs) in result.reloaded.outputs.items()
         ]
     )
+    _errors, _floored = charts.log_floor(_rows["max |p - p_float64|"], lesson.ERROR_FLOOR)
+    _rows["max |p - p_float64|"] = _errors
     _tolerance = pd.DataFrame([{"tolerance": numerics.tolerance(dtype.value)}])
+    _title = f"Fresh-process outputs vs NumPy float64 ({dtype.value})" + (
+        f"; an error of 0 is drawn at {lesson.ERROR_FLOOR:g}" if _floored else ""
+    )
+    # points, not bars: a log axis has no zero for a bar to start from
+    _low, _high = charts.log_domain([*_errors, numerics.tolerance(dtype.value)])
     (
-        alt.Chart(_rows, title=f"Fresh-process outputs vs NumPy float64 ({dtype.value})")
-        .mark_bar()
+        alt.Chart(_rows, title=_title)
+        .mark_point(filled=True, size=90)
         .encode(
             x=alt.X("batch size:N", sort=None),
-            y=alt.Y("max |p - p_float64|:Q", scale=alt.Scale(type="log")),
+            y=alt.Y(
+                "max |p - p_float64|:Q", scale=alt.Scale(type="log", domain=[_low / 10, _high])
+            ),
         )
         + alt.Chart(_tolerance).mark_rule(color="red", strokeDash=[4, 4]).encode(y="tolerance:Q")
     ).properties(width=360, height=200)

@@ -10,6 +10,7 @@ with app.setup:
     import marimo as mo
 
     from core import lab, numerics
+    from core.lab import text
     from core.kernels import matmul, tiling
     from core.lessons.pallas import first_tpu_kernel
     from core.tpu import topology_compile
@@ -60,13 +61,12 @@ def _():
 
 @app.cell
 def _():
-    mo.md(
-        f"""
-    ```python
-    {inspect.getsource(matmul._matmul_kernel)}
-    DIMENSION_SEMANTICS = {matmul.DIMENSION_SEMANTICS}
-    {inspect.getsource(matmul.matmul_call)}```
-    """
+    text.code_block(
+        inspect.getsource(matmul._matmul_kernel)
+        + f"\nDIMENSION_SEMANTICS = {matmul.DIMENSION_SEMANTICS}\n"
+        + inspect.getsource(matmul.matmul_call),
+        "python",
+        "the kernel and its call",
     )
     return
 

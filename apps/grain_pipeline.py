@@ -248,7 +248,7 @@ def _(
     operation, `worker_count=0`) keeps a longer state, JSON text in bytes, decoded here:
     """
             ),
-            mo.md(f"```json\n{json.dumps(loader_state, indent=1)}\n```"),
+            text.code_block(json.dumps(loader_state, indent=1), "json", "loader_state.json"),
             mo.md(
                 "`DataLoader`'s sampler shards **contiguously** (process *i* gets one block of "
                 "examples) where `MapDataset` slicing interleaves; its `Batch` runs over the "

@@ -15,6 +15,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.lessons.deployment import inference_capacity as lesson
     from core.serving import capacity, kubernetes
     from core.serving.predict import export
@@ -314,23 +315,7 @@ def _(
 
 @app.cell
 def _(load_rows):
-    _rows = [
-        {"setting": r["setting"], "users": r["users"], "throughput (req/s)": r["throughput_rps"],
-         "percentile": name, "latency (ms)": r[key]}
-        for r in load_rows
-        for name, key in (("p50", "p50_ms"), ("p95", "p95_ms"), ("p99", "p99_ms"))
-    ]  # fmt: skip
-    (
-        alt.Chart(pd.DataFrame(_rows), title="Throughput vs latency per window setting")
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("throughput (req/s):Q"),
-            y=alt.Y("latency (ms):Q", scale=alt.Scale(type="log")),
-            color="setting:N",
-            strokeDash="percentile:N",
-            tooltip=["setting", "users", "percentile", "throughput (req/s)", "latency (ms)"],
-        )
-    )
+    lesson.load_chart(load_rows)  # one run per setting: bars; several users levels: the curve
     return
 
 
@@ -379,7 +364,7 @@ def _(p95_budget_ms, policy, replayed):
                 f"`{_metric}` (max replicas from the replay's peak), checked against the "
                 f"Kubernetes schemas: {manifest_problems or 'no problems'}"
             ),
-            mo.md(f"```yaml\n{kubernetes.to_yaml(manifests)}\n```"),
+            text.code_block(kubernetes.to_yaml(manifests), "yaml", "gke_manifests.yaml"),
         ]
     )
     return (manifest_problems,)

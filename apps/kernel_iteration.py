@@ -13,7 +13,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.kernels import flash_attention, matmul
-    from core.lab import charts, claims
+    from core.lab import charts, claims, text
     from core.lessons.pallas import kernel_iteration
     from core.tpu import topology_compile
 
@@ -71,13 +71,13 @@ def _():
 
 @app.cell
 def _():
-    mo.md(
-        f"""
-    The forward kernel: grid `(N, T/bq, T/bk)`, the k axis last and `"arbitrary"`:
-
-    ```python
-    {inspect.getsource(flash_attention._forward_kernel)}```
-    """
+    mo.vstack(
+        [
+            mo.md('The forward kernel: grid `(N, T/bq, T/bk)`, the k axis last and `"arbitrary"`:'),
+            text.code_block(
+                inspect.getsource(flash_attention._forward_kernel), "python", "forward kernel"
+            ),
+        ]
     )
     return
 

@@ -172,11 +172,15 @@ def _(h0_H, w_HH, xs_TH):
     `jax.make_jaxpr(rnn_python)` at T = {short_xs.shape[0]}: every step is written out.
     """
             ),
-            mo.md(f"```text\n{jax.make_jaxpr(lax_scan.rnn_python)(w_HH, h0_H, short_xs)}\n```"),
+            text.code_block(
+                str(jax.make_jaxpr(lax_scan.rnn_python)(w_HH, h0_H, short_xs)), "text", "jaxpr"
+            ),
             mo.md(
                 "`jax.make_jaxpr(rnn_scan)` at any T: one `scan` equation holding the body once."
             ),
-            mo.md(f"```text\n{jax.make_jaxpr(lax_scan.rnn_scan)(w_HH, h0_H, xs_TH)}\n```"),
+            text.code_block(
+                str(jax.make_jaxpr(lax_scan.rnn_scan)(w_HH, h0_H, xs_TH)), "text", "scan jaxpr"
+            ),
         ]
     )
     return

@@ -14,7 +14,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import claims
+    from core.lab import claims, text
     from core.lessons.operations import llmops as lesson
 
     lab.use_cpu_devices()
@@ -101,7 +101,9 @@ def _(candidate):
               "note": v.note} for v in registry.versions(PROMPT)],
             f"Prompt registry: {PROMPT} (one JSON document per version)",
         ),
-        mo.md(f"```diff\n{registry.diff(PROMPT, 'production', 'candidate') or '(same)'}\n```"),
+        text.code_block(
+            registry.diff(PROMPT, "production", "candidate") or "(same)", "diff", "prompt.diff"
+        ),
     ])  # fmt: skip
     return registry, registry_dir, v_bare, v_candidate
 

@@ -11,7 +11,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import charts
+    from core.lab import charts, text
     from core.lessons.transformations import losses_value_and_grad
 
     lab.use_cpu_devices()
@@ -125,10 +125,8 @@ def _(batch, classes, features, loss, seed):
                     for name, g in grads.items()
                 ]
             ),
-            mo.md(
-                "Without `has_aux=True`, `jax.value_and_grad(loss_fn)` refuses the tuple:\n"
-                f"```\n{_has_aux_error}\n```"
-            ),
+            mo.md("Without `has_aux=True`, `jax.value_and_grad(loss_fn)` refuses the tuple:"),
+            text.code_block(str(_has_aux_error), "text", "the error"),
         ]
     )
     return grads, loss_value, params, x_BD, y

@@ -220,18 +220,15 @@ def _(logged_ids, summaries, tracker, trained):
 
 @app.cell
 def _(store_dir):
-    mo.md(
-        f"""
-    ## Open this store in the MLflow UI
-
-    ```bash
-    {tracking.ui_command(store_dir)}
-    ```
-
-    (`--host 127.0.0.1`: only this machine can connect. The directory is temporary; to keep
-    a store, give `core.state.tracking.Tracker` a directory of your own, beside its checkpoints.)
-    """
-    )
+    mo.vstack([
+        mo.md("## Open this store in the MLflow UI"),
+        text.code_block(tracking.ui_command(store_dir), "bash", "mlflow ui"),
+        mo.md(
+            "(`--host 127.0.0.1`: only this machine can connect. The directory is temporary; "
+            "to keep a store, give `core.state.tracking.Tracker` a directory of your own, "
+            "beside its checkpoints.)"
+        ),
+    ])  # fmt: skip
     return
 
 

@@ -17,6 +17,7 @@ with app.setup:
     from sklearn import metrics as sk_metrics
 
     from core import lab, numerics
+    from core.lab import text
     from core.lessons.operations import mlops as lesson
 
     FLAGS = lab.Flags(
@@ -222,7 +223,7 @@ def _(min_accuracy):
     cloudbuild_problems = lesson.check_cloudbuild(cloudbuild)
     mo.vstack([
         mo.md("**cloudbuild.yaml** (a commit trigger runs it: tests, compile, submit)"),
-        mo.md(f"```yaml\n{cloudbuild}```"),
+        text.code_block(cloudbuild, "yaml", "cloudbuild.yaml"),
         lab.table([{"problem": p} for p in cloudbuild_problems] or [{"problem": "none"}],
                   "Checked against the build config schema, waitFor and substitutions"),
     ])  # fmt: skip

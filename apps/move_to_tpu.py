@@ -272,14 +272,23 @@ def _(previous_app, run_button, script_flag_words, script_flags):
         parts = [
             mo.md(
                 f"**1. Export** into a temporary folder (exit code {export_run.export.returncode}, "
-                f"{export_run.export.seconds:.1f} s):\n"
-                f"```bash\n{cloud_tpu.shell_join(['python', *export_run.export.argv[1:]])}\n```"
+                f"{export_run.export.seconds:.1f} s):"
+            ),
+            text.code_block(
+                cloud_tpu.shell_join(["python", *export_run.export.argv[1:]]), "bash", "export"
             ),
         ]
         if not export_run.export.ok:
             parts.append(
                 mo.callout(
-                    mo.md(f"The export failed:\n```\n{export_run.export.stderr[-3000:]}\n```"),
+                    mo.vstack(
+                        [
+                            mo.md("The export failed:"),
+                            text.code_block(
+                                export_run.export.stderr[-3000:], "text", "export error"
+                            ),
+                        ]
+                    ),
                     kind="danger",
                 )
             )
@@ -289,21 +298,22 @@ def _(previous_app, run_button, script_flag_words, script_flags):
             parts += [
                 mo.accordion(
                     {
-                        "The script's header (origin, source hash, versions, flags)": mo.md(
-                            f"```python\n{export_run.script_header}\n```"
+                        "The script's header (origin, source hash, versions, flags)": (
+                            text.code_block(export_run.script_header, "python", "script header")
                         )
                     }
                 ),
                 mo.md(
                     f"**2. Its flags** (`python {export_run.script_name} --help`, exit code "
-                    f"{export_run.help.returncode}):\n```\n{export_run.help.stdout.strip()}\n```"
+                    f"{export_run.help.returncode}):"
                 ),
+                text.code_block(export_run.help.stdout.strip(), "text", "--help"),
                 mo.md(
                     f"**3. A real run** (`{_run_line}`, "
                     f"exit code **{export_run.run.returncode}**, "
-                    f"{export_run.run.seconds:.1f} s):\n"
-                    f"```\n{_run_output or '(no output)'}\n```"
+                    f"{export_run.run.seconds:.1f} s):"
                 ),
+                text.code_block(_run_output or "(no output)", "text", "the run's output"),
             ]
         if ignored:
             parts.append(
@@ -355,22 +365,24 @@ def _(previous_app, script_flag_words, vm):
     # What the page shows: one option per line (shell continuations); the <style> below wraps
     # what is still too wide (the remote --command) on this lesson's page instead of cutting it.
     shown_commands = [cloud_tpu.display_command(line) for _, line in steps]
-    blocks = "\n\n".join(
-        f"**{i}. {step}**\n```bash\n{text}\n```"
-        for i, ((step, _), text) in enumerate(zip(steps, shown_commands, strict=True), 1)
-    )
-    mo.md(
-        f"""
+    _blocks = [
+        _part
+        for i, ((step, _), _command) in enumerate(zip(steps, shown_commands, strict=True), 1)
+        for _part in (mo.md(f"**{i}. {step}**"), text.code_block(_command, "bash", step))
+    ]
+    _intro = mo.md(
+        """
     ## The commands
 
     Run these from the repository root of your checkout (gcloud installed, `gcloud auth login`
     done, TPU quota in the zone). Steps 1-2 are local; the rest talk to Cloud TPU. A `\\` at
     a line's end continues the command on the next line: copy a block whole.
 
-    <style>pre {{ white-space: pre-wrap; overflow-wrap: anywhere; }}</style>
-
-    {blocks}
-
+    <style>pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>
+    """
+    )
+    _hygiene = mo.md(
+        f"""
     ## Cost hygiene
 
     A TPU VM is billed from **create** until **delete**, whether or not anything runs on it:
@@ -381,6 +393,7 @@ def _(previous_app, script_flag_words, vm):
     running.
     """
     )
+    mo.vstack([_intro, *_blocks, _hygiene])
     return local_script, shown_commands, steps
 
 

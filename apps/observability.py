@@ -14,6 +14,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab
+    from core.lab import text
     from core.lessons.operations import observability as lesson
     from core.state import recovery_demo
     from core.workload import health
@@ -100,8 +101,8 @@ def live_chart(evts, scrapes, alerts, stall_after_s):
     chart = lesson.live_chart(evts, scrapes, stall_after_s)
     if chart is None:
         return mo.md("Starting the job: the interpreter imports JAX, the step compiles...")
-    text = f"**ALERT**: {alerts[-1].message}" if alerts else "no alert"
-    return mo.vstack([mo.md(text), chart])
+    _alert = f"**ALERT**: {alerts[-1].message}" if alerts else "no alert"
+    return mo.vstack([mo.md(_alert), chart])
 
 
 @app.cell
@@ -131,7 +132,7 @@ def _(watched):
     _rows = lesson.event_rows(watched.events)
     mo.vstack([
         mo.md(f"**The raw log** (`events.jsonl`, {len(_lines)} lines, one JSON object each):"),
-        mo.md("```json\n" + "\n".join(_l[:160] for _l in _shown) + "\n```"),
+        text.code_block("\n".join(_l[:160] for _l in _shown), "json", "events.jsonl"),
         lab.table(_rows if len(_rows) <= 40 else [*_rows[:25], *_rows[-15:]],
                   "The same log parsed (core.workload.events.read_events)", digits=4),
     ])  # fmt: skip

@@ -11,6 +11,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.lessons.math_optimization import optax_basics as ob
 
     lab.use_cpu_devices()
@@ -125,10 +126,11 @@ def _(clip_norm, features, learning_rate, momentum, seed, steps, weight_decay):
 
     After {steps.value} steps, `state` is a tuple with one entry per transformation of the
     chain. Its structure:
-
-    ```
-    {jax.tree_util.tree_structure(state)}
-    ```
+    """
+            ),
+            text.code_block(str(jax.tree_util.tree_structure(state)), "text", "state structure"),
+            mo.md(
+                f"""
     {len(_rows)} leaves, {sum(r["values"] for r in _rows)} numbers (params: {features.value + 1}).
     Clipping, weight decay and the learning-rate scale keep no state; the momentum keeps one
     velocity per parameter. optax's `trace` stores the same (its leaves:

@@ -12,7 +12,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab
-    from core.lab import charts
+    from core.lab import charts, text
     from core.lab import text
     from core.tpu import cloud_tpu
     from tpu_scripts import rehearse
@@ -103,9 +103,9 @@ def _(accelerator_type, batch, devices_per_process, processes, steps):
             mo.md(
                 f"## On a `{_accel.name}`: {text.plural(_accel.hosts, 'host')} x "
                 f"{text.plural(min(_accel.chips, _accel.chips_per_host), 'chip')}\n"
-                "The same command reaches every worker (`--worker=all`):\n"
-                f"```bash\n{_run_line}\n```"
+                "The same command reaches every worker (`--worker=all`):"
             ),
+            text.code_block(_run_line, "bash", "run on every worker"),
             lab.table(
                 [
                     {
@@ -155,8 +155,12 @@ def _(batch, devices_per_process, processes, run_button, steps):
         return "\n".join(line for line in stdout.splitlines() if not line.startswith(skip))
 
     _outputs = [
-        mo.md(f"**process {o.process_id}** (exit {o.returncode})\n```\n{_shown(o.stdout)}\n```")
+        _part
         for o in multi.outputs
+        for _part in (
+            mo.md(f"**process {o.process_id}** (exit {o.returncode})"),
+            text.code_block(_shown(o.stdout), "text", f"process {o.process_id}"),
+        )
     ]
     mo.vstack(
         [
@@ -165,10 +169,8 @@ def _(batch, devices_per_process, processes, run_button, steps):
                 f"{processes.value}-process run)"
             ),
             *_outputs,
-            mo.md(
-                f"**1 process x {single.devices_per_process} devices**\n"
-                f"```\n{_shown(single.outputs[0].stdout)}\n```"
-            ),
+            mo.md(f"**1 process x {single.devices_per_process} devices**"),
+            text.code_block(_shown(single.outputs[0].stdout), "text", "1 process"),
         ]
     )
     return difference, multi, single

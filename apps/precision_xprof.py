@@ -17,6 +17,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.lessons.tpu_systems import precision_xprof
     from core.perf import trace
 
@@ -293,18 +294,19 @@ def _(seed, trace_button, trace_size, trace_steps):
 
 @app.cell
 def _(logdir):
-    mo.md(f"""
+    _commands = trace.xprof_commands("/tmp/jax-trace", tpu_name="my-tpu", zone="us-central2-b")
+    mo.vstack([
+        mo.md("""
     ## Open it in XProf on a TPU VM
     The same code on a TPU VM writes the same files, with TPU ops in them. To look at them:
-
-    ```bash
-    {trace.xprof_commands("/tmp/jax-trace", tpu_name="my-tpu", zone="us-central2-b")}
-    ```
-
+    """),
+        text.code_block(_commands, "bash", "xprof on a TPU VM"),
+        mo.md(f"""
     This trace (`{logdir}`) opens the same way here: `pip install xprof`, then
     `xprof --logdir={logdir} --port=6006`, or drop its `perfetto_trace.json.gz` /
     `*.trace.json.gz` on https://ui.perfetto.dev (nothing in this lesson needs the network).
-    """)
+    """),
+    ])  # fmt: skip
     return
 
 

@@ -123,11 +123,9 @@ def _(dtype, seed, widths):
     node or the leaf's `dtype[shape]` and bytes):
     """
             ),
-            mo.md(f"```text\n{pytrees.tree_outline(params)}\n```"),
-            mo.md(
-                "Its structure, `jax.tree_util.tree_structure(params)` (leaves are "
-                f"`*`):\n```text\n{pytrees.treedef_text(treedef)}\n```"
-            ),
+            text.code_block(pytrees.tree_outline(params), "text", "tree outline"),
+            mo.md("Its structure, `jax.tree_util.tree_structure(params)` (leaves are `*`):"),
+            text.code_block(pytrees.treedef_text(treedef), "text", "treedef"),
         ]
     )
     return params, treedef

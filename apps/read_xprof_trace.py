@@ -12,7 +12,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import charts
+    from core.lab import charts, text
     from core.lessons.performance import read_xprof_trace as faults
     from core.perf import allocator, machine, trace
 
@@ -243,7 +243,8 @@ def _(params, top_ops, train_step):
 
 @app.cell
 def _(logdir):
-    mo.md(f"""
+    mo.vstack([
+        mo.md(f"""
     ## Open the same trace in XProf or TensorBoard
     Here: `pip install xprof` (or `pip install tensorboard tensorboard-plugin-profile`), then
     `xprof --logdir={logdir} --port=6006` (or `tensorboard --logdir={logdir}`) and open
@@ -251,11 +252,9 @@ def _(logdir):
     The `perfetto_trace.json.gz` also opens at https://ui.perfetto.dev.
 
     On a TPU VM:
-
-    ```bash
-    {trace.xprof_commands("/tmp/jax-trace")}
-    ```
-    """)
+    """),
+        text.code_block(trace.xprof_commands("/tmp/jax-trace"), "bash", "xprof on a TPU VM"),
+    ])  # fmt: skip
     return
 
 

@@ -13,6 +13,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.perf import machine, remat, timing
     from core.tpu import topology_compile
 
@@ -196,14 +197,13 @@ def _():
 
 @app.cell
 def _(residuals, show):
-    mo.md(f"""
+    mo.vstack([
+        mo.md(f"""
     `jax.ad_checkpoint.print_saved_residuals(loss, params, x, y)` with **{show.value}**
     (captured from stdout; shapes are (B, W) activations and (W, W) weights):
-
-    ```
-    {residuals[show.value][1].strip()}
-    ```
-    """)
+    """),
+        text.code_block(residuals[show.value][1].strip(), "text", "saved residuals"),
+    ])  # fmt: skip
     return
 
 

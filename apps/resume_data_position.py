@@ -15,6 +15,7 @@ with app.setup:
     import pandas as pd
 
     from core import curriculum, data, lab, numerics
+    from core.lab import text
     from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
@@ -166,10 +167,12 @@ def _(config, resume_at, resume_dir, run_button, steps):
             timeout=300,
         )
     child_events = recovery_demo.parse_events(child.stdout)
+    _failed = child.returncode != 0
     lab.guard(
-        f"the fresh process failed (exit {child.returncode}):\n```\n{child.stderr[-2000:]}\n```"
-        if child.returncode != 0
+        f"the fresh process failed (exit {child.returncode}); its stderr is above."
+        if _failed
         else None,
+        *([text.code_block(child.stderr[-2000:], "text", "stderr")] if _failed else []),
         headline="Resuming did not work:",
     )
     resumed_event = next(e for e in child_events if e["event"] in ("resumed", "fresh"))

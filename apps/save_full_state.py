@@ -158,7 +158,7 @@ def _(checkpoint_dir, saved_state, steps):
             ),
             size_chart,
             mo.md("`manifest.json` (abridged):"),
-            mo.md(f"```json\n{json.dumps(manifest_preview, indent=1)[:2500]}\n```"),
+            text.code_block(json.dumps(manifest_preview, indent=1)[:2500], "json", "manifest"),
         ]
     )
     return (manifest,)

@@ -12,6 +12,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.tpu import slice_planner
     from core.tpu import specs
 
@@ -140,8 +141,10 @@ def _(best, options):
                 f"## Recommended: `{best.accelerator_type}` ({best.generation}, {best.chips} chips "
                 f"in a {best.topology} torus, {best.hosts} host{'s' if best.hosts > 1 else ''})\n"
                 "The fewest hosts first (one host needs no multi-host launch), then the fewest "
-                "chips.\n\n"
-                f"```bash\n{create_line}\n```\n"
+                "chips."
+            ),
+            text.code_block(create_line, "bash", "create the TPU VM"),
+            mo.md(
                 "Add `--spot` for a cheaper, preemptible VM (then checkpoint often). Delete it "
                 "when done: billing runs while it exists."
             ),

@@ -16,7 +16,7 @@ with app.setup:
     import pandas as pd
 
     from core import curriculum, lab, numerics
-    from core.lab import charts
+    from core.lab import charts, text
     from core.tpu import cloud_tpu, command_check, local_run
     from tpu_scripts import __main__ as cli
     from tpu_scripts import launch, rehearse
@@ -124,9 +124,13 @@ def _(accelerator_type, kill_after, name, spot, steps, zone):
     lab.guard(_problem, headline="Can't launch this way.")
     # checked above: the job cells read these, so they wait for this stop
     job = {"steps": steps.value, "kill_after": kill_after.value}
-    mo.md(
-        "## Stage, launch, fetch, delete (`--dry-run` output)\n"
-        + "\n".join(f"`{cmd}`\n```bash\n{out}\n```" for cmd, out in dry_runs)
+    mo.vstack(
+        [mo.md("## Stage, launch, fetch, delete (`--dry-run` output)")]
+        + [
+            _part
+            for _cmd, _out in dry_runs
+            for _part in (mo.md(text.code(_cmd)), text.code_block(_out, "bash", _cmd))
+        ]
     )
     return dry_runs, job
 
@@ -149,10 +153,9 @@ def _(job, run_button):
     mo.vstack(
         [
             mo.md(f"## Export, then run it here\n`{exported.export.command}`"),
-            mo.md(f"```\n{exported.script_header}\n```"),
-            mo.md(
-                f"`python {exported.script_name} --rows 3 --cols 4` printed:\n```\n{_printed}\n```"
-            ),
+            text.code_block(exported.script_header, "text", "script header"),
+            mo.md(f"`python {exported.script_name} --rows 3 --cols 4` printed:"),
+            text.code_block(_printed, "text", "script output"),
         ]
     )
     return (exported,)
@@ -168,13 +171,11 @@ def _(job, run_button):
     mo.vstack(
         [
             mo.md(
-                f"## A preempted job\nKilled (exit {interrupted.killed_returncode}, SIGKILL) "
-                f"after:\n```\n{interrupted.killed_stdout.strip()}\n```"
+                f"## A preempted job\nKilled (exit {interrupted.killed_returncode}, SIGKILL) after:"
             ),
-            mo.md(
-                "Restarted with the same `--checkpoint-dir`:\n"
-                f"```\n{interrupted.resumed_stdout.strip()[:1500]}\n```"
-            ),
+            text.code_block(interrupted.killed_stdout.strip(), "text", "before the kill"),
+            mo.md("Restarted with the same `--checkpoint-dir`:"),
+            text.code_block(interrupted.resumed_stdout.strip()[:1500], "text", "after the restart"),
         ]
     )
     return (interrupted,)

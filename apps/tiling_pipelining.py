@@ -13,7 +13,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.kernels import matmul, pipeline
-    from core.lab import charts
+    from core.lab import charts, text
     from core.lessons.pallas import tiling_pipelining
 
     FLAGS = lab.Flags(
@@ -271,16 +271,16 @@ def _():
     mo.vstack(
         [
             mo.md(
-                f"""
+                """
     ## A pipeline by hand: DMAs and semaphores
     BlockSpecs write this loop for you. Here x stays in HBM (`memory_space=pl.ANY`) and the
     kernel copies it chunk by chunk into a VMEM buffer with `pltpu.make_async_copy`; each copy
     signals a DMA semaphore that `.wait()` blocks on. With two buffers the copy of chunk i + 1
     is started before chunk i is multiplied by w:
-
-    ```python
-    {inspect.getsource(pipeline._pipeline_kernel)}```
     """
+            ),
+            text.code_block(
+                inspect.getsource(pipeline._pipeline_kernel), "python", "the pipeline kernel"
             ),
             mo.hstack([rows, chunk, seed], justify="start"),
         ]

@@ -98,10 +98,18 @@ def _(accelerator_type):
             ),
         ),
     ]
-    mo.md(
-        f"## Bootstrap on a `{vm.accelerator_type}` "
-        f"({text.plural(vm.accelerator.hosts, 'worker')})\n"
-        + "\n".join(f"**{what}**\n```bash\n{line}\n```" for what, line in _steps)
+    mo.vstack(
+        [
+            mo.md(
+                f"## Bootstrap on a `{vm.accelerator_type}` "
+                f"({text.plural(vm.accelerator.hosts, 'worker')})"
+            )
+        ]
+        + [
+            _part
+            for _what, _line in _steps
+            for _part in (mo.md(f"**{_what}**"), text.code_block(_line, "bash", _what))
+        ]
     )
     return (vm,)
 
@@ -115,15 +123,13 @@ def _(repeats, run_button):
     # One process per chip: holding the TPU, the receipt is taken in this process (a child
     # could not open the chip); otherwise by the lesson's command in a child process.
     _taken = receipt.live_receipt(repeats.value, cwd=curriculum.REPO_ROOT)
-    _problem = (
-        None
-        if _taken.receipt is not None
-        else (
-            f"`python -m tpu_scripts receipt` exited {_taken.returncode}:\n"
-            f"```\n{_taken.stderr[-1500:]}\n```"
-        )
+    _failed = _taken.receipt is None
+    lab.guard(
+        f"`python -m tpu_scripts receipt` exited {_taken.returncode}; its stderr is above."
+        if _failed
+        else None,
+        *([text.code_block(_taken.stderr[-1500:], "text", "stderr")] if _failed else []),
     )
-    lab.guard(_problem)
     live = _taken.receipt
     mo.vstack(
         [
@@ -136,7 +142,7 @@ def _(repeats, run_button):
                     else ""
                 )
             ),
-            mo.md(f"```\n{_taken.stdout.strip()}\n```"),
+            text.code_block(_taken.stdout.strip(), "text", "receipt output"),
             mo.json(json.dumps(live)),
         ]
     )

@@ -14,6 +14,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import text
     from core.perf import compilation
 
     lab.use_cpu_devices()
@@ -227,7 +228,14 @@ def _(bucketed):
             ),
             mo.hstack(
                 [
-                    mo.md(f"`center={_c}`\n```\n{compilation.jaxpr_text(first.padded, _c)}\n```")
+                    mo.vstack(
+                        [
+                            mo.md(f"`center={_c}`"),
+                            text.code_block(
+                                compilation.jaxpr_text(first.padded, _c), "text", "jaxpr"
+                            ),
+                        ]
+                    )
                     for _c in (first.center, other_center)
                 ],
                 widths="equal",

@@ -504,10 +504,13 @@ def _(
     re-running the whole sequence. Sampling: **{sampling.method}**{_details}.
     """
             ),
-            mo.md(f"**{sampling.method}**:\n```python\n{_text}\n```"),
-            mo.md(
-                f"**greedy** (for comparison; `{_greedy_text[len(prompt.value) :]!r}`):\n"
-                f"```python\n{_greedy_text}\n```"
+            mo.md(f"**{sampling.method}**:"),
+            text.code_block(_text, "text", sampling.method),
+            mo.vstack(
+                [
+                    mo.md(f"**greedy** (for comparison; `{_greedy_text[len(prompt.value) :]!r}`):"),
+                    text.code_block(_greedy_text, "text", "greedy"),
+                ]
             )
             if sampling.method != "greedy"
             else mo.md(""),

@@ -10,6 +10,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab
+    from core.lab import text
     from core.lessons.setup import workspace
 
     CPU_DEVICES = lab.use_cpu_devices()
@@ -118,7 +119,7 @@ def _(group, receipt):
                     ),
                     kind="warn",
                 ),
-                mo.md("```bash\n" + "\n".join(fix_lines) + "\n```"),
+                text.code_block("\n".join(fix_lines), "bash", "fix commands"),
             ]
         )
     else:

@@ -13,17 +13,19 @@ cell under a stopped ancestor fails (conftest.py), shown here.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
 import time
+import tomllib
 
 import pytest
 
 from core import curriculum, lab
-from core.lab import results
+from core.lab import charts, results
 from tpu_scripts import export
 
 APPS = sorted(curriculum.APPS_DIR.glob("*.py"))
@@ -194,6 +196,63 @@ def test_marimo_check_exit_status(marimo_check_report):
     )[-3000:]
 
 
+def shown_problems(out, bundle: dict) -> list[str]:
+    """What misleads in a results bundle's charts, and any shown file that differs from the
+    text the app meant to show or does not load as its language."""
+    problems = []
+    for chart in bundle["charts"]:
+        spec = json.loads((out / chart["file"]).read_text(encoding="utf-8"))
+        problems += [f"chart {chart['title']!r}: {p}" for p in charts.spec_problems(spec)]
+    for code in bundle["code"]:
+        shown = (out / code["file"]).read_text(encoding="utf-8")
+        if hashlib.sha256(shown.encode("utf-8")).hexdigest() != code["source_sha256"]:
+            problems.append(f"{code['title']!r}: the page shows other text than the app's")
+        try:
+            LOADERS.get(code["language"], str)(shown)
+        except Exception as error:  # the learner's copy would not load either
+            problems.append(f"{code['title']!r} does not load as {code['language']}: {error}")
+    return problems
+
+
+def _yaml(text: str) -> list:
+    import yaml
+
+    return list(yaml.safe_load_all(text))
+
+
+LOADERS = {"yaml": _yaml, "json": json.loads, "toml": tomllib.loads}
+
+
+def test_shown_problems_reads_charts_and_files(tmp_path):
+    import altair as alt
+    import pandas as pd
+
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "code").mkdir()
+    zeros = pd.DataFrame({"b": ["1", "2"], "e": [0.0, 1e-7]})
+    spec = alt.Chart(zeros).mark_bar().encode(x="b:N", y=alt.Y("e:Q").scale(type="log"))
+    (tmp_path / "charts" / "01.vl.json").write_text(json.dumps(spec.to_dict()))
+    meant = "a:\n- 1\n"
+    (tmp_path / "code" / "01.yaml").write_text("a:\n    - 1\n\n  - 2\n")  # as mo.md mangled it
+    bundle = {
+        "charts": [{"title": "errors", "file": "charts/01.vl.json"}],
+        "code": [
+            {
+                "title": "m.yaml",
+                "language": "yaml",
+                "file": "code/01.yaml",
+                "source_sha256": hashlib.sha256(meant.encode()).hexdigest(),
+            }
+        ],
+    }
+    problems = shown_problems(tmp_path, bundle)
+    assert len(problems) == 3, problems
+    assert "log scale" in problems[0] and "other text" in problems[1]
+    assert "does not load as yaml" in problems[2]
+    (tmp_path / "code" / "01.yaml").write_text(meant)
+    assert len(shown_problems(tmp_path, bundle)) == 1  # the chart alone
+
+
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
 def test_app_runs_headless(app_path, capsys, tmp_path, run_app):
     env = lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu")
@@ -215,6 +274,9 @@ def test_app_runs_headless(app_path, capsys, tmp_path, run_app):
     if app_path.stem != curriculum.HOME_APP:
         assert bundle["checks"] and all(c["passed"] for c in bundle["checks"])
         assert "== Results of" in result.stdout, "the results are printed headless"
+    # What the learner saw: every chart honest (core.lab.charts.spec_problems), every file
+    # or command shown verbatim and loadable (core.lab.text.code_block).
+    assert shown_problems(tmp_path, bundle) == []
     with capsys.disabled():
         print(f" [{app_path.name}: headless in {HEADLESS_TIMES[app_path.name]:.1f} s]", end="")
 

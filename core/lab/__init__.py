@@ -361,9 +361,10 @@ def table(
 
     Cells go through format_value: bools read "yes"/"no" unless ``words`` gives a column its
     own pair (``words={"check": ("PASS", "FAIL")}``), floats get ``digits`` significant digits.
-    A ``|`` in a column name or a cell is escaped, so it cannot split the table.
+    A cell shows its text as it is (a regex, a glob, a path: ``tables.literal_html``), but
+    for `code spans`; a ``|`` cannot split the table.
     """
     import marimo as mo
 
     results.record_table(rows, caption)
-    return mo.md(table_markdown(rows, caption, words=words, digits=digits))
+    return mo.md(table_markdown(rows, caption, words=words, digits=digits, literal=True))

@@ -6,17 +6,23 @@ property in the Vega-Lite spec rather than the look:
 - ``tick_values``: at most ``max_labels`` ticks on an axis of ``n`` positions, so labels
   never run together (every k-th position is labelled).
 - ``heatmap``: a matrix as coloured cells with thinned ticks; values are written in only
-  while the cells are large enough, in white on dark cells and black on light ones.
+  while the cells are large enough, each in black or white, whichever contrasts more with its
+  own cell's colour (computed here from the scheme's colours, ``scheme_color``).
 - ``distinct_colors``: ``n`` colours no two alike (Vega's default category scheme repeats
   after 10, so an 11th op would share the first op's colour).
 - ``label_rows``: the row each text label goes in so that labels along an axis never overlap.
 - ``log_domain``: a log-axis domain in whole decades with headroom above the largest value.
+- ``spec_problems``: what is wrong with a Vega-Lite spec as a reader sees it (a log scale over
+  zeros, a label that does not contrast with its cell, a title that names the wrong dash, a
+  time axis that reads ".500" at every tick, a line chart of single points, an axis over one
+  value or labelled with raw floats); every app's headless charts are held to it.
 """
 
 from __future__ import annotations
 
 import colorsys
 import math
+import re
 from collections.abc import Sequence
 
 import altair as alt
@@ -49,7 +55,23 @@ EXTRA_COLORS = (
     "#7b4173",
 )
 PALETTE = TABLEAU10 + EXTRA_COLORS  # the colours that stay easy to tell apart
-DARK_FRACTION = 0.55  # a cell this far along its colour ramp is dark enough for white text
+# Vega's continuous schemes (vega-scale's schemes.js): colours spaced evenly from 0 to 1 and
+# interpolated linearly in RGB between them, as Vega does. The heatmap's schemes; another
+# scheme is refused by ``heatmap`` and left unchecked by ``spec_problems``.
+SCHEMES = {
+    "blues": "cfe1f2bed8eca8cee58fc1de74b2d75ba3cf4592c63181bd206fb2125ca40a4a90",
+    "greens": "d3eecdc0e6baabdda594d3917bc77d60ba6c46ab5e329a512089430e7735036429",
+    "greys": "e2e2e2d4d4d4c4c4c4b1b1b19d9d9d8888887575756262624d4d4d3535351e1e1e",
+    "redblue": "8c0d25bf363adf745ef4ae91fbdbc9f2efeed2e5ef9dcae15da2cb2f78b3134b85",
+    "viridis": "440154470e61481a6c482575472f7d443a834144873d4e8a39568c35608d31688e2d708e2a788e27"
+    "818e23888e21918d1f988b1fa08822a8842ab07f35b77943bf7154c56866cc5d7ad1518fd744a5db36bcdf27"
+    "d2e21be9e51afde725",
+}
+DIVERGING = ("redblue",)  # centred on 0: the domain is symmetric around it
+HIDDEN_FILL = "#e8e8e8"  # a hidden cell
+# WCAG 2's contrast ratio for normal text (AA). Black or white always reaches 4.58 against
+# some colour, so a label in the better of the two never falls below this.
+MIN_CONTRAST = 4.5
 
 
 def tick_values(n: int, max_labels: int = 12) -> list[int]:
@@ -62,20 +84,51 @@ def tick_values(n: int, max_labels: int = 12) -> list[int]:
     return list(range(0, n, step))
 
 
-def dark_cell_test(values: np.ndarray, diverging: bool) -> str:
-    """A Vega expression, true for the cells whose colour is dark (they get white text).
+def _hex_colors(scheme: str) -> np.ndarray:
+    stops = SCHEMES[scheme]
+    return np.array([[int(stops[i + k : i + k + 2], 16) for k in (0, 2, 4)]
+                     for i in range(0, len(stops), 6)], np.float64)  # fmt: skip
 
-    A diverging scale with its midpoint at 0 darkens towards both ends; a sequential one
-    from 0 darkens towards the largest value. Hidden cells (null) are never dark.
-    """
+
+def scheme_color(scheme: str, t: float) -> str:
+    """The colour Vega draws at fraction ``t`` (clamped to [0, 1]) of ``scheme``'s ramp."""
+    colors = _hex_colors(scheme)
+    position = min(max(float(t), 0.0), 1.0) * (len(colors) - 1)
+    i = min(int(position), len(colors) - 2)
+    rgb = colors[i] + (position - i) * (colors[i + 1] - colors[i])
+    return "#" + "".join(f"{round(c):02x}" for c in rgb)
+
+
+def _luminance(color: str) -> float:
+    named = {"white": "#ffffff", "black": "#000000"}
+    color = named.get(color, color)
+    channels = [int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2's contrast ratio of two colours ("#rrggbb", "white" or "black"): 1 to 21."""
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def ink(fill: str) -> str:
+    """ "black" or "white", whichever contrasts more with ``fill``."""
+    return "black" if contrast("black", fill) >= contrast("white", fill) else "white"
+
+
+def color_domain(values: np.ndarray, scheme: str) -> list[float]:
+    """The heatmap's colour domain: symmetric around 0 for a diverging scheme, from
+    min(0, lowest) to the highest value for a sequential one (never empty)."""
     finite = values[np.isfinite(values)]
     high = float(finite.max()) if finite.size else 0.0
     low = float(finite.min()) if finite.size else 0.0
-    if diverging:
-        upper, lower = DARK_FRACTION * max(high, 0.0), DARK_FRACTION * min(low, 0.0)
-        return f"datum.value !== null && (datum.value > {upper!r} || datum.value < {lower!r})"
+    if scheme in DIVERGING:
+        bound = max(abs(high), abs(low)) or 1.0
+        return [-bound, bound]
     start = min(low, 0.0)
-    return f"datum.value !== null && datum.value > {start + DARK_FRACTION * (high - start)!r}"
+    return [start, high if high > start else start + 1.0]
 
 
 def heatmap(
@@ -90,9 +143,10 @@ def heatmap(
 ):
     """A small matrix as coloured cells; ``hidden`` cells are drawn grey.
 
-    ``redblue`` is diverging around 0; any other scheme is sequential from 0. Axes label at
-    most ``max_labels`` positions; values are written in only when neither side exceeds
-    ``max_labels`` cells, white on dark cells and black on light ones.
+    ``redblue`` is diverging around 0 (its domain symmetric); any other scheme of ``SCHEMES``
+    is sequential from min(0, lowest value). Axes label at most ``max_labels`` positions;
+    values are written in only when neither side exceeds ``max_labels`` cells, each in black
+    or white, whichever contrasts more with its cell's colour.
     """
     matrix = np.asarray(matrix, np.float64)
     if matrix.ndim != 2 or 0 in matrix.shape:
@@ -100,7 +154,14 @@ def heatmap(
     hidden = np.zeros(matrix.shape, bool) if hidden is None else np.asarray(hidden, bool)
     if hidden.shape != matrix.shape:
         raise ValueError(f"hidden has shape {hidden.shape}, the matrix {matrix.shape}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"heatmap knows the schemes {sorted(SCHEMES)}, got {scheme!r}")
     rows, cols = matrix.shape
+    domain = color_domain(np.where(hidden, np.nan, matrix), scheme)
+
+    def fill(value: float) -> str:
+        return scheme_color(scheme, (value - domain[0]) / (domain[1] - domain[0]))
+
     cells = pd.DataFrame(
         [
             {
@@ -108,16 +169,13 @@ def heatmap(
                 "c": c,
                 "value": None if hidden[r, c] else float(v),
                 "label": "·" if hidden[r, c] else f"{v:.2f}",
+                "ink": ink(HIDDEN_FILL if hidden[r, c] or not np.isfinite(v) else fill(v)),
             }
             for (r, c), v in np.ndenumerate(matrix)
         ]
     )
     size = size or max(4, min(30, 300 // max(rows, cols)))
-    diverging = scheme == "redblue"
-    if diverging:
-        scale = alt.Scale(scheme=scheme, domainMid=0)
-    else:
-        scale = alt.Scale(scheme=scheme, domainMin=0)
+    scale = alt.Scale(scheme=scheme, domain=domain)
     x_axis = alt.Axis(labelAngle=0, values=tick_values(cols, max_labels))
     base = alt.Chart(cells, title=title).encode(
         x=alt.X("c:O", title=col_title, axis=x_axis),
@@ -125,7 +183,7 @@ def heatmap(
     )
     colour = alt.Color("value:Q", scale=scale, title=None)
     rects = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
-        color=alt.condition("datum.value === null", alt.value("#e8e8e8"), colour),
+        color=alt.condition("datum.value === null", alt.value(HIDDEN_FILL), colour),
         tooltip=[
             alt.Tooltip("r:O", title=row_title),
             alt.Tooltip("c:O", title=col_title),
@@ -134,12 +192,8 @@ def heatmap(
     )
     chart = rects
     if max(rows, cols) <= max_labels:
-        shown = np.where(hidden, np.nan, matrix)
         text = base.mark_text(fontSize=max(7, size // 3)).encode(
-            text="label:N",
-            color=alt.condition(
-                dark_cell_test(shown, diverging), alt.value("white"), alt.value("black")
-            ),
+            text="label:N", color=alt.Color("ink:N", scale=None)
         )
         chart = rects + text
     return chart.properties(width=size * cols, height=size * rows)
@@ -184,6 +238,15 @@ def text_width(text: str, font_size: float = 10.0) -> float:
     return 0.62 * font_size * len(text)
 
 
+def log_floor(values: Sequence[float], floor: float) -> tuple[list[float], int]:
+    """``values`` raised to at least ``floor`` (> 0) so a log axis can draw them, and how many
+    were raised: a chart that draws them says so ("0 drawn at 1e-12")."""
+    if not floor > 0:
+        raise ValueError(f"a log axis floor must be positive, got {floor}")
+    raised = [max(float(v), floor) for v in values]
+    return raised, sum(float(v) < floor for v in values)
+
+
 def log_domain(values: Sequence[float], headroom_decades: float = 0.5) -> list[float]:
     """[low, high] in whole decades around positive ``values``, at least ``headroom_decades``
     above the largest, so the highest line is not drawn on the chart's top edge."""
@@ -193,3 +256,260 @@ def log_domain(values: Sequence[float], headroom_decades: float = 0.5) -> list[f
     low = 10.0 ** math.floor(math.log10(min(positive)))
     high = 10.0 ** math.ceil(math.log10(max(positive)) + headroom_decades)
     return [low, high]
+
+
+# ---- spec_problems: a chart as its reader sees it ------------------------------------------
+
+# Vega-Lite's default strokeDash range: the first value of the domain is drawn solid.
+DEFAULT_DASHES = ([1, 0], [4, 2], [2, 1], [1, 1], [1, 2, 4, 2])
+POSITION = ("x", "y", "x2", "y2")
+MIN_TIME_SPAN_MS = 1000.0  # under a second, Vega's time ticks read ".500", ".600", ...
+MAX_LABEL_DIGITS = 6  # a nominal tick with more significant digits reads as noise
+
+
+def unit_views(spec: dict, data=None, encoding=None, title="", layered=False):
+    """Every unit view of ``spec`` with the data, encoding and title it inherits (and whether
+    it is one layer of several: its axes are shared with the others)."""
+    data = spec.get("data", data)
+    encoding = {**(encoding or {}), **spec.get("encoding", {})}
+    title = spec.get("title", title)
+    if isinstance(title, dict):
+        title = title.get("text", "")
+    if isinstance(title, list):
+        title = " ".join(map(str, title))
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        children = spec.get(key, [])
+        for child in children:
+            if key == "layer":
+                yield from unit_views(child, data, encoding, title, layered or len(children) > 1)
+            else:
+                yield from unit_views(child, data, None, title)
+    if "spec" in spec:  # facet or repeat
+        yield from unit_views(spec["spec"], data, None, title, layered)
+    if "mark" in spec:
+        yield {
+            "spec": spec,
+            "data": data,
+            "encoding": encoding,
+            "title": str(title or ""),
+            "layered": layered,
+        }
+
+
+def _rows(view: dict, datasets: dict) -> list[dict] | None:
+    """The view's data rows, or None when they cannot be read as drawn (a transform)."""
+    data = view["data"] or {}
+    if view["spec"].get("transform"):
+        return None
+    if "values" in data:
+        return data["values"]
+    return datasets.get(data.get("name"))
+
+
+def _mark(spec: dict) -> str:
+    mark = spec["mark"]
+    return mark.get("type", "") if isinstance(mark, dict) else mark
+
+
+def _field(channel) -> str | None:
+    if isinstance(channel, dict):
+        return channel.get("field")
+    return None
+
+
+def _numbers(rows: list[dict], field: str) -> list[float]:
+    out = []
+    for row in rows:
+        value = row.get(field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(float(value))
+    return out
+
+
+def _log_problems(view, rows) -> list[str]:
+    problems = []
+    for name, channel in view["encoding"].items():
+        if not isinstance(channel, dict) or (channel.get("scale") or {}).get("type") != "log":
+            continue
+        field = _field(channel)
+        bad = [v for v in _numbers(rows, field) if v <= 0] if field else []
+        if bad:
+            problems.append(
+                f"{name} is a log scale over {len(bad)} value(s) <= 0 of {field!r} (e.g. "
+                f"{bad[0]:g}): they are not drawn; clip to a stated floor or use symlog"
+            )
+    return problems
+
+
+def _fill_of(channel: dict, row: dict) -> str | None:
+    """The colour a rect draws for ``row`` under a colour encoding this module can evaluate."""
+    condition = channel.get("condition")
+    if isinstance(condition, dict):
+        test = condition.get("test", "")
+        match = re.fullmatch(r"datum\.(\w+) === null", test)
+        if match is None or "value" not in condition:
+            return None
+        if row.get(match.group(1)) is None:
+            return condition["value"]
+    field, scale = channel.get("field"), channel.get("scale") or {}
+    if field is None or scale.get("scheme") not in SCHEMES or "domain" not in scale:
+        return channel.get("value") if field is None else None
+    value, (low, high) = row.get(field), scale["domain"]
+    if not isinstance(value, (int, float)) or high == low:
+        return None
+    return scheme_color(scale["scheme"], (value - low) / (high - low))
+
+
+def _contrast_problems(views: list[dict], datasets: dict) -> list[str]:
+    """Text drawn over rects of the same layer group must contrast with its own cell."""
+    problems = []
+    rects = [v for v in views if _mark(v["spec"]) == "rect"]
+    texts = [v for v in views if _mark(v["spec"]) == "text"]
+    for text_view in texts:
+        under = [r for r in rects if r["data"] == text_view["data"]]
+        color = text_view["encoding"].get("color")
+        if not under or not isinstance(color, dict):
+            continue
+        rows = _rows(text_view, datasets) or []
+        fill_channel = under[0]["encoding"].get("color", {})
+        for row in rows:
+            fill = _fill_of(fill_channel, row)
+            if color.get("scale", "unset") is None and color.get("field"):
+                label = row.get(color["field"])
+            else:
+                label = color.get("value") if "condition" not in color else None
+            if fill is None or label is None:
+                problems.append(
+                    "a text label over a coloured cell has a colour that cannot be checked: "
+                    "give each label its ink in the data (charts.heatmap does)"
+                )
+                break
+            ratio = contrast(label, fill)
+            if ratio < MIN_CONTRAST:
+                problems.append(
+                    f"label {row.get('label', '')!r} in {label} on {fill}: contrast "
+                    f"{ratio:.2f} < {MIN_CONTRAST}"
+                )
+                break
+    return problems
+
+
+def dash_of(view: dict, rows: list[dict]) -> dict:
+    """Each value of the view's strokeDash field -> its dash array, as Vega-Lite assigns it."""
+    channel = view["encoding"].get("strokeDash")
+    field = _field(channel)
+    if not field:
+        return {}
+    scale = channel.get("scale") or {}
+    domain = (
+        scale.get("domain")
+        or channel.get("sort")
+        or sorted({str(r.get(field)) for r in rows if r.get(field) is not None})
+    )
+    if not isinstance(domain, list):
+        return {}
+    dashes = scale.get("range") or DEFAULT_DASHES
+    return {str(v): list(dashes[i % len(dashes)]) for i, v in enumerate(domain)}
+
+
+def _is_solid(dash) -> bool:
+    return not dash or all(d == 0 for d in dash[1::2])
+
+
+def _title_problems(view: dict, rows: list[dict]) -> list[str]:
+    """A title that says "X (solid)" or "X (dashed)" must draw X that way."""
+    dashes = dash_of(view, rows)
+    problems = []
+    for words, style in re.findall(
+        r"([\w-]+(?: [\w-]+)?) \((solid|dashed|dotted)\)", view["title"]
+    ):
+        named = next((v for v in dashes if words.endswith(v) or v.endswith(words)), None)
+        if named is None:
+            continue
+        solid = _is_solid(dashes[named])
+        if solid != (style == "solid"):
+            problems.append(
+                f"the title says {named!r} is {style}, the chart draws it "
+                f"{'solid' if solid else 'dashed'}"
+            )
+    return problems
+
+
+def _time_ms(value) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return pd.Timestamp(value).value / 1e6
+    except (ValueError, TypeError):
+        return None
+
+
+def _axis_problems(view: dict, rows: list[dict]) -> list[str]:
+    problems = []
+    for name in POSITION:
+        channel = view["encoding"].get(name)
+        field = _field(channel)
+        if not field or channel.get("aggregate") or channel.get("bin"):
+            continue
+        kind = channel.get("type")
+        axis = channel.get("axis") or {}
+        values = [r.get(field) for r in rows if r.get(field) is not None]
+        if kind == "temporal" and "format" not in axis and len(values) > 1:
+            times = [t for t in map(_time_ms, values) if t is not None]
+            if times and max(times) - min(times) < MIN_TIME_SPAN_MS:
+                problems.append(
+                    f"{name}: a time axis over {max(times) - min(times):.0f} ms reads like "
+                    "'.500' at every tick: plot seconds from the start instead"
+                )
+        alone = not view["layered"]  # a layer's single value (a rule, a bound) is fine
+        if kind == "quantitative" and alone and len(set(values)) == 1 and name in ("x", "y"):
+            problems.append(
+                f"{name}: an axis over the single value {values[0]!r} of {field!r} "
+                "(nothing to compare; show it as a number or a bar)"
+            )
+        if kind in ("nominal", "ordinal"):
+            long = [
+                v for v in values
+                if isinstance(v, float) and len(f"{v:.12g}".lstrip("-0.").replace(".", ""))
+                > MAX_LABEL_DIGITS
+            ]  # fmt: skip
+            if long:
+                problems.append(
+                    f"{name}: tick labels are raw floats (e.g. {long[0]!r}): format them"
+                )
+    return problems
+
+
+def _series_problems(view: dict, rows: list[dict]) -> list[str]:
+    """A line (or area) chart whose every line is a single point draws no line."""
+    if _mark(view["spec"]) not in ("line", "area", "trail") or not rows:
+        return []
+    keys = [
+        _field(view["encoding"].get(c))
+        for c in ("color", "strokeDash", "detail", "shape", "size", "opacity", "row", "column")
+    ]
+    keys = [k for k in keys if k]
+    counts: dict[tuple, int] = {}
+    for row in rows:
+        key = tuple(str(row.get(k)) for k in keys)
+        counts[key] = counts.get(key, 0) + 1
+    if counts and max(counts.values()) < 2:
+        return [f"every line of this {_mark(view['spec'])} chart is one point: draw points"]
+    return []
+
+
+def spec_problems(spec: dict) -> list[str]:
+    """What misleads a reader of this Vega-Lite spec (``chart.to_dict()``), or []."""
+    datasets = spec.get("datasets", {})
+    views = list(unit_views(spec))
+    problems = []
+    for view in views:
+        rows = _rows(view, datasets)
+        if rows is None:
+            continue
+        problems += _log_problems(view, rows)
+        problems += _title_problems(view, rows)
+        problems += _axis_problems(view, rows)
+        problems += _series_problems(view, rows)
+    problems += _contrast_problems(views, datasets)
+    return list(dict.fromkeys(problems))

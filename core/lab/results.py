@@ -3,11 +3,13 @@
 Every app gets this without code of its own: ``lab.Flags.parse()`` adds ``--out DIR`` in
 script mode (``python apps/<slug>.py``, and the exported TPU scripts) and wraps the app's
 ``app.run()``. While the cells run, ``lab.table`` records each table it shows, ``lab.Check``
-its check, ``lab.guard`` a refusal, and every Altair chart the app displays is recorded as
-its Vega-Lite spec; an app names any further key number with ``lab.report(name, value)``.
+its check, ``lab.guard`` a refusal, every Altair chart the app displays is recorded as its
+Vega-Lite spec, and every file or command shown with ``core.lab.text.code_block`` as the text
+the page shows; an app names any further key number with ``lab.report(name, value)``.
 When the run ends the results are printed (tables as markdown, the receipt) and, with
 ``--out``, written as ``results.json`` (the ``LessonResults`` schema, validated before it is
-written), ``results.md`` and ``charts/<n>.vl.json``.
+written), ``results.md``, ``charts/<n>.vl.json`` and ``code/<n>.<ext>`` (each shown file, as
+shown, with the sha256 of the text the app meant to show beside it in results.json).
 
 The receipt says which backend produced the numbers: on a CPU host nothing is a TPU result,
 and figures from the TPU compiler (topologies compiled on this host) are compile-time
@@ -18,10 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
+import numbers
 import pathlib
 import platform
+import reprlib
 import sys
 from typing import Any, Literal
 
@@ -76,6 +81,30 @@ class Chart(documents.Document):
     file: str  # relative to results.json
 
 
+# A shown file's extension by its language (core.lab.text.LANGUAGES).
+CODE_SUFFIX = {
+    "bash": "sh",
+    "diff": "diff",
+    "dockerfile": "dockerfile",
+    "json": "json",
+    "python": "py",
+    "text": "txt",
+    "toml": "toml",
+    "yaml": "yaml",
+}
+
+
+class Code(documents.Document):
+    """A file or command the lesson showed: ``file`` holds the text as the page showed it,
+    ``source_sha256`` is the sha256 of the text the app meant to show (equal when shown
+    verbatim)."""
+
+    title: str
+    language: str
+    file: str  # relative to results.json
+    source_sha256: str
+
+
 class LessonResults(documents.Document):
     """results.json: one headless run of one lesson."""
 
@@ -92,6 +121,7 @@ class LessonResults(documents.Document):
     tables: list[Table]
     numbers: list[Number]
     charts: list[Chart]
+    code: list[Code] = []
 
     @pydantic.field_validator("created_utc")
     @classmethod
@@ -111,6 +141,7 @@ class Recorder:
     tables: list[dict] = dataclasses.field(default_factory=list)
     numbers: list[dict] = dataclasses.field(default_factory=list)
     charts: list[dict] = dataclasses.field(default_factory=list)  # {"title", "spec"}
+    code: list[dict] = dataclasses.field(default_factory=list)  # {"title", "language", ...}
     stopped: list[str] = dataclasses.field(default_factory=list)
     chart_keys: set[str] = dataclasses.field(default_factory=set)
 
@@ -186,6 +217,20 @@ def record_chart(spec: dict) -> None:
     RECORDER.charts.append(
         {"title": str(title or f"chart {len(RECORDER.charts) + 1}"), "spec": spec}
     )
+
+
+def record_code(title: str, language: str, source: str, shown: str) -> None:
+    """A file or command shown to the learner: ``shown`` is the text the page shows."""
+    if not RECORDER.active:
+        return
+    entry = {
+        "title": title or f"code {len(RECORDER.code) + 1}",
+        "language": language,
+        "shown": shown,
+        "source_sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+    }
+    if entry not in RECORDER.code:
+        RECORDER.code.append(entry)
 
 
 _depth = 0
@@ -291,6 +336,15 @@ def document(status_error: str | None = None) -> dict:
         {"title": c["title"], "file": f"charts/{i + 1:02d}.vl.json"}
         for i, c in enumerate(RECORDER.charts)
     ]
+    code = [
+        {
+            "title": c["title"],
+            "language": c["language"],
+            "file": f"code/{i + 1:02d}.{CODE_SUFFIX.get(c['language'], 'txt')}",
+            "source_sha256": c["source_sha256"],
+        }
+        for i, c in enumerate(RECORDER.code)
+    ]
     return {
         "schema": SCHEMA,
         "version": VERSION,
@@ -305,6 +359,7 @@ def document(status_error: str | None = None) -> dict:
         "tables": RECORDER.tables,
         "numbers": RECORDER.numbers,
         "charts": charts,
+        "code": code,
     }
 
 
@@ -332,6 +387,10 @@ def markdown(doc: dict) -> str:
         lines += ["", tables.table_markdown(table["rows"], f"### {table['title']}")]
     if doc["charts"]:
         lines += ["", "## Charts", ""] + [f"- {c['title']}: `{c['file']}`" for c in doc["charts"]]
+    if doc.get("code"):
+        lines += ["", "## Files shown", ""] + [
+            f"- {c['title']}: `{c['file']}`" for c in doc["code"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -356,17 +415,40 @@ def write(doc: dict, out: pathlib.Path) -> list[pathlib.Path]:
     for chart, entry in zip(RECORDER.charts, doc["charts"], strict=True):
         spec_text = json.dumps(chart["spec"], indent=1)
         written.append(documents.write_text_atomic(out / entry["file"], spec_text))
+    for shown, entry in zip(RECORDER.code, doc["code"], strict=True):
+        written.append(documents.write_text_atomic(out / entry["file"], shown["shown"]))
     written.append(documents.write_text_atomic(out / "results.md", markdown(doc)))
     doc_text = json.dumps(doc, indent=2) + "\n"
     written.append(documents.write_text_atomic(out / "results.json", doc_text))
     return written
 
 
+def stray_outputs(outputs) -> list[str]:
+    """Cell outputs that are bare values (a number, a string, a tuple, an array): a cell whose
+    last line is an expression by accident shows its value to the learner ("8" above a
+    title). What marimo draws on purpose (markdown, UI elements, charts, ``_mime_`` objects,
+    tables) and None are not stray."""
+    stray = []
+    for i, output in enumerate(outputs or ()):
+        if output is None or any(
+            hasattr(output, name)
+            for name in ("_mime_", "_repr_html_", "_repr_markdown_", "_display_")
+        ):
+            continue
+        plain = isinstance(output, (numbers.Number, str, bytes, list, tuple, dict, set))
+        if plain or hasattr(output, "shape") and hasattr(output, "dtype"):
+            stray.append(f"cell {i + 1} shows {type(output).__name__} {reprlib.repr(output)}")
+    return stray
+
+
 def finish(outputs=(), error: str | None = None) -> dict | None:
-    """End the run: record charts shown directly as cell outputs, print, write with --out."""
+    """End the run: record charts shown directly as cell outputs, print, write with --out.
+
+    A chart that cannot be drawn or a cell that shows a stray value ends the run in an error.
+    """
     if not RECORDER.active:
         return None
-    broken = []
+    broken = stray_outputs(outputs)
     for output in outputs or ():
         if hasattr(output, "to_dict") and type(output).__module__.startswith("altair"):
             try:
@@ -374,7 +456,7 @@ def finish(outputs=(), error: str | None = None) -> dict | None:
             except Exception as chart_error:  # the browser cannot draw it either
                 broken.append(f"{getattr(output, 'title', '') or 'a chart'}: {chart_error}")
     if broken and error is None:
-        error = "a chart cannot be drawn (" + "; ".join(broken) + ")"
+        error = "a chart cannot be drawn or a cell shows a stray value (" + "; ".join(broken) + ")"
     doc = document(error)
     RECORDER.active = False
     _print_text(doc)

@@ -1,3 +1,4 @@
+import hashlib
 import json
 import math
 import subprocess
@@ -46,6 +47,12 @@ def test_a_headless_run_prints_and_writes_what_it_found(bundle):
         spec = json.loads((out / chart["file"]).read_text())
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
     assert "| 2 | 2 |" in (out / "results.md").read_text()
+    # the shown file, as the page shows it, and the sha256 of what the app meant to show
+    [shown] = doc["code"]
+    assert shown["title"] == "steps.yaml" and shown["file"] == "code/01.yaml"
+    source = "steps:\n- name: a\n  args:\n  - x\n\n- name: b\n"
+    assert (out / shown["file"]).read_text() == source
+    assert shown["source_sha256"] == hashlib.sha256(source.encode()).hexdigest()
     assert "== Results of results_app" in stdout and "| i | value |" in stdout
 
 
@@ -100,3 +107,20 @@ def test_the_committed_json_schema_is_current():
     assert path.read_text(encoding="utf-8") == expected + "\n", (
         "regenerate: python -c 'from core.lab import results; results.write_schema()'"
     )
+
+
+def test_a_bare_value_as_a_cell_output_is_stray():
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    from core import lab
+    from core.lab import text
+
+    check = lab.Check("x", 0.0, 1.0)
+    shown = [None, mo.md("a"), check, text.code_block("a: 1", "yaml"), alt.Chart(pd.DataFrame())]
+    assert results.stray_outputs(shown) == []
+    # the assessment apps' "8": lab.use_cpu_devices() as a block's last line
+    stray = results.stray_outputs([mo.md("a"), 8, "text", (1, 2), np.zeros(3)])
+    assert [s.split(" shows ")[0] for s in stray] == ["cell 2", "cell 3", "cell 4", "cell 5"]
+    assert stray[0] == "cell 2 shows int 8"

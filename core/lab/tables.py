@@ -12,6 +12,9 @@ from typing import Any
 
 YES_NO = ("yes", "no")
 _CODE_SPAN = re.compile(r"(`[^`\n]*`)")  # split() keeps the spans at odd indices
+# What marimo's markdown (with its pymdownx extensions) acts on in running text: emphasis,
+# strike and sub/superscript, links, raw HTML, math, emoji, critic marks, keys, escapes.
+_ACTIVE = re.compile(r"[\\*_~^\[\]<>&$:{}+=!#|]")
 
 
 def format_number(value: float, digits: int = 4) -> str:
@@ -50,14 +53,24 @@ def format_value(value: Any, words: tuple[str, str] = YES_NO, digits: int = 4) -
     return str(value)
 
 
+def literal_html(text: str) -> str:
+    """``text`` for a markdown page, shown as it is: every character markdown or HTML would
+    act on becomes its HTML character reference (``.*dense.*/kernel`` stays that, not
+    ".dense./kernel" in italics; ``key<fry>`` is not swallowed as a tag)."""
+    return _ACTIVE.sub(lambda m: f"&#{ord(m.group())};", text)
+
+
 def table_markdown(
     rows: list[dict],
     caption: str = "",
     *,
     words: dict[str, tuple[str, str]] | None = None,
     digits: int = 4,
+    literal: bool = False,
 ) -> str:
-    """The markdown source of ``table`` (see there)."""
+    """The markdown source of ``table`` (see there). With ``literal`` (the page's table), a
+    cell's text outside `code spans` reaches the page as it is (``literal_html``); without it
+    (printed text, results.md) only ``|`` is escaped."""
     if not rows:
         return f"{caption}\n\n*(no rows)*" if caption else "*(no rows)*"
     columns = list(rows[0])
@@ -67,10 +80,11 @@ def table_markdown(
         raise ValueError(f"words names columns the table does not have: {unknown}")
 
     def cell(text: str) -> str:
-        # Escape | outside `code spans` only: inside one the table parser keeps it, and a
+        # Escape outside `code spans` only: inside one the table parser keeps a |, and a
         # backslash there would show.
         parts = _CODE_SPAN.split(text.replace("\n", " "))
-        return "".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
+        plain = literal_html if literal else (lambda p: p.replace("|", "\\|"))
+        return "".join(p if i % 2 else plain(p) for i, p in enumerate(parts))
 
     def value(row: dict, column: str) -> str:
         if column not in row:

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from core.lab import text
 from interop.keras_track import child
 
 DEVICES = 8
@@ -139,7 +140,7 @@ def problem(request: Request) -> str | None:
         try:
             re.compile(key)
         except re.error as error:
-            return f"the {name} {key!r} is not a regular expression ({error})"
+            return f"the {name} {text.code(key)} is not a regular expression ({error})"
     if request.kernel_key == request.bias_key:
         return "the kernel key and the bias key are the same key"
     if request.batch % data:
@@ -148,18 +149,21 @@ def problem(request: Request) -> str | None:
     for path, shape in weight_shapes(request).items():
         hits = [k for k in keys if matches(k, path)]
         if len(hits) > 1:
-            return f"{path} matches both keys {hits} (Keras refuses a path with two layouts)"
+            return (
+                f"{text.code(path)} matches both keys {', '.join(map(text.code, hits))} (Keras "
+                "refuses a path with two layouts)"
+            )
         if hits:
             layout = keys[hits[0]]
             if len(layout) != len(shape):
                 return (
-                    f"{path} has {len(shape)} dimension(s); the layout {layout} of key "
-                    f"{hits[0]!r} names {len(layout)}"
+                    f"{text.code(path)} has {len(shape)} dimension(s); the layout {layout} of "
+                    f"key {text.code(hits[0])} names {len(layout)}"
                 )
             for size, axis in zip(shape, layout, strict=True):
                 if axis is not None and size % request.axis_sizes[axis]:
                     return (
-                        f"{path} {shape}: dimension {size} does not split over the "
+                        f"{text.code(path)} {shape}: dimension {size} does not split over the "
                         f"{axis} axis of {request.axis_sizes[axis]} devices"
                     )
     return None

@@ -56,8 +56,16 @@ def compare(
     )
 
 
+# The dashes of a chart's runs, in the order the runs first appear: the first is solid.
+RUN_DASHES = ([1, 0], [6, 4], [2, 2], [8, 3, 2, 3])
+
+
 def loss_chart(curves: Mapping[str, Sequence[dict]] | list[dict], title: str, log: bool = False):
-    """Overlaid loss curves, one colour per backend (rows: backend, step, loss[, run])."""
+    """Overlaid loss curves, one colour per backend (rows: backend, step, loss[, run]).
+
+    Runs get their dash in the order they first appear in the rows (the first solid, the
+    next dashed), never Vega-Lite's alphabetical order, so a title can say which is which.
+    """
     import altair as alt
     import pandas as pd
 
@@ -71,7 +79,9 @@ def loss_chart(curves: Mapping[str, Sequence[dict]] | list[dict], title: str, lo
     y = alt.Y("loss:Q", scale=alt.Scale(type="log") if log else alt.Undefined)
     encoding = {"x": alt.X("step:Q"), "y": y, "color": color, "tooltip": list(frame.columns)}
     if "run" in frame:
-        encoding["strokeDash"] = alt.StrokeDash("run:N")
+        runs = list(dict.fromkeys(frame["run"]))
+        dashes = [RUN_DASHES[i % len(RUN_DASHES)] for i in range(len(runs))]
+        encoding["strokeDash"] = alt.StrokeDash("run:N", scale=alt.Scale(domain=runs, range=dashes))
     widths = alt.Scale(
         domain=names, range=[6.0 - 4.5 * i / max(len(names) - 1, 1) for i in range(len(names))]
     )

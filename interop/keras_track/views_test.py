@@ -39,3 +39,17 @@ def test_accuracy_timing_and_chart():
     # the pairwise loss row: 0.41 vs 0.4 is far outside the loss bound
     failed = [r for r in comparison.table.rows if not r.passed]
     assert [r.quantity for r in failed] == ["loss over 4 steps"]
+
+
+def test_loss_chart_draws_its_first_run_solid_as_its_title_says():
+    """keras_train_eval_step's title says train (solid), eval (dashed): Vega-Lite's sorted
+    default would draw "eval" (first alphabetically) solid."""
+    from core.lab import charts
+
+    runs = {"jax": _run("jax", [0.7, 0.6, 0.5, 0.4], [[1, 0]])}
+    rows = [{**r, "run": "train"} for r in parity.curve_rows(runs)]
+    rows += [{**r, "run": "eval"} for r in parity.curve_rows(runs, "eval")]
+    chart = views.loss_chart(rows, "train (solid) and eval (dashed) loss").to_dict()
+    assert charts.spec_problems(chart) == []
+    dashes = charts.dash_of(next(charts.unit_views(chart)), rows)
+    assert dashes["train"] == [1, 0] and dashes["eval"] != [1, 0]

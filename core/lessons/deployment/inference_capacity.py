@@ -267,3 +267,50 @@ def gate_rollouts(versions: Versions, gates: capacity.Gates, seed: int) -> dict:
         )
         out[name] = capacity.rollout(observe, gates, CANARY_STAGES)
     return out
+
+
+def load_chart(load_rows: list[dict]):
+    """The load runs as a chart: throughput vs latency per window setting when a setting ran
+    at two or more users levels (the curve), else each percentile's latency as a bar (one
+    run per setting is one point: a line chart of it would draw nothing)."""
+    import altair as alt
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        [
+            {"setting": r["setting"], "users": r["users"],
+             "throughput (req/s)": round(float(r["throughput_rps"]), 1),
+             "percentile": name, "latency (ms)": r[key]}
+            for r in load_rows
+            for name, key in (("p50", "p50_ms"), ("p95", "p95_ms"), ("p99", "p99_ms"))
+        ]
+    )  # fmt: skip
+    tooltip = ["setting", "users", "percentile", "throughput (req/s)", "latency (ms)"]
+    latency = alt.Y("latency (ms):Q", scale=alt.Scale(type="log"))
+    if rows.groupby("setting")["users"].nunique().max() >= 2:
+        return (
+            alt.Chart(rows, title="Throughput vs latency per window setting")
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("throughput (req/s):Q", axis=alt.Axis(format=",.0f")),
+                y=latency,
+                color="setting:N",
+                strokeDash="percentile:N",
+                tooltip=tooltip,
+            )
+        )
+    runs = ", ".join(
+        f"{r['setting']}: {r['users']} users, {r['throughput_rps']:,.0f} req/s" for r in load_rows
+    )
+    return (
+        alt.Chart(rows, title=f"Latency per percentile ({runs})")
+        .mark_bar()
+        .encode(
+            x=alt.X("percentile:N", title=None),
+            xOffset="setting:N",
+            y=alt.Y("latency (ms):Q"),
+            color="setting:N",
+            tooltip=tooltip,
+        )
+        .properties(width=240)
+    )

@@ -138,3 +138,20 @@ def test_the_apps_closed_form_holds_over_its_controls(kind, peak, startup):
             ready = out.ready[settled]
             want = {"queue": (high, high), "fixed": (math.ceil(peak),) * 2, "p95": (low, high)}
             assert ((ready >= want[kind][0]) & (ready <= want[kind][1])).all(), (u, ready)
+
+
+def _load_row(setting, users, rps):
+    return {"setting": setting, "users": users, "throughput_rps": rps,
+            "p50_ms": 3.0 * users, "p95_ms": 5.0 * users, "p99_ms": 9.0 * users}  # fmt: skip
+
+
+def test_load_chart_draws_no_line_of_one_point_and_no_raw_float_tick():
+    from core.lab import charts
+
+    one_run = [_load_row("16 rows / 2 ms", 4, 258.865414)]  # the headless default
+    spec = lesson.load_chart(one_run).to_dict()
+    assert spec["mark"]["type"] == "bar" and charts.spec_problems(spec) == []
+    assert "259 req/s" in spec["title"]
+    sweep = [_load_row(s, u, 50.0 * u) for s in ("1 row / 0 ms", "16 rows / 2 ms") for u in (1, 4)]
+    spec = lesson.load_chart(sweep).to_dict()
+    assert spec["mark"]["type"] == "line" and charts.spec_problems(spec) == []
