@@ -85,6 +85,7 @@ NO_JAX_CHILDREN = {
     "tpu_scripts/wheelhouse/build.py": "pip download",
     "tpu_scripts/wheelhouse/install.py": "pip install from the wheelhouse",
     "tpu_scripts/fake_gcloud.py": "bash, standing in for gcloud",
+    "core/lessons/operations/mlops.py": "Kubeflow's local runner in .venv-kfp (no JAX there)",
 }
 PINNED_TO_CPU = re.compile(r"""JAX_PLATFORMS["']?\s*(?:[:=,])\s*["']cpu["']""")
 
@@ -122,6 +123,37 @@ def test_python_children_get_their_environment_from_child_env():
             if not any(k.arg == "env" for k in call.keywords) and _starts_python(call)
         ]
     assert not found, "\n".join(found)
+
+
+def test_child_environments_are_not_built_from_os_environ_by_hand():
+    """Kind 3: observability's and accelerator_jobs' job children got dict(os.environ, ...),
+    so on a TPU they asked for the chip their lesson's process held. An environment for a
+    child is runtime.child_env(...) (or pins JAX_PLATFORMS=cpu itself), except in the
+    modules whose children never import JAX."""
+    found = []
+    for path, tree in _sources():
+        where = str(path.relative_to(REPO))
+        if where == "core/runtime.py" or where in NO_JAX_CHILDREN:
+            continue
+        if PINNED_TO_CPU.search(path.read_text()):
+            continue
+        found += [f"{where}:{node.lineno}" for node in ast.walk(tree) if _copies_environ(node)]
+    assert not found, "child environments copied from os.environ:\n" + "\n".join(found)
+
+
+def _copies_environ(node: ast.AST) -> bool:
+    """dict(os.environ, ...), {**os.environ, ...}, os.environ | {...}, os.environ.copy() or a
+    comprehension over os.environ.items(): an environment for a child, made by hand."""
+    if isinstance(node, ast.Call):
+        name = _dotted(node.func)
+        first = _dotted(node.args[0]) if node.args else ""
+        return name in ("os.environ.copy", "os.environ.items") or (
+            name == "dict" and first == "os.environ"
+        )
+    if isinstance(node, ast.Dict):
+        pairs = zip(node.keys, node.values, strict=True)
+        return any(key is None and _dotted(value) == "os.environ" for key, value in pairs)
+    return isinstance(node, ast.BinOp) and _dotted(node.left) == "os.environ"
 
 
 def _starts_python(call: ast.Call) -> bool:

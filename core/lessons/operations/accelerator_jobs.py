@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 
+from core import runtime
 from core.serving import kubernetes
 from core.tpu import cloud_tpu, generations
 from core.workload import job, runner
@@ -291,13 +292,12 @@ def run_job(
 ) -> runner.JobRunner:
     """Run core.workload.job under the runner; send SIGTERM once step ``preempt_after`` is
     logged (0: never). Returns the finished runner (transitions, events)."""
-    import os
 
     argv = job.command(
         run_dir, "lesson-job", steps, "--save-every", str(save_every),
         "--step-seconds", str(step_seconds), "--heartbeat-s", "0.5",
     )  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = runtime.child_env(PYTHONUNBUFFERED="1")  # on the CPU while this holds a TPU
     r = runner.JobRunner(
         argv, job.events_path(run_dir), timeout_s=JOB_TIMEOUT_S, env=env,
         log_path=f"{run_dir}/runner.jsonl",

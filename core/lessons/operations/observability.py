@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from core import runtime
 from core.workload import events, health, job, runner
 
 JOB_ID = "observed"
@@ -150,7 +150,7 @@ def watch_job(
     detector = health.StallDetector(stall_after_s, startup_s=max(STARTUP_S, stall_after_s))
     scrapes: list[tuple[float, dict]] = []
     settled = settled_ts = url = killed_at = None
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = runtime.child_env(PYTHONUNBUFFERED="1")  # on the CPU while this holds a TPU
     r = runner.JobRunner(argv, job.events_path(run_dir), timeout_s=JOB_TIMEOUT_S, env=env)
     try:
         r.start()
