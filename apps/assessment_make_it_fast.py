@@ -12,6 +12,7 @@ with app.setup:
     from core.assessment import paper, sheets, view
     from core.lab import assessment
 
+    lab.use_cpu_devices()  # items that place arrays on a mesh need the course's 8 CPU devices
     ASSESSMENT = curriculum.assessment_for("Make it fast. Make it scale.")
     PAPER = paper.paper(ASSESSMENT.paper)
     FLAGS = lab.Flags(
@@ -21,7 +22,6 @@ with app.setup:
         description=f"{ASSESSMENT.title}: one item per phase or more, graded by code.",
     )
     ARGS = FLAGS.parse()
-    lab.use_cpu_devices()  # items that place arrays on a mesh need the course's 8 CPU devices
 
 
 @app.cell(hide_code=True)
@@ -119,13 +119,8 @@ def _(progress, report, saved_to):
 @app.cell
 def _(opened):
     _errors, _facts = assessment.paper_self_check(PAPER, opened.seed)
-    check = lab.Check(
-        f"seed {opened.seed}: live answers = their derivations; defects show; references pass",
-        _errors,
-        1e-6,
-        facts=_facts,
-    )
-    check
+    check = lab.Check(assessment.self_check_what(opened.seed), _errors, 1e-6, facts=_facts)
+    mo.vstack([mo.md(f"## {assessment.SELF_CHECK_HEADING}"), check])
     return (check,)
 
 

@@ -126,12 +126,18 @@ def _(chosen, controls, run_button):
             "backend": b,
             "verdict": unstable.verdict(runs[b][name].train_loss),
             "expected": unstable.expected(name),
+            "peak / first loss": unstable.peak_ratio(runs[b][name].train_loss),
             "last loss": float(runs[b][name].train_loss[-1]),
         }
         for name in cases
         for b in chosen
     ]
-    lab.table(verdicts, "each run's verdict per backend (diverged: non-finite or > 10x)")
+    lab.table(
+        verdicts,
+        "each run's verdict per backend (diverged: a non-finite loss, or a rise past "
+        f"{unstable.DIVERGED_FACTOR:g}x the first loss that never came back; trained: the last "
+        f"{unstable.TAIL} losses under {unstable.TRAINED_LOSS:g}, whatever spike came before)",
+    )
     return cases, runs, settings, verdicts
 
 

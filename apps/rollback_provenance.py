@@ -73,8 +73,8 @@ def _():
 
 
 @app.cell
-def _(regression):
-    mo.md(f"v2's change: **{rp.WHAT[regression.value]}**")
+def _(regression, seed, steps):
+    mo.md(f"v2's changes: **{rp.change_text(regression.value, seed.value, steps.value)}**")
     return
 
 

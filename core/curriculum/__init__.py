@@ -24,6 +24,7 @@ from core.curriculum.course import (  # noqa: F401 (the package's public surface
     PHASES,
     PORTFOLIO_DIR,
     REPO_ROOT,
+    TPU_ADDS_NOTHING,
     TRACK_PREFIXES,
     TRACKS,
     Assessment,

@@ -370,6 +370,31 @@ TRACKS: tuple[Track, ...] = (
     ),
 )
 
+# Lessons whose results a TPU would not change: each says why, and its app says so where
+# other lessons show their TPU results beside the CPU ones (core.lab.comparison).
+TPU_ADDS_NOTHING: dict[str, str] = {
+    "select_tpu_slice": (
+        "it plans a slice from published specs before you have one: the recommendation and "
+        "its gcloud command are the same on any machine"
+    ),
+    "rollback_provenance": (
+        "its subject is the manifests, the gate and the rollback; the two versions are a "
+        "seconds-long digits MLP whose verdicts no accelerator changes"
+    ),
+    "mlops": (
+        "data contracts, a promotion gate and drift statistics, run by Kubeflow's local runner "
+        "in its own CPU environment: none of its numbers depends on an accelerator"
+    ),
+    "llmops": (
+        "prompt versions, behaviour evaluations and request traces of a toy model: the "
+        "model's behaviour is the subject, not its speed"
+    ),
+    "modelops": (
+        "a model registry's operations (own, approve, promote, roll back, retire) are "
+        "bookkeeping in MLflow: nothing in it runs on an accelerator"
+    ),
+}
+
 # Phase title -> its package under core/lessons/ (a Python identifier; order lives in PHASES).
 PHASE_PACKAGES: dict[str, str] = {
     "Setup & first steps": "setup",

@@ -157,6 +157,19 @@ def score_chart(rows: list[dict], phase_titles: tuple[str, ...]) -> alt.Chart:
     )
 
 
+# The paper's own check sits below the learner's score: its PASS must not read as theirs.
+SELF_CHECK_HEADING = "Is this paper sound? (the course checks its own items; not your score)"
+
+
+def self_check_what(seed: int) -> str:
+    """What the paper's self-check (``paper_self_check``) verifies, for its PASS line."""
+    return (
+        f"this paper at seed {seed}, not your answers: every live answer equals its closed-form "
+        "derivation, every planted defect changes what its program computes, every reference "
+        "solution passes its hidden tests and every stub fails them"
+    )
+
+
 def paper_self_check(chosen: papers.Paper, seed: int) -> tuple[dict, dict]:
     """(errors, facts) of the paper's own check at ``seed``: every answer the library computes
     live against its independent closed-form derivation, every planted defect changing what

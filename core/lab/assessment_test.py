@@ -103,3 +103,13 @@ def test_a_hostile_sheet_is_a_problem_not_a_crash(tmp_path):
         sheet.write_text(text)
         opened = assessment.open_paper(PAPER, 3, str(sheet), tmp_path, seed_chosen=False)
         assert opened.sheet is None and f"answers file {sheet}: sheet: " in opened.problem
+
+
+def test_the_self_checks_pass_line_says_it_is_the_paper_not_the_learner():
+    """Issue 36: a green PASS right under "score 0 of 12" read as the learner's."""
+    from core import lab
+
+    errors, facts = assessment.paper_self_check(PAPER, 5)
+    line = lab.Check(assessment.self_check_what(5), errors, 1e-6, facts=facts).line()
+    assert line.startswith("PASS: this paper at seed 5, not your answers:")
+    assert "not your score" in assessment.SELF_CHECK_HEADING

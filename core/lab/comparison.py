@@ -22,6 +22,8 @@ import math
 import pathlib
 from typing import Any
 
+from core import curriculum
+
 MISSING = "missing"
 RUNS_ROOT = pathlib.Path(__file__).resolve().parents[2] / "runs"
 
@@ -218,7 +220,10 @@ def _html(comparison: Comparison) -> str:
 
 
 def course_run_hint(slug: str) -> str:
-    """How to produce the bundles of ``slug`` (the line shown when there are none)."""
+    """How to produce the bundles of ``slug`` (the line shown when there are none), or why a
+    TPU run adds nothing to this lesson (the course map's ``TPU_ADDS_NOTHING``)."""
+    if reason := curriculum.TPU_ADDS_NOTHING.get(slug):
+        return f"A TPU run adds nothing to {slug}: {reason}."
     return (
         f"No TPU results for {slug} yet. Produce them with `python -m tpu_scripts course-run "
         f"--name VM --zone ZONE --accelerator-type TYPE --lessons {slug}` (and the CPU side "

@@ -164,3 +164,17 @@ def test_the_app_section_says_when_the_course_run_recorded_a_failure(tmp_path):
     assert not any(
         "recorded" in n for n in comparison.comparison_section("vmap", tmp_path).comparison.notes
     )
+
+
+def test_a_lesson_a_tpu_adds_nothing_to_says_why_instead_of_asking_for_a_run(tmp_path):
+    """Issue 36: a model registry and a slice plan still ended with "No TPU results yet"."""
+    from core import curriculum
+
+    lessons = {lesson.slug for lesson in curriculum.all_lessons()}
+    assert curriculum.TPU_ADDS_NOTHING and set(curriculum.TPU_ADDS_NOTHING) <= lessons
+    for slug, reason in curriculum.TPU_ADDS_NOTHING.items():
+        section = comparison.comparison_section(slug, tmp_path)
+        assert section.comparison is None and reason in section.markdown
+        assert "No TPU results" not in section.markdown and "course-run" not in section.markdown
+    other = next(iter(lessons - set(curriculum.TPU_ADDS_NOTHING)))
+    assert "No TPU results" in comparison.comparison_section(other, tmp_path).markdown

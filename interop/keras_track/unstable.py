@@ -24,9 +24,13 @@ DEFAULTS = {
     "points": 200,
     "momentum": 0.9,
 }
-# A run diverged when its loss is not finite or exceeds DIVERGED_FACTOR x its first loss (the
-# JAX lesson's factor); at the defaults it reaches inf/NaN within 60 steps on seeds 0-3.
+# A run diverged when a loss is not finite, or when it exploded past DIVERGED_FACTOR x its
+# first loss (the JAX lesson's factor) and never came back to a trained loss (a blown-up
+# network often ends dead, at chance). A spike that comes back down is not a divergence: at
+# learning rate 0.05, seed 0, the loss climbs from 0.62 to 13.6 and ends at 0.001 (measured,
+# jax). At the defaults the unstable run overflows within 60 steps on seeds 0-3 (jax).
 DIVERGED_FACTOR = 10.0
+TAIL = 5  # the last losses a run is judged by
 # A run trained when the mean of its last five losses is below TRAINED_LOSS: on the moons a
 # cross-entropy under 0.3 means most points are right (chance is 0.69). Measured at the
 # defaults, seeds 0-3, jax: clip 0.00-0.02, lower learning rate 0.02-0.11 (3x margin or more).
@@ -42,11 +46,23 @@ RUNS = ("unstable", "fix: clip global norm", "fix: lower learning rate")
 
 
 def verdict(loss) -> str:
-    """ "diverged", "trained" or "neither" for one loss curve."""
+    """ "diverged", "trained" or "neither" for one loss curve. A non-finite loss anywhere
+    diverged; a tail (the mean of the last TAIL losses) under TRAINED_LOSS trained, whatever
+    spike came before it; a run that rose past DIVERGED_FACTOR x its first loss and did not
+    come back to that diverged; anything else is neither."""
     loss = np.asarray(loss, np.float64)
-    if not np.all(np.isfinite(loss)) or np.max(loss) > DIVERGED_FACTOR * loss[0]:
+    if not np.all(np.isfinite(loss)):
         return "diverged"
-    return "trained" if np.mean(loss[-5:]) < TRAINED_LOSS else "neither"
+    if np.mean(loss[-TAIL:]) < TRAINED_LOSS:
+        return "trained"
+    return "diverged" if peak_ratio(loss) > DIVERGED_FACTOR else "neither"
+
+
+def peak_ratio(loss) -> float:
+    """The highest finite loss over the first (a spike a run may recover from)."""
+    loss = np.asarray(loss, np.float64)
+    finite = loss[np.isfinite(loss)]
+    return float(finite.max() / loss[0]) if finite.size and np.isfinite(loss[0]) else float("inf")
 
 
 def cases(seed: int, settings: dict | None = None, gradients: bool = False) -> list[runner.Case]:

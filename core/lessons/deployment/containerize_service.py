@@ -4,9 +4,11 @@ independent NumPy float64 forward pass of the served artifact, and a schemathesi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
+import tempfile
 
 import numpy as np
 
@@ -143,33 +145,51 @@ def fuzz(url: str, examples: int = 10, derandomize: bool = True) -> list[dict]:
         openapi_checks.response_schema_conformance,
     ]
     rows = []
-    for path, method, modes in (
-        ("/healthz", "GET", ("positive",)),
-        ("/readyz", "GET", ("positive",)),
-        ("/predict", "POST", ("positive", "negative")),
-    ):
-        operation = schema[path][method]
-        for mode in modes:
-            checks = positive + (
-                [openapi_checks.negative_data_rejection] if mode == "negative" else []
-            )
-            statuses, failures = [], []
-            run = _fuzz_run(operation, mode, checks, examples, derandomize, statuses, failures)
-            run()
-            rows.append(
-                {
-                    "operation": f"{method} {path}",
-                    "mode": mode,
-                    "requests": len(statuses) + len(failures),
-                    "statuses": ", ".join(
-                        f"{s}x{statuses.count(s)}" for s in sorted(set(statuses))
-                    ),
-                    "5xx": sum(s >= 500 for s in statuses),
-                    "failed checks": len(failures),
-                    "first failure": failures[0] if failures else "",
-                }
-            )
+    with _hypothesis_home():  # its files in a temporary folder, not the working directory
+        for path, method, modes in (
+            ("/healthz", "GET", ("positive",)),
+            ("/readyz", "GET", ("positive",)),
+            ("/predict", "POST", ("positive", "negative")),
+        ):
+            operation = schema[path][method]
+            for mode in modes:
+                checks = positive + (
+                    [openapi_checks.negative_data_rejection] if mode == "negative" else []
+                )
+                statuses, failures = [], []
+                run = _fuzz_run(operation, mode, checks, examples, derandomize, statuses, failures)
+                run()
+                rows.append(
+                    {
+                        "operation": f"{method} {path}",
+                        "mode": mode,
+                        "requests": len(statuses) + len(failures),
+                        "statuses": ", ".join(
+                            f"{s}x{statuses.count(s)}" for s in sorted(set(statuses))
+                        ),
+                        "5xx": sum(s >= 500 for s in statuses),
+                        "failed checks": len(failures),
+                        "first failure": failures[0] if failures else "",
+                    }
+                )
     return rows
+
+
+@contextlib.contextmanager
+def _hypothesis_home():
+    """Point hypothesis' storage (its example database, its constants and unicode caches) at
+    a temporary folder while the fuzzing runs: by default it is ``.hypothesis/`` in the
+    working directory, the repository root when the app runs. The folder hypothesis used
+    before (a test session's, HYPOTHESIS_STORAGE_DIRECTORY) is restored after."""
+    from hypothesis import configuration
+
+    previous = getattr(configuration, "__hypothesis_home_directory", None)
+    with tempfile.TemporaryDirectory(prefix="hypothesis-") as home:
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(previous)
 
 
 def _fuzz_run(operation, mode, checks, examples, derandomize, statuses, failures):

@@ -1,9 +1,11 @@
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from core import numerics
+from core import numerics, runtime
 from core.lessons.deployment import containerize_service as lesson
 from core.serving import container
 from core.serving.predict import export
@@ -75,3 +77,24 @@ def test_serve_and_probe_runs_the_images_command_and_stops(artifact_dir, inputs)
     assert all(r["verdict"] == "PASS" for r in probe.rows)
     assert probe.returncode is not None and "ready:" in probe.log
     assert len(probe.fuzz_rows) == 4 and sum(r["5xx"] for r in probe.fuzz_rows) == 0
+
+
+def test_fuzzing_writes_nothing_into_the_working_directory(running, tmp_path):
+    """Issue 36: running containerize_service wrote hypothesis' .hypothesis/ (its example
+    database and constants cache) into the repository root, its working directory. In a
+    fresh process, as the app runs it: hypothesis picks its folder from the working
+    directory when it is imported."""
+    code = (
+        "from core.lessons.deployment import containerize_service as lesson; "
+        f"lesson.fuzz({running.url!r}, examples=2)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=runtime.child_env(JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []

@@ -89,6 +89,19 @@ def configs(regression: str, seed: int, steps: int) -> tuple[VersionConfig, Vers
     return v1, dataclasses.replace(v1, init_seed=seed + 1, **change)
 
 
+def change_text(regression: str, seed: int, steps: int = 200) -> str:
+    """Everything v2 changes against v1, in words: its planted change and the new
+    initialization seed every retraining draws (the versions table lists the same fields)."""
+    v1, v2 = configs(regression, seed, steps)
+    changed = [k for k, v in v2.to_dict().items() if v != v1.to_dict()[k]]
+    if changed == ["init_seed"]:
+        return f"initialization seed {v2.init_seed} instead of {v1.init_seed}: " + WHAT[regression]
+    return (
+        f"{WHAT[regression]}; and, as any retraining draws one, initialization seed "
+        f"{v2.init_seed} instead of {v1.init_seed}"
+    )
+
+
 def training_data(config: VersionConfig) -> dict[str, np.ndarray]:
     """The training columns a version is trained on (x in [0, 1], its labels), after its
     preprocessing and label noise: what its data hash identifies."""

@@ -94,3 +94,14 @@ def test_bad_configs_are_refused():
         rp.VersionConfig(steps=0)
     with pytest.raises(ValueError, match="label noise"):
         rp.VersionConfig(label_noise=1.0)
+
+
+@pytest.mark.parametrize("regression", rp.REGRESSIONS)
+def test_the_change_text_names_every_field_v2_changes(regression):
+    """Issue 36: v2 also changed the seed without saying so."""
+    v1, v2 = rp.configs(regression, 3, 200)
+    text = rp.change_text(regression, 3, 200)
+    for field, value in v2.to_dict().items():
+        if value != v1.to_dict()[field]:
+            named = {"init_seed": "initialization seed 4 instead of 3"}.get(field)
+            assert (named or rp.WHAT[regression]) in text, (field, text)
