@@ -294,6 +294,22 @@ def read_roots(project_root: pathlib.Path = curriculum.REPO_ROOT) -> list[str]:
     return sorted({str(r) for r in roots})
 
 
+def import_path(project_root: pathlib.Path = curriculum.REPO_ROOT) -> list[str]:
+    """The grader's sys.path without the project (a virtual environment inside it stays):
+    what the child imports from, PYTHONPATH's entries included (``-I`` ignores PYTHONPATH,
+    and an installation may keep JAX there)."""
+    project = project_root.resolve()
+    prefixes = [pathlib.Path(p).resolve() for p in (sys.prefix, sys.exec_prefix)]
+    out = []
+    for entry in sys.path:
+        path = pathlib.Path(entry).resolve() if entry else None
+        if path is None or not path.exists() or entry in out:
+            continue
+        if not _inside(path, project) or any(_inside(path, p) for p in prefixes):
+            out.append(entry)
+    return out
+
+
 def _around(root: pathlib.Path, project: pathlib.Path) -> list[pathlib.Path]:
     """``root`` when it does not hold the project, else its entries that do not, recursively
     (Landlock can only add rights, so the project is left out by naming everything else)."""
@@ -342,10 +358,14 @@ class Child:
             "file_bytes": self.limits.file_mib * MIB,
             "cpu_devices": _device_count(),
             "read": read_roots(),
+            "path": import_path(),
             "write": [self.tmp],
         }
+        # MALLOC_ARENA_MAX: glibc reserves up to 8 x cores arenas of 64 MiB of address space
+        # for threads; on a many-core host RLIMIT_AS would count them against the answer.
         env = {"PATH": os.defpath, "HOME": self.tmp, "TMPDIR": self.tmp, "LANG": "C.UTF-8",
-               "PYTHONIOENCODING": "utf-8", "JAX_PLATFORMS": "cpu"}  # fmt: skip
+               "PYTHONIOENCODING": "utf-8", "JAX_PLATFORMS": "cpu",
+               "MALLOC_ARENA_MAX": "2"}  # fmt: skip
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-B", "-c", CHILD_SOURCE, json.dumps(config)],

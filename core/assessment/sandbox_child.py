@@ -362,11 +362,12 @@ def main(config: dict) -> None:
     sys.path_hooks[:] = [h for h in sys.path_hooks if not editable(h)]
     sys.path_importer_cache.clear()
     prefixes = (sys.prefix, sys.exec_prefix)  # a virtual environment inside the project stays
-    sys.path[:] = [
+    own = [
         p
         for p in sys.path
         if p and (not _inside(p, config["project_root"]) or any(_inside(p, x) for x in prefixes))
     ]
+    sys.path[:] = config["path"] + [p for p in own if p not in config["path"]]
 
     def reply(message: dict) -> None:
         for stream in (sys.stdout, sys.stderr):  # what the learner printed, before the reply
