@@ -131,9 +131,13 @@ def _(capture):
         [
             mo.md(
                 f"## Top ops\n`jax.profiler.ProfileData.from_file(...)` reads the xplane: planes "
-                "(here `/host:CPU`; on a TPU also `/device:TPU:0` ...), lines (threads), events. "
-                "An XLA op event carries an `hlo_op` stat (instruction or fusion name) and an "
-                f"`hlo_module` stat (the program: {', '.join(f'`{p}`' for p in programs)}). "
+                "(`/host:CPU`; on a TPU also `/device:TPU:0` ...), lines (threads), events. "
+                "On a CPU an XLA op event sits on a host thread and carries an `hlo_op` stat "
+                "(instruction or fusion name) and an `hlo_module` stat; on a TPU the ops are the "
+                "events of the device plane's line `XLA Ops` (the op is the event's name) inside "
+                "the line `XLA Modules`' runs (`core.perf.trace` reads both). Here the ops ran "
+                f"on `{events[0].thread if events else 'nothing'}`; the programs: "
+                f"{', '.join(f'`{p}`' for p in programs)}. "
                 f"Summed over the {capture.steps} steps of `{MODULE}`:"
             ),
             lab.table(_shown),

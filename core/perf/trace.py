@@ -9,8 +9,18 @@
 
 The xplane is parsed here with ``jax.profiler.ProfileData`` (part of jaxlib, no network,
 no TensorFlow); the JSON trace is parsed with gzip + json as an independent second reader.
-XLA op events carry an ``hlo_op`` stat (the HLO instruction or fusion name) and an
-``hlo_module`` stat (the jitted program, e.g. ``jit_train_step``).
+
+Where the ops are depends on the backend, and both readers handle both:
+
+- CPU: on the ``/host:CPU`` plane, one line per thread; an XLA op's event carries an
+  ``hlo_op`` stat (the HLO instruction or fusion name) and an ``hlo_module`` stat (the jitted
+  program, e.g. ``jit_train_step``).
+- TPU (GPU alike): on a device plane (``/device:TPU:0``) with the lines "Steps", "XLA Modules"
+  (one event per program run, named like ``jit_train_step(12)``) and "XLA Ops" (one event per
+  op, the HLO op as the event's name). ``hlo_op`` / ``hlo_module`` stats may be there or not:
+  an op's program is then the "XLA Modules" event it falls in, without its ``(id)``.
+
+When a device plane has XLA ops, the host plane's are not counted (one timeline per op run).
 """
 
 from __future__ import annotations
@@ -130,41 +140,126 @@ class OpEvent:
     thread: str
 
 
+DEVICE_PLANE_PREFIX = "/device:"
+XLA_OPS_LINE = "XLA Ops"
+XLA_MODULES_LINE = "XLA Modules"
+_PROGRAM_ID = re.compile(r"\(\d+\)$")  # "jit_train_step(12)": the program's id on a TPU
+
+
+def op_name(name: str) -> str:
+    """An op's name from an event name: ``fusion.3``, also from an HLO text such as
+    ``%copy.3 = f32[8]{0} copy(...)`` (a long event name)."""
+    return name.split(" = ", 1)[0].strip().lstrip("%") if " = " in name else name
+
+
+def module_name(name: str) -> str:
+    """A program's name from an "XLA Modules" event: ``jit_train_step(12)`` is
+    ``jit_train_step``."""
+    return _PROGRAM_ID.sub("", name.strip())
+
+
+def _containing(spans: list[tuple[float, float, str]], start: float, end: float) -> str:
+    """The name of the span [s, e] that holds [start, end] ("" when none does)."""
+    for s, e, name in spans:
+        if s <= start and end <= e:
+            return name
+    return ""
+
+
 def xplane_op_events(path: str | pathlib.Path) -> list[OpEvent]:
-    """XLA op events (those with an ``hlo_op`` stat) from an .xplane.pb file."""
+    """XLA op events from an .xplane.pb file: a device plane's "XLA Ops" (a TPU's), else the
+    host events with an ``hlo_op`` stat (the CPU's)."""
     data = jax.profiler.ProfileData.from_file(str(path))
-    events = []
+    device, host = [], []
     for plane in data.planes:
-        for line in plane.lines:
+        lines = list(plane.lines)
+        if plane.name.startswith(DEVICE_PLANE_PREFIX):
+            spans = [
+                (e.start_ns, e.end_ns, module_name(e.name))
+                for line in lines
+                if line.name == XLA_MODULES_LINE
+                for e in line.events
+            ]
+            for line in lines:
+                if line.name != XLA_OPS_LINE:
+                    continue
+                for event in line.events:
+                    stats = dict(event.stats)
+                    module = stats.get("hlo_module") or _containing(
+                        spans, event.start_ns, event.end_ns
+                    )
+                    device.append(_op_event(event, stats, str(module), plane.name, line.name))
+            continue
+        for line in lines:
             for event in line.events:
                 stats = dict(event.stats)
                 if "hlo_op" in stats:
-                    events.append(
-                        OpEvent(
-                            op=str(stats["hlo_op"]),
-                            module=str(stats.get("hlo_module", "")),
-                            start_us=event.start_ns / 1e3,
-                            duration_us=event.duration_ns / 1e3,
-                            thread=f"{plane.name} {line.name}",
-                        )
-                    )
-    return sorted(events, key=lambda e: e.start_us)
+                    module = str(stats.get("hlo_module", ""))
+                    host.append(_op_event(event, stats, module, plane.name, line.name))
+    return sorted(device or host, key=lambda e: e.start_us)
+
+
+def _op_event(event, stats: dict, module: str, plane: str, line: str) -> OpEvent:
+    return OpEvent(
+        op=op_name(str(stats.get("hlo_op") or event.name)),
+        module=module_name(module),
+        start_us=event.start_ns / 1e3,
+        duration_us=event.duration_ns / 1e3,
+        thread=f"{plane} {line}",
+    )
 
 
 def trace_json_events(path: str | pathlib.Path) -> list[dict]:
-    """Complete ('X') events of a Chrome trace-event file (.trace.json.gz or perfetto)."""
+    """Complete ('X') events of a Chrome trace-event file (.trace.json.gz or perfetto), each
+    with ``process`` and ``thread``: the names its metadata events give its pid and tid (a
+    plane's and a line's name in JAX's export)."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         trace = json.load(handle)
-    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    processes, threads = {}, {}
+    for event in trace.get("traceEvents", []):
+        if event.get("ph") == "M" and event.get("name") == "process_name":
+            processes[event.get("pid")] = (event.get("args") or {}).get("name", "")
+        if event.get("ph") == "M" and event.get("name") == "thread_name":
+            threads[event.get("pid"), event.get("tid")] = (event.get("args") or {}).get("name", "")
+    return [
+        {
+            **e,
+            "process": processes.get(e.get("pid"), ""),
+            "thread": threads.get((e.get("pid"), e.get("tid")), ""),
+        }
+        for e in trace.get("traceEvents", [])
+        if e.get("ph") == "X"
+    ]
 
 
 def json_op_totals(events: Iterable[dict], module: str | None = None) -> dict[str, float]:
-    """Total duration (us) per ``hlo_op`` (from each event's args), from trace-event dicts."""
+    """Total duration (us) per op, from trace-event dicts (``trace_json_events``): a device's
+    "XLA Ops" events (a TPU's; the op is the event's name, its program the "XLA Modules"
+    event it falls in) or, with none, the events with an ``hlo_op`` arg (the CPU's)."""
+    events = list(events)
+    on_device = [
+        e
+        for e in events
+        if e.get("process", "").startswith(DEVICE_PLANE_PREFIX) and e.get("thread") == XLA_OPS_LINE
+    ]
+    spans: dict = collections.defaultdict(list)
+    for e in events:
+        if e.get("process", "").startswith(DEVICE_PLANE_PREFIX) and e["thread"] == XLA_MODULES_LINE:
+            start = float(e.get("ts", 0.0))
+            spans[e.get("pid")].append(
+                (start, start + float(e.get("dur", 0.0)), module_name(e.get("name", "")))
+            )
     totals: dict[str, float] = collections.defaultdict(float)
-    for event in events:
+    for event in on_device or events:
         args = event.get("args") or {}
-        if "hlo_op" in args and (module is None or args.get("hlo_module") == module):
-            totals[args["hlo_op"]] += float(event.get("dur", 0.0))
+        if not on_device and "hlo_op" not in args:
+            continue
+        name = args.get("hlo_op") or args.get("long_name") or event.get("name", "")
+        start = float(event.get("ts", 0.0))
+        end = start + float(event.get("dur", 0.0))
+        program = args.get("hlo_module") or _containing(spans[event.get("pid")], start, end)
+        if module is None or module_name(program) == module:
+            totals[op_name(name)] += float(event.get("dur", 0.0))
     return dict(totals)
 
 

@@ -107,3 +107,114 @@ def test_example_training_step_keeps_parameter_shapes():
 def test_capture_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="steps"):
         trace.capture(lambda s: s, 0, tmp_path, steps=0)
+
+
+# --- a TPU's profile, read on this CPU (issue 37, kind 5) ----------------------------------
+# On a TPU the ops are on a /device:TPU:0 plane: lines "Steps", "XLA Modules" (one event per
+# program run, named like "jit_train_step(12)") and "XLA Ops" (one event per HLO op, the op as
+# the event's name); stats such as hlo_op / hlo_module may or may not be there. The CPU puts
+# them on /host:CPU threads with hlo_op / hlo_module stats. Below: a TPU-shaped XSpace written
+# out by jaxlib's own exporter (xplane.pb and trace.json.gz), as jax.profiler.trace would.
+
+TPU_OPS = (  # (event name, display name, stats) per op of one run of jit_train_step
+    ("fusion.1", "", {}),
+    ("convolution.2", "", {"hlo_module": "jit_train_step"}),
+    ("%copy.3 = f32[8,16]{1,0} copy(f32[8,16]{0,1} %p)", "copy.3", {"hlo_op": "copy.3"}),
+)
+
+
+def _tpu_xspace(steps: int = 2) -> str:
+    """A text-format XSpace of `steps` runs of jit_train_step (and one of jit_init) on a TPU,
+    beside a host plane whose events carry no hlo_op."""
+    names = ["jit_init(11)", "jit_train_step(12)", *(name for name, _, _ in TPU_OPS)]
+    metadata = {name: i + 1 for i, name in enumerate(names)}
+    stat_ids = {"hlo_op": 1, "hlo_module": 2}
+    modules, ops, steps_line = [], [], []
+    t = 0
+    for step in range(-1, steps):  # -1: jit_init, one op
+        module = "jit_init(11)" if step < 0 else "jit_train_step(12)"
+        run = TPU_OPS[:1] if step < 0 else TPU_OPS
+        start = t
+        for name, _, stats in run:
+            fields = " ".join(
+                f'stats {{ metadata_id: {stat_ids[k]} str_value: "{v}" }}' for k, v in stats.items()
+            )
+            ops.append(
+                f"events {{ metadata_id: {metadata[name]} offset_ps: {(t + 100) * 1000} "
+                f"duration_ps: {(400 + 100 * len(ops)) * 1000} {fields} }}"
+            )
+            t += 100 + 400 + 100 * (len(ops) - 1)
+        modules.append(
+            f"events {{ metadata_id: {metadata[module]} offset_ps: {start * 1000} "
+            f"duration_ps: {(t - start + 50) * 1000} }}"
+        )
+        if step >= 0:
+            steps_line.append(
+                f"events {{ metadata_id: {metadata[module]} offset_ps: {start * 1000} "
+                f"duration_ps: {(t - start + 50) * 1000} }}"
+            )
+        t += 1000
+    event_metadata = "\n".join(
+        f'event_metadata {{ key: {i} value {{ id: {i} name: "{name}"'
+        + "".join(f' display_name: "{d}"' for n, d, _ in TPU_OPS if n == name and d)
+        + " } }"
+        for name, i in metadata.items()
+    )
+    stat_metadata = "\n".join(
+        f'stat_metadata {{ key: {i} value {{ id: {i} name: "{name}" }} }}'
+        for name, i in stat_ids.items()
+    )
+    return f"""
+planes {{
+  id: 1 name: "/host:CPU"
+  lines {{ id: 1 name: "python" timestamp_ns: 0 events {{ metadata_id: 1 offset_ps: 0
+           duration_ps: {t * 1000} }} }}
+  event_metadata {{ key: 1 value {{ id: 1 name: "train" }} }}
+}}
+planes {{
+  id: 2 name: "/device:TPU:0"
+  lines {{ id: 1 name: "Steps" timestamp_ns: 5000 {" ".join(steps_line)} }}
+  lines {{ id: 2 name: "XLA Modules" timestamp_ns: 5000 {" ".join(modules)} }}
+  lines {{ id: 3 name: "XLA Ops" timestamp_ns: 5000 {" ".join(ops)} }}
+  {event_metadata}
+  {stat_metadata}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def tpu_profile(tmp_path_factory):
+    """(xplane.pb, trace.json.gz) of the TPU-shaped XSpace, written by jaxlib's exporter."""
+    from jax._src.lib import _profiler
+
+    serialized = jax.profiler.ProfileData.text_proto_to_serialized_xspace(_tpu_xspace())
+    session = _profiler.ProfilerSession()
+    session.stop()
+    logdir = tmp_path_factory.mktemp("tpu_trace")
+    session.export(serialized, str(logdir))
+    (xplane,) = logdir.rglob("*.xplane.pb")
+    (json_trace,) = logdir.rglob("*.trace.json.gz")
+    return xplane, json_trace
+
+
+def test_a_tpu_profile_is_read_from_its_device_plane(tpu_profile):
+    """read_xprof_trace stopped with KeyError 'op' and precision_xprof's top ops were empty on
+    a TPU: the reader looked for hlo_op stats on host threads only."""
+    xplane, _ = tpu_profile
+    events = trace.xplane_op_events(xplane)
+    assert trace.modules(events) == ["jit_train_step", "jit_init"]
+    table = trace.op_table(events, "jit_train_step")
+    assert [r["op"] for r in table] == ["copy.3", "convolution.2", "fusion.1"]  # most time first
+    assert {r["count"] for r in table} == {2}  # each op once per step: the steps' ops only
+    assert {e.thread for e in events} == {"/device:TPU:0 XLA Ops"}
+    assert trace.timeline_rows(events)[0]["start (us)"] == 0
+
+
+def test_both_readers_agree_on_a_tpu_profile(tpu_profile):
+    xplane, json_trace = tpu_profile
+    table = trace.op_table(trace.xplane_op_events(xplane), "jit_train_step")
+    totals = trace.json_op_totals(trace.trace_json_events(json_trace), "jit_train_step")
+    assert {r["op"] for r in table} == set(totals)
+    for row in table:
+        assert row["total (us)"] == pytest.approx(totals[row["op"]], rel=1e-3, abs=1e-2)
+    assert set(trace.json_op_totals(trace.trace_json_events(json_trace))) == set(totals)
