@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import psutil
@@ -377,6 +378,7 @@ def test_assessment_grades_a_committed_answer_and_saves_progress(browser, galler
 APP_FILES = sorted((path.name for path in curriculum.APPS_DIR.glob("*.py")), reverse=True)
 FIXTURE_APP = curriculum.REPO_ROOT / "tests" / "fixtures" / "broken_in_browser_app.py"
 DEAD_CONTROL_APP = FIXTURE_APP.parent / "dead_control_app.py"
+REFUSED_THEN_MOVED_APP = FIXTURE_APP.parent / "refused_then_moved_app.py"
 IDLE_TIMEOUT_S = 300  # the slowest app's first run on a loaded 2-core machine, with margin
 QUIET_S = 1.0  # idle this long in a row: a run the page itself starts (UI values) shows by then
 CLOSE_TIMEOUT_S = 30
@@ -418,6 +420,16 @@ class KernelWatch:
         page.on("console", self._on_console)
         page.on("pageerror", lambda error: self.page_errors.append(str(error)))
         page.on("websocket", self._on_websocket)
+        self.commands = 0  # kernel commands the page sent; each ends in one completed-run
+        page.on("request", self._on_request)
+
+    def _on_request(self, request):
+        if request.method == "POST" and urllib.parse.urlsplit(request.url).path in COMMANDS:
+            self.commands += 1
+
+    def mark(self) -> tuple[int, int]:
+        """Where the kernel stands now: (runs completed, commands sent)."""
+        return self.completed_runs, self.commands
 
     def _on_console(self, message):
         if message.type != "error":
@@ -526,6 +538,12 @@ def app_problems(page, watch: KernelWatch, server: Server) -> list[str]:
 # sends with one "completed-run" once all the cells it re-ran are done, so each move waits for
 # exactly that, with no fixed sleep.
 MOVE_TIMEOUT_S = 180  # one move's re-run (a retrained model) on a loaded 2-core machine
+# The page's requests that are kernel commands: a control's new value, and a function a
+# plugin calls (a table asks for its rows when it is drawn). The kernel ends each with one
+# "completed-run" message.
+COMMANDS = {"/api/kernel/set_ui_element_value", "/api/kernel/function_call"}
+# After the last command finished: a table re-drawn by it asks for its rows within ~0.1 s.
+SETTLE_MS = 150
 # How each kind of marimo element (its tag without "marimo-") is moved one step.
 MOVED_KINDS = {
     "slider": "ArrowRight (ArrowLeft at its top)",
@@ -542,6 +560,7 @@ MOVED_KINDS = {
 # is added to one of the two tables.
 NOT_MOVED_KINDS = {
     "button": "run buttons start a lesson's expensive work; the tour opens apps, it runs none",
+    "download": "a download button saves a file on the learner's disk; the page stays as it is",
     "form": "a form sends its fields only when submitted (an assessment's Commit answer)",
     "tabs": "tabs switch what the browser shows without the kernel; no cell reads them",
     "table": "the course's tables are shown with selection=None: there is nothing to select",
@@ -591,7 +610,7 @@ DANGER_KIND = re.compile(r"data-kind=[^>]{0,20}danger")
 def control_label(control: dict) -> str:
     """The label a learner reads beside the control (data-label is JSON holding HTML)."""
     with contextlib.suppress(ValueError):
-        text = re.sub(r"<[^>]+>", "", json.loads(control["label"] or '""'))
+        text = re.sub(r"<[^>]+>", "", json.loads(control["label"] or '""') or "")
         if text.strip():
             return " ".join(text.split())
     return f"{control['kind']} {control['id']}"
@@ -703,14 +722,21 @@ def move(page, element, kind: str):
     raise AssertionError(f"no way to move a {kind}")
 
 
-def wait_for_run(page, watch: KernelWatch, runs_before: int) -> bool:
-    """Wait until the kernel finished the run a move asked for (False on timeout)."""
+def wait_for_run(page, watch: KernelWatch, mark: tuple[int, int]) -> bool:
+    """Wait until the kernel finished every command the page sent since ``mark`` (a move's
+    new value, and what the page asks in turn, such as a re-drawn table's rows), at least one.
+    False on timeout."""
+    runs, commands = mark
     deadline = time.monotonic() + MOVE_TIMEOUT_S
-    while watch.completed_runs <= runs_before or watch.busy_cells():
-        if time.monotonic() > deadline:
-            return False
+    while time.monotonic() < deadline:
+        sent = watch.commands - commands
+        if sent and watch.completed_runs - runs >= sent and not watch.busy_cells():
+            page.wait_for_timeout(SETTLE_MS)  # a request the new output makes comes this soon
+            if watch.commands - commands == sent:
+                return True
+            continue
         page.wait_for_timeout(50)
-    return True
+    return False
 
 
 @dataclasses.dataclass
@@ -742,16 +768,26 @@ def move_every_control(page, watch: KernelWatch, file_name: str) -> Moves:
             found.not_moved.append(f"{label} (hidden by an earlier move)")
             continue
         before, errors, held = shown(watch), faults(watch), held_by_a_stop(watch)
-        runs, queued = watch.completed_runs, len(watch.queued)
+        mark, queued = watch.mark(), len(watch.queued)
         undo = move(page, element, kind)
         if undo is None:
             found.not_moved.append(f"{label} (has one value)")
             continue
-        if not wait_for_run(page, watch, runs):
+        if not wait_for_run(page, watch, mark):
             found.problems.append(f"{label}: moved, but no run finished in {MOVE_TIMEOUT_S} s")
             continue
         found.moved.append(label)
+        undos = [undo]
         reached = set(watch.queued[queued:])
+        if shown(watch) == before and reached and not reached & held_by_a_stop(watch):
+            # One step can land on an equal setting (a dropdown's "auto" and the version it
+            # picks): a second step must show something.
+            mark = watch.mark()
+            if (again := move(page, element, kind)) is not None:
+                undos.append(again)
+                if not wait_for_run(page, watch, mark):
+                    found.problems.append(f"{label}: no run finished in {MOVE_TIMEOUT_S} s")
+                    continue
         if shown(watch) != before or (file_name, label) in QUIET_CONTROLS:
             pass
         elif not reached:
@@ -762,10 +798,11 @@ def move_every_control(page, watch: KernelWatch, file_name: str) -> Moves:
             found.dead.append(f"{label}: re-runs cells, but nothing they show changes")
         found.problems += [f"after moving {label}: {fault}" for fault in faults(watch) - errors]
         if held_by_a_stop(watch) - held and element.count():
-            # A refusal hides what follows it: undo the step before the next control.
-            runs = watch.completed_runs
-            undo()
-            wait_for_run(page, watch, runs)
+            # A refusal hides what follows it: undo the steps before the next control.
+            for step_back in reversed(undos):
+                mark = watch.mark()
+                step_back()
+                wait_for_run(page, watch, mark)
     return found
 
 
@@ -844,17 +881,17 @@ def capacity_cost_after_moves(browser, server: Server, file_name: str) -> list[s
         for label, presses in (("chips", 8), ("mfu", 4)):  # 8 -> 16 chips, MFU 0.4 -> 0.6
             thumb = page.get_by_role("slider", name=label, exact=True)
             for _ in range(presses):
-                runs = watch.completed_runs
+                mark = watch.mark()
                 thumb.focus()
                 thumb.press("ArrowRight")
-                assert wait_for_run(page, watch, runs), f"no run after moving {label}"
+                assert wait_for_run(page, watch, mark), f"no run after moving {label}"
         # get_by_text reads shadow roots too (a callout's text lives in one).
         for wanted in ("USD per hour, 16 chips", "Cost per Mtok at MFU 0.6 "):
             if page.get_by_text(wanted).count() == 0:
                 found.append(f"after moving the controls, the page does not say {wanted!r}")
-        runs = watch.completed_runs
+        mark = watch.mark()
         page.get_by_role("button", name="Run the sweep with 30 trials").click()
-        assert wait_for_run(page, watch, runs), "no run after pressing the sweep button"
+        assert wait_for_run(page, watch, mark), "no run after pressing the sweep button"
         wait_until_idle(page, watch)
         if page.get_by_text("30 trials (Optuna TPE").count() == 0:
             found.append("the sweep's table does not show 30 trials")
@@ -937,3 +974,31 @@ def test_control_detector_catches_dead_controls(browser, fixture_app_server):
         "moving rows (held in a dict): re-runs no cell (a control marimo cannot see?)",
         "moving width (read from the start-up value): re-runs cells, but nothing they show changes",
     ], failures
+
+
+def test_a_cell_below_a_refusal_stays_held_when_another_control_moves(browser, fixture_app_server):
+    """Issue 36 sweep: marimo runs a cell below a stopped one when another control it reads
+    moves, with what the stopped cell bound before it stopped (marimo issue #7293):
+    move_to_tpu with a refused project id, then new script flags, ended in "'NoneType' object
+    has no attribute 'name'" and an error toast. lab.guard unbinds the refused cell's names,
+    so marimo holds the cells below it."""
+    page = browser.new_page()
+    watch = KernelWatch(page)
+    try:
+        page.goto(f"{fixture_app_server.url}/?file={REFUSED_THEN_MOVED_APP.name}")
+        page.wait_for_selector('#App[data-connection-state="OPEN"]', timeout=STARTUP_TIMEOUT_MS)
+        wait_until_idle(page, watch)
+        assert app_problems(page, watch, fixture_app_server) == []
+        for label in ("size (refused above 4)", "other"):
+            thumb = page.get_by_role("slider", name=label, exact=True)
+            mark = watch.mark()
+            thumb.focus()
+            thumb.press("ArrowRight")
+            assert wait_for_run(page, watch, mark), label
+        assert page.get_by_text("size 5 is refused").count() == 1
+        problems = app_problems(page, watch, fixture_app_server)
+        assert problems == [], "\n".join(problems)
+        held = [o for o in watch.outputs.values() if o.get("mimetype") == ERROR_MIMETYPE]
+        assert [e["type"] for o in held for e in o["data"]] == ["ancestor-stopped"], held
+    finally:
+        page.close()

@@ -336,7 +336,29 @@ def guard(problem: str | None, *context, headline: str | None = None) -> None:
         print(f"STOPPED: {problem}")
         results.record_stop(problem)
     text = f"**{headline}** {problem}" if headline else problem
+    _unbind_calling_cell(sys._getframe(1).f_globals)
     mo.stop(True, mo.vstack([*context, mo.callout(mo.md(text), kind="warn")]))
+
+
+def _unbind_calling_cell(cell_globals: dict) -> None:
+    """Unbind the names the running cell defines, before it stops.
+
+    marimo keeps what a stopped cell bound before ``mo.stop``, and when another control that a
+    cell below reads moves, it runs that cell with it (marimo issue #7293): move_to_tpu, with a
+    refused project id, then ran its commands on a None TPU VM and showed a traceback. With the
+    names unbound, marimo holds the cells below as "ancestor stopped" until the refusal is
+    fixed (tests/test_browser.py moves a second control under a refusal).
+    """
+    try:
+        from marimo._runtime.context import get_context
+
+        context = get_context()
+        cell_id = context.execution_context.cell_id
+        names = context.graph.cells[cell_id].defs
+    except Exception:  # not inside a marimo run (a plain call, a test): nothing bound
+        return
+    for name in names:
+        cell_globals.pop(name, None)
 
 
 def tpu_results(slug: str):
