@@ -143,7 +143,7 @@ class OpEvent:
 DEVICE_PLANE_PREFIX = "/device:"
 XLA_OPS_LINE = "XLA Ops"
 XLA_MODULES_LINE = "XLA Modules"
-_PROGRAM_ID = re.compile(r"\(\d+\)$")  # "jit_train_step(12)": the program's id on a TPU
+_PROGRAM_ID = re.compile(r"\(\d+\)\Z")  # "jit_train_step(12)": the program's id on a TPU
 
 
 def op_name(name: str) -> str:
