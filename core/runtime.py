@@ -202,6 +202,22 @@ def _default_backend() -> str:
     return jax.default_backend()
 
 
+def cpu_device():
+    """The host's first CPU device, whatever JAX's default backend is: where a claim about this
+    CPU (its compiler's counts, its speed) is evaluated on a TPU host too. RuntimeError naming
+    JAX_PLATFORMS when the CPU backend is left out."""
+    import jax
+
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError as error:
+        platforms = os.environ.get("JAX_PLATFORMS")
+        raise RuntimeError(
+            "this needs JAX's CPU backend beside the accelerator: leave JAX_PLATFORMS unset or "
+            f"add cpu to it, as in 'tpu,cpu' (it is {platforms!r})"
+        ) from error
+
+
 def float64_device(backend: str | None = None):
     """The device a float64 JAX computation runs on: None (JAX's default device) where
     ``backend`` (default: JAX's default backend) has float64, else the host's first CPU
@@ -209,16 +225,7 @@ def float64_device(backend: str | None = None):
     backend = _default_backend() if backend is None else backend
     if backend not in NO_FLOAT64_BACKENDS:
         return None
-    import jax
-
-    try:
-        return jax.devices("cpu")[0]
-    except RuntimeError as error:
-        raise RuntimeError(
-            f"float64 needs the CPU backend beside the {backend.upper()} (which has no "
-            f"float64): leave JAX_PLATFORMS unset or set it to '{backend},cpu' "
-            f"(it is {os.environ.get('JAX_PLATFORMS')!r})"
-        ) from error
+    return cpu_device()  # a TPU has no float64
 
 
 def float64_note(backend: str | None = None) -> str:

@@ -39,6 +39,7 @@ from core.runtime import (  # noqa: F401 (re-exported)
     DEFAULT_CPU_DEVICES,
     child_env,
     child_note,
+    cpu_device,
     enable_float64,
     float64_note,
     holds_tpu,

@@ -21,6 +21,7 @@ import re
 import jax
 import jax.numpy as jnp
 
+from core import runtime
 from core.perf import timing
 
 DEFAULT_JSON = (
@@ -61,8 +62,9 @@ def measure_matmul(n: int = 1024, dtype: str = "float32", repeats: int = 5) -> d
     if n < 1 or repeats < 1:
         raise ValueError(f"n and repeats must be >= 1, got {n}, {repeats}")
     key_a, key_b = jax.random.split(jax.random.key(0))
-    a = jax.random.normal(key_a, (n, n), jnp.float32).astype(dtype)
-    b = jax.random.normal(key_b, (n, n), jnp.float32).astype(dtype)
+    cpu = runtime.cpu_device()  # this CPU's figure, on a TPU host too: operands committed there
+    a = jax.device_put(jax.random.normal(key_a, (n, n), jnp.float32).astype(dtype), cpu)
+    b = jax.device_put(jax.random.normal(key_b, (n, n), jnp.float32).astype(dtype), cpu)
     matmul = jax.jit(jnp.matmul)
     # one warm-up call compiles and warms the caches outside the clock
     seconds = timing.median_seconds(lambda: matmul(a, b), repeats, warmup=1)
@@ -85,7 +87,8 @@ def measure_bandwidth(megabytes: float = 256, repeats: int = 5) -> dict:
     if n < 1 or repeats < 1:
         raise ValueError(f"array size and repeats must be positive, got {megabytes} MB, {repeats}")
     add_one = jax.jit(lambda v: v + 1, donate_argnums=0)
-    buffer = {"x": jax.block_until_ready(add_one(jnp.zeros((n,), jnp.float32)))}  # compiles
+    start = jax.device_put(jnp.zeros((n,), jnp.float32), runtime.cpu_device())  # this CPU's
+    buffer = {"x": jax.block_until_ready(add_one(start))}  # compiles
 
     def step():
         buffer["x"] = add_one(buffer["x"])
@@ -108,7 +111,7 @@ def measure(quick: bool = False, bf16: bool = True) -> dict:
         "machine": machine_label(),
         "cpu_model": cpu_model(),
         "cores": core_count(),
-        "backend": jax.default_backend(),
+        "backend": "cpu",  # measured on the host's CPU whatever the default backend
         "jax": jax.__version__,
         "quick": quick,
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

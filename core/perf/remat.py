@@ -133,11 +133,14 @@ def saved_residuals(policy_name: str, params, x_BW, y_BW) -> tuple[list[Residual
 def compiled_memory(
     policy_name: str, params, x_BW, y_BW, topology: str | None = None
 ) -> dict[str, int]:
-    """memory_analysis() of the compiled gradient: on this CPU, or for a TPU topology's chip."""
+    """memory_analysis() of the compiled gradient: on this CPU (the host's, whatever JAX's
+    default backend), or for a TPU topology's chip."""
+    from core import runtime
     from core.tpu import topology_compile
 
     if topology is None:
-        compiled = grad_fn(policy_name).lower(params, x_BW, y_BW).compile()
+        with jax.default_device(runtime.cpu_device()):
+            compiled = grad_fn(policy_name).lower(params, x_BW, y_BW).compile()
         return topology_compile.memory_dict(compiled)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x_BW, y_BW))
     specs = jax.tree.map(lambda a: jax.sharding.PartitionSpec(), shapes)

@@ -60,6 +60,16 @@ def test_compiled_memory_on_cpu_counts_arguments(problem):
 
 
 @pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
+def test_compiled_memory_on_cpu_is_the_cpu_compilers_whatever_the_default_device(problem):
+    """Kind 6 of issue 37: "on this CPU" is the CPU compiler's report on a TPU host too (here a
+    v5e chip's compiler, ahead of time, stands in for the TPU default device)."""
+    params, x, y = problem
+    on_cpu = remat.compiled_memory("nothing_saveable", params, x, y)
+    with jax.default_device(topology_compile.topology_devices("v5e:2x2")[0]):
+        assert remat.compiled_memory("nothing_saveable", params, x, y) == on_cpu
+
+
+@pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
 def test_compiled_memory_for_a_tpu_topology():
     params, x, y = remat.init_mlp(jax.random.key(0), 128, 2, 128)
     memory = remat.compiled_memory("dots_saveable", params, x, y, topology="v5e:2x2")

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics, runtime
 from core.tpu import topology_compile
 
 
@@ -94,6 +95,33 @@ def _compile(fn, shapes, device):
     sharding = jax.sharding.SingleDeviceSharding(device)
     jitted = jax.jit(fn, in_shardings=(sharding,) * len(shapes), out_shardings=sharding)
     return jitted.lower(*shapes).compile()
+
+
+def cpu_float32_errors(
+    kernel: str, m: int = 0, n: int = 0, k: int = 0, op: str = "add", elements: int = 0
+) -> dict[str, float]:
+    """The CPU compiler's cost_analysis() of the kernel in float32 vs its closed form: relative
+    errors of the operations and of the bytes ("matmul" (M, K) @ (K, N), or "elementwise" ``op``
+    on ``elements``). The closed form's bytes are what XLA:CPU moves; a TPU's compiler pads and
+    tiles and counts more, so the kernel is compiled for the host's CPU whatever JAX's default
+    backend is (on a TPU host too)."""
+    device = runtime.cpu_device()
+    if kernel == "matmul":
+        compiled = compile_matmul(m, n, k, "float32", device)
+        closed = matmul_cost(m, n, k, 4)
+    elif kernel == "elementwise":
+        compiled = compile_elementwise(op, elements, "float32", device)
+        closed = elementwise_cost(op, elements, 4)
+    else:
+        raise ValueError(f"kernel is 'matmul' or 'elementwise', got {kernel!r}")
+    cost = cost_from_compiled(compiled)
+    operations = cost.flops + cost.transcendentals
+    return {
+        "CPU f32 FLOPs + transcendentals vs closed form": numerics.norm_relative_error(
+            operations, closed.flops + closed.transcendentals
+        ),
+        "CPU f32 bytes vs closed form": numerics.norm_relative_error(cost.bytes, closed.bytes),
+    }
 
 
 def roofline_seconds(cost: Cost, peak_flops: float, bandwidth: float) -> float:

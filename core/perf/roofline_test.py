@@ -31,6 +31,27 @@ def test_tpu_compiler_counts_2mnk_flops(dtype):
     assert cost.bytes >= roofline.matmul_cost(128, 256, 64, 2 if dtype == "bfloat16" else 4).bytes
 
 
+@pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
+@pytest.mark.parametrize("kernel", ["matmul", "tanh"])
+def test_the_cpu_claim_is_checked_on_the_cpu_whatever_the_default_backend(kernel):
+    """Kind 6 of issue 37: hlo_roofline's "CPU f32 bytes vs closed form" failed on a TPU, where
+    the default device's compiler (the TPU's: padded, tiled) counted other bytes. With a TPU
+    chip's compiler as the default device (libtpu's v5e topology, ahead of time), the claim
+    about the CPU compiler is still evaluated by the CPU compiler and holds exactly."""
+    device = topology_compile.topology_devices("v5e:2x2")[0]
+    sizes = {"m": 256, "n": 256, "k": 256, "op": kernel, "elements": 4096}
+    with jax.default_device(device):
+        on_default = roofline.cost_from_compiled(roofline.compile_matmul(256, 256, 256, "float32"))
+        errors = roofline.cpu_float32_errors(
+            "matmul" if kernel == "matmul" else "elementwise", **sizes
+        )
+    assert on_default.bytes != roofline.matmul_cost(256, 256, 256, 4).bytes  # the TPU's count
+    assert errors == {
+        "CPU f32 FLOPs + transcendentals vs closed form": 0.0,
+        "CPU f32 bytes vs closed form": 0.0,
+    }
+
+
 def test_roofline_time_and_bound():
     peak, bandwidth = 100.0, 10.0  # ridge at 10 FLOP/byte
     memory_bound = roofline.Cost(flops=50, bytes=50)  # I = 1
