@@ -132,15 +132,20 @@ def _(batch_size, epochs, examples, process_count, process_index, seed):
         )
         .properties(width=min(640, 22 * examples.value), height=24 * process_count.value)
     )
+    _mine = read_rows[read_rows["process"] == mine.index].copy()
+    _low = int(_mine["example"].min())
+    _domain = [_low, max(int(_mine["example"].max()), _low + 1)]
+    _mine["ink"] = charts.inks(_mine["example"], "viridis", _domain)  # readable on its cell
     order_grid = alt.Chart(
-        read_rows[read_rows["process"] == mine.index],
-        title=f"process {mine.index}: the order it reads, epoch by epoch",
+        _mine, title=f"process {mine.index}: the order it reads, epoch by epoch"
     ).encode(x=alt.X("position:O", title="position in the epoch"), y="epoch:O")
     order_chart = (
         order_grid.mark_rect(stroke="white").encode(
-            color=alt.Color("example:Q", scale=alt.Scale(scheme="viridis"), legend=None)
+            color=alt.Color(
+                "example:Q", scale=alt.Scale(scheme="viridis", domain=_domain), legend=None
+            )
         )
-        + order_grid.mark_text(color="white").encode(text="example:O")
+        + order_grid.mark_text().encode(text="example:O", color=alt.Color("ink:N", scale=None))
     ).properties(
         width=min(640, 28 * len(range(mine.index, examples.value, mine.count))),
         height=28 * epochs.value,

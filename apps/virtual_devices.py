@@ -173,7 +173,12 @@ def _(cols, mesh_shape, rows, shape_flag_problem, spec, spec_flag_problem):
     row_axis, col_axis = mesh.axis_names if len(mesh.axis_names) == 2 else (None, "x")
     mesh_devices = pd.DataFrame(
         [
-            {"row": at[0] if row_axis else 0, "col": at[-1], "device": str(device.id)}
+            {
+                "row": at[0] if row_axis else 0,
+                "col": at[-1],
+                "device": str(device.id),
+                "ink": charts.ink(DEVICE_COLOR[device.id]),  # readable on the device's colour
+            }
             for at, device in np.ndenumerate(mesh.devices)
         ]
     )
@@ -196,7 +201,9 @@ def _(cols, mesh_shape, rows, shape_flag_problem, spec, spec_flag_problem):
                 ),
             )
         )
-        + mesh_grid.mark_text(color="white", fontWeight="bold").encode(text="device:N")
+        + mesh_grid.mark_text(fontWeight="bold").encode(
+            text="device:N", color=alt.Color("ink:N", scale=None)
+        )
     ).properties(
         width=36 * mesh_devices["col"].nunique(), height=36 * mesh_devices["row"].nunique()
     )

@@ -118,6 +118,12 @@ def ink(fill: str) -> str:
     return "black" if contrast("black", fill) >= contrast("white", fill) else "white"
 
 
+def inks(values, scheme: str, domain: Sequence[float], scale_type: str = "linear") -> list[str]:
+    """The label colour ("black" or "white") for each value's cell under ``scheme`` over
+    ``domain``: the colour of a value's text written on its own cell."""
+    return [ink(scheme_color(scheme, scale_fraction(v, domain, scale_type))) for v in values]
+
+
 def color_domain(values: np.ndarray, scheme: str) -> list[float]:
     """The heatmap's colour domain: symmetric around 0 for a diverging scheme, from
     min(0, lowest) to the highest value for a sequential one (never empty)."""
@@ -131,6 +137,19 @@ def color_domain(values: np.ndarray, scheme: str) -> list[float]:
     return [start, high if high > start else start + 1.0]
 
 
+def scale_fraction(value: float, domain: Sequence[float], scale_type: str = "linear") -> float:
+    """Where ``value`` falls along a colour scale's ramp (0 to 1), as Vega maps it: linear, or
+    symlog (sign(x) log1p(|x|), Vega's default constant 1)."""
+    if scale_type not in ("linear", "symlog"):
+        raise ValueError(f"scale_type must be linear or symlog, got {scale_type!r}")
+
+    def f(x: float) -> float:
+        return math.copysign(math.log1p(abs(x)), x) if scale_type == "symlog" else x
+
+    low, high = f(domain[0]), f(domain[1])
+    return (f(value) - low) / (high - low)
+
+
 def heatmap(
     matrix,
     title: str,
@@ -140,13 +159,16 @@ def heatmap(
     hidden=None,
     size: int | None = None,
     max_labels: int = 12,
+    scale_type: str = "linear",
+    labels=None,
 ):
     """A small matrix as coloured cells; ``hidden`` cells are drawn grey.
 
     ``redblue`` is diverging around 0 (its domain symmetric); any other scheme of ``SCHEMES``
-    is sequential from min(0, lowest value). Axes label at most ``max_labels`` positions;
-    values are written in only when neither side exceeds ``max_labels`` cells, each in black
-    or white, whichever contrasts more with its cell's colour.
+    is sequential from min(0, lowest value); ``scale_type="symlog"`` spreads small counts.
+    Axes label at most ``max_labels`` positions; values are written in (``labels``, a matrix
+    of text, replaces the default two decimals) only when neither side exceeds ``max_labels``
+    cells, each in black or white, whichever contrasts more with its cell's colour.
     """
     matrix = np.asarray(matrix, np.float64)
     if matrix.ndim != 2 or 0 in matrix.shape:
@@ -160,7 +182,11 @@ def heatmap(
     domain = color_domain(np.where(hidden, np.nan, matrix), scheme)
 
     def fill(value: float) -> str:
-        return scheme_color(scheme, (value - domain[0]) / (domain[1] - domain[0]))
+        return scheme_color(scheme, scale_fraction(value, domain, scale_type))
+
+    texts = np.vectorize(lambda v: f"{v:.2f}")(matrix) if labels is None else np.asarray(labels)
+    if texts.shape != matrix.shape:
+        raise ValueError(f"labels has shape {texts.shape}, the matrix {matrix.shape}")
 
     cells = pd.DataFrame(
         [
@@ -168,14 +194,14 @@ def heatmap(
                 "r": r,
                 "c": c,
                 "value": None if hidden[r, c] else float(v),
-                "label": "·" if hidden[r, c] else f"{v:.2f}",
+                "label": "·" if hidden[r, c] else str(texts[r, c]),
                 "ink": ink(HIDDEN_FILL if hidden[r, c] or not np.isfinite(v) else fill(v)),
             }
             for (r, c), v in np.ndenumerate(matrix)
         ]
     )
     size = size or max(4, min(30, 300 // max(rows, cols)))
-    scale = alt.Scale(scheme=scheme, domain=domain)
+    scale = alt.Scale(type=scale_type, scheme=scheme, domain=domain)
     x_axis = alt.Axis(labelAngle=0, values=tick_values(cols, max_labels))
     base = alt.Chart(cells, title=title).encode(
         x=alt.X("c:O", title=col_title, axis=x_axis),
@@ -341,8 +367,19 @@ def _log_problems(view, rows) -> list[str]:
     return problems
 
 
-def _fill_of(channel: dict, row: dict) -> str | None:
-    """The colour a rect draws for ``row`` under a colour encoding this module can evaluate."""
+def _mark_color(spec: dict, default: str | None) -> str | None:
+    mark = spec["mark"] if isinstance(spec["mark"], dict) else {}
+    return mark.get("fill") or mark.get("color") or default
+
+
+def _fill_of(rect: dict, row: dict, rows: list[dict]) -> str | None:
+    """The colour a rect draws for ``row``, or None when this module cannot tell: a fixed
+    colour, a quantitative scale of a scheme in SCHEMES (linear or symlog; its explicit
+    domain, else the data's extent), or a nominal scale with an explicit range (or Vega's
+    default category colours, tableau10, over the sorted values)."""
+    channel = rect["encoding"].get("color")
+    if not isinstance(channel, dict):
+        return _mark_color(rect["spec"], TABLEAU10[0])
     condition = channel.get("condition")
     if isinstance(condition, dict):
         test = condition.get("test", "")
@@ -352,12 +389,23 @@ def _fill_of(channel: dict, row: dict) -> str | None:
         if row.get(match.group(1)) is None:
             return condition["value"]
     field, scale = channel.get("field"), channel.get("scale") or {}
-    if field is None or scale.get("scheme") not in SCHEMES or "domain" not in scale:
-        return channel.get("value") if field is None else None
-    value, (low, high) = row.get(field), scale["domain"]
-    if not isinstance(value, (int, float)) or high == low:
+    if field is None:
+        return channel.get("value")
+    value = row.get(field)
+    if channel.get("type") in ("nominal", "ordinal"):
+        domain = scale.get("domain") or sorted({str(r.get(field)) for r in rows})
+        colors = scale.get("range") or (TABLEAU10 if "scheme" not in scale else None)
+        if not isinstance(domain, list) or not colors or str(value) not in map(str, domain):
+            return None
+        return colors[[str(d) for d in domain].index(str(value)) % len(colors)]
+    kind = scale.get("type", "linear")
+    if scale.get("scheme") not in SCHEMES or kind not in ("linear", "symlog"):
         return None
-    return scheme_color(scale["scheme"], (value - low) / (high - low))
+    numbers_ = _numbers(rows, field)
+    domain = scale.get("domain") or ([min(numbers_), max(numbers_)] if numbers_ else None)
+    if not isinstance(value, (int, float)) or not domain or domain[0] == domain[1]:
+        return None
+    return scheme_color(scale["scheme"], scale_fraction(value, domain, kind))
 
 
 def _contrast_problems(views: list[dict], datasets: dict) -> list[str]:
@@ -367,14 +415,18 @@ def _contrast_problems(views: list[dict], datasets: dict) -> list[str]:
     texts = [v for v in views if _mark(v["spec"]) == "text"]
     for text_view in texts:
         under = [r for r in rects if r["data"] == text_view["data"]]
-        color = text_view["encoding"].get("color")
-        if not under or not isinstance(color, dict):
+        if not under:
             continue
+        color = text_view["encoding"].get("color")
         rows = _rows(text_view, datasets) or []
-        fill_channel = under[0]["encoding"].get("color", {})
+        text_field = _field(text_view["encoding"].get("text"))
         for row in rows:
-            fill = _fill_of(fill_channel, row)
-            if color.get("scale", "unset") is None and color.get("field"):
+            if text_field is None or row.get(text_field) in (None, ""):
+                continue  # no text drawn on this cell
+            fill = _fill_of(under[0], row, rows)
+            if not isinstance(color, dict):
+                label = _mark_color(text_view["spec"], "black")
+            elif color.get("scale", "unset") is None and color.get("field"):
                 label = row.get(color["field"])
             else:
                 label = color.get("value") if "condition" not in color else None
@@ -387,8 +439,8 @@ def _contrast_problems(views: list[dict], datasets: dict) -> list[str]:
             ratio = contrast(label, fill)
             if ratio < MIN_CONTRAST:
                 problems.append(
-                    f"label {row.get('label', '')!r} in {label} on {fill}: contrast "
-                    f"{ratio:.2f} < {MIN_CONTRAST}"
+                    f"a label in {label} on {fill}: contrast {ratio:.2f} < {MIN_CONTRAST} "
+                    "(charts.ink picks black or white for a fill)"
                 )
                 break
     return problems
@@ -444,6 +496,18 @@ def _time_ms(value) -> float | None:
         return None
 
 
+def _raw_float(value) -> bool:
+    """A float (or a float written as text) with more significant digits than a tick needs."""
+    if isinstance(value, str):
+        try:
+            value = float(value) if re.fullmatch(r"-?\d+\.\d+(e-?\d+)?", value) else None
+        except ValueError:
+            value = None
+    if not isinstance(value, float) or not math.isfinite(value):
+        return False
+    return len(f"{value:.12g}".split("e")[0].lstrip("-0.").replace(".", "")) > MAX_LABEL_DIGITS
+
+
 def _axis_problems(view: dict, rows: list[dict]) -> list[str]:
     problems = []
     for name in POSITION:
@@ -468,11 +532,7 @@ def _axis_problems(view: dict, rows: list[dict]) -> list[str]:
                 "(nothing to compare; show it as a number or a bar)"
             )
         if kind in ("nominal", "ordinal"):
-            long = [
-                v for v in values
-                if isinstance(v, float) and len(f"{v:.12g}".lstrip("-0.").replace(".", ""))
-                > MAX_LABEL_DIGITS
-            ]  # fmt: skip
+            long = [v for v in values if _raw_float(v)]
             if long:
                 problems.append(
                     f"{name}: tick labels are raw floats (e.g. {long[0]!r}): format them"

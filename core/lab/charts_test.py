@@ -273,8 +273,13 @@ def test_spec_problems_catches_raw_floats_as_tick_labels():
         "raw floats" in p
         for p in _problems(alt.Chart(frame).mark_bar().encode(x="users:N", y="n:Q"))
     )
-    frame = pd.DataFrame({"users": [1.5, 12.25], "n": [1, 2]})
+    text = pd.DataFrame({"rps": ["258.865414", "12.5"], "n": [1, 2]})  # str() of a float
+    assert any(
+        "raw floats" in p for p in _problems(alt.Chart(text).mark_bar().encode(x="rps:N", y="n:Q"))
+    )
+    frame = pd.DataFrame({"users": [1.5, 12.25], "n": [1, 2], "v": ["1.5", "v2.10"]})
     assert _problems(alt.Chart(frame).mark_bar().encode(x="users:N", y="n:Q")) == []
+    assert _problems(alt.Chart(frame).mark_bar().encode(x="v:N", y="n:Q")) == []
 
 
 def test_spec_problems_catches_a_label_colour_it_cannot_check_over_a_cell():
@@ -296,3 +301,41 @@ def test_log_floor_raises_what_a_log_axis_cannot_draw_and_counts_it():
     assert charts.log_floor([1.0], 1e-12) == ([1.0], 0)
     with pytest.raises(ValueError, match="positive"):
         charts.log_floor([1.0], 0.0)
+
+
+def test_a_symlog_heatmap_with_its_own_labels_contrasts_too():
+    counts = np.array([[35, 0, 2], [1, 40, 0], [0, 3, 28]])
+    labels = np.where(counts > 0, counts, "").astype(str)
+    spec = charts.heatmap(counts, "confusion", scheme="blues", scale_type="symlog", labels=labels)
+    spec = spec.to_dict()
+    assert [c["label"] for c in _cells(spec)][:3] == ["35", "", "2"]
+    assert charts.spec_problems(spec) == []
+    low = charts.scheme_color("blues", charts.scale_fraction(2, [0, 40], "symlog"))
+    assert low != charts.scheme_color("blues", 2 / 40)  # symlog lifts the small counts
+    with pytest.raises(ValueError, match="labels"):
+        charts.heatmap(counts, "c", scheme="blues", labels=labels[:2])
+
+
+def test_spec_problems_reads_text_colours_from_the_mark_and_fills_from_nominal_ranges():
+    import altair as alt
+    import pandas as pd
+
+    cells = pd.DataFrame({"x": [0, 1, 2], "kind": ["a", "b", "pad"], "n": ["1", "2", None]})
+    base = alt.Chart(cells).encode(x="x:O")
+    scale = alt.Scale(domain=["a", "b", "pad"], range=["#4c78a8", "#eeca3b", "#dddddd"])
+    colour = alt.Color("kind:N", scale=scale)
+    rects = base.mark_rect().encode(color=colour)
+    # white on yellow fails; the padding cell has no text, so its colour does not matter
+    problems = _problems(rects + base.mark_text(color="white").encode(text="n:N"))
+    assert len(problems) == 1 and problems[0].startswith(
+        "a label in white on #eeca3b: contrast 1.6"
+    )
+    cells["ink"] = [charts.ink(c) for c in ("#4c78a8", "#eeca3b", "#dddddd")]
+    base = alt.Chart(cells).encode(x="x:O")
+    text = base.mark_text().encode(text="n:N", color=alt.Color("ink:N", scale=None))
+    assert _problems(base.mark_rect().encode(color=colour) + text) == []
+
+
+def test_inks_follow_the_scheme_viridis_is_dark_at_its_low_end():
+    assert charts.inks([0, 10], "viridis", [0, 10]) == ["white", "black"]
+    assert charts.inks([0, 10], "blues", [0, 10]) == ["black", "white"]

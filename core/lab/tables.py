@@ -12,6 +12,8 @@ from typing import Any
 
 YES_NO = ("yes", "no")
 _CODE_SPAN = re.compile(r"(`[^`\n]*`)")  # split() keeps the spans at odd indices
+# What a cell may mark up on purpose: `code` (shown as it is) and **bold** (its text literal).
+_MARKUP = re.compile(r"(`[^`\n]*`|\*\*[^*\n]+?\*\*)")
 # What marimo's markdown (with its pymdownx extensions) acts on in running text: emphasis,
 # strike and sub/superscript, links, raw HTML, math, emoji, critic marks, keys, escapes.
 _ACTIVE = re.compile(r"[\\*_~^\[\]<>&$:{}+=!#|]")
@@ -69,8 +71,8 @@ def table_markdown(
     literal: bool = False,
 ) -> str:
     """The markdown source of ``table`` (see there). With ``literal`` (the page's table), a
-    cell's text outside `code spans` reaches the page as it is (``literal_html``); without it
-    (printed text, results.md) only ``|`` is escaped."""
+    cell's text reaches the page as it is (``literal_html``) but for `code spans` and
+    **bold**; without it (printed text, results.md) only ``|`` is escaped."""
     if not rows:
         return f"{caption}\n\n*(no rows)*" if caption else "*(no rows)*"
     columns = list(rows[0])
@@ -82,9 +84,18 @@ def table_markdown(
     def cell(text: str) -> str:
         # Escape outside `code spans` only: inside one the table parser keeps a |, and a
         # backslash there would show.
-        parts = _CODE_SPAN.split(text.replace("\n", " "))
-        plain = literal_html if literal else (lambda p: p.replace("|", "\\|"))
-        return "".join(p if i % 2 else plain(p) for i, p in enumerate(parts))
+        if not literal:
+            parts = _CODE_SPAN.split(text.replace("\n", " "))
+            return "".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
+        parts = _MARKUP.split(text.replace("\n", " "))
+        return "".join(
+            literal_html(p)
+            if i % 2 == 0
+            else p
+            if p.startswith("`")
+            else f"**{literal_html(p[2:-2])}**"
+            for i, p in enumerate(parts)
+        )
 
     def value(row: dict, column: str) -> str:
         if column not in row:

@@ -58,3 +58,10 @@ def test_code_spans_stay_code():
 def test_printed_tables_stay_plain_text():
     text = tables.table_markdown([{"key": ".*dense.*/kernel", "p": "a|b"}])
     assert "| .*dense.*/kernel | a\\|b |" in text and "&#" not in text
+
+
+def test_bold_stays_bold_and_its_text_literal():
+    import marimo as mo
+
+    rendered = mo.md(tables.table_markdown([{"v": "**yes**: a_b*c"}], literal=True)).text
+    assert "<strong>yes</strong>" in rendered and _cells(rendered) == ["yes: a_b*c"]
