@@ -7,6 +7,7 @@ with app.setup:
     import marimo as mo
 
     from core import lab
+    from core.lab import claims
     from interop.keras_track import models, parity, runner, views
 
     FLAGS = lab.Flags(
@@ -148,9 +149,19 @@ def test_check_passes(check):
 
 
 @app.cell
-def test_every_backend_trained(comparison):
-    for _run in comparison.runs.values():
-        assert _run.train_loss[-5:].mean() < _run.train_loss[:5].mean()
+def test_every_backend_trained_at_defaults(
+    backends, batch_size, channels1, channels2, comparison, learning_rate, optimizer, seed, steps
+):
+    # A claim about training, made for the defaults: two steps at learning rate 1e-4 need not
+    # lower the loss (issue 36), so it is asserted only while every control holds its default.
+    _controls = dict(
+        backends=backends, batch_size=batch_size, channels1=channels1, channels2=channels2,
+        learning_rate=learning_rate, optimizer=optimizer, seed=seed, steps=steps,
+    )  # fmt: skip
+    if claims.at_defaults(FLAGS, {_name: _c.value for _name, _c in _controls.items()}):
+        for _name, _run in comparison.runs.items():
+            _first, _last = _run.train_loss[:5].mean(), _run.train_loss[-5:].mean()
+            assert _last < _first, f"{_name}: mean loss of the last 5 steps {_last:.4g} >= first"
     return
 
 

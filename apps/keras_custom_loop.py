@@ -162,7 +162,10 @@ def _(request, result):
     _errors["loss per epoch (history)"] = numerics.scaled_max_error(
         result.loop_epoch_losses, result.fit_epoch_losses
     )
-    _moved = min(
+    # A dead unit's weights (a ReLU that never fires, a tiny step) need not move, so the guard
+    # against comparing two untouched copies is that training moved some weight past float32
+    # rounding; the table above shows how far each one moved.
+    _moved = max(
         numerics.scaled_max_error(result.initial[p], w) for p, w in result.fit_weights.items()
     )
     check = lab.Check(
@@ -172,7 +175,9 @@ def _(request, result):
         _tol,
         facts={
             f"one loss per step ({request.steps})": len(result.loop_losses) == request.steps,
-            "every weight moved (the comparison is not of two untouched copies)": _moved > _tol,
+            "training moved the weights (the comparison is not of two untouched copies)": (
+                _moved > _tol
+            ),
         },
     )
     check

@@ -442,6 +442,37 @@ def wrong_int8_accumulation(matmul: Matmul) -> np.ndarray:
     return np.asarray(jnp.dot(jnp.asarray(matmul.lhs), jnp.asarray(matmul.rhs)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Planted:
+    """The planted int8 accumulator in one integer matmul, and whether it can do harm there.
+
+    Summed in int8 the product wraps modulo 256, so it differs from the exact sum exactly
+    where that sum leaves int8's range: ``outside`` counts those sums (0: the mistake is
+    harmless on these operands, as at 2-bit weights and activations)."""
+
+    matmul: Matmul
+    exact: np.ndarray  # the int64 product (matmul_reference)
+    error: float  # the wrapped product's largest error against it
+    outside: int  # exact sums outside [-128, 127]
+    largest: int  # the largest |exact sum|
+
+    @property
+    def caught(self) -> bool:
+        """Caught where it does harm, equal to the exact sum where it cannot."""
+        return self.error > 0 if self.outside else self.error == 0
+
+
+def plant_int8_accumulator(matmuls) -> Planted:
+    """The planted mistake in the integer matmul whose exact sums reach furthest."""
+    exact = {m.layer: matmul_reference(m) for m in matmuls}
+    matmul = max(matmuls, key=lambda m: int(np.abs(exact[m.layer]).max()))
+    reference = exact[matmul.layer]
+    error = matmul_error(dataclasses.replace(matmul, product=wrong_int8_accumulation(matmul)))
+    info = np.iinfo(np.int8)
+    outside = int(((reference < info.min) | (reference > info.max)).sum())
+    return Planted(matmul, reference, error, outside, int(np.abs(reference).max()))
+
+
 def worst_case_sum(weight_bits: int, activation_bits: int, inputs: int) -> int:
     """The largest |sum| an integer matmul of ``inputs`` terms can reach: I * Qw * Qa."""
     return inputs * qmax(weight_bits) * qmax(activation_bits)

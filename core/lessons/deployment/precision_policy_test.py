@@ -175,3 +175,26 @@ def test_numpy_calibration_inputs_equal_the_float32_policys_matmul_inputs(params
     with pytest.raises(ValueError, match="each policy at most once"):
         q = pp.quantize(params, "float32", DEFAULT, {})
         pp.forward_many([q, q], x, DEFAULT)
+
+
+@pytest.mark.parametrize("bits", [2, 8])
+def test_the_planted_int8_accumulator_is_caught_exactly_where_its_sums_leave_int8(
+    params, split, bits
+):
+    """Issue 36: at 2-bit operands the planted int8 accumulator may be harmless (every exact
+    sum fits in int8), so "it is caught" cannot be claimed there; what holds at every setting
+    is that it is caught exactly when some exact sum of its matmul leaves int8's range, and it
+    is planted in the matmul whose sums reach furthest."""
+    settings = pp.Settings(bits, bits, "per tensor", "int32")
+    integer = pp.run_policies(params, split, settings, 16)["int8 weights + activations"]
+    planted = pp.plant_int8_accumulator(integer.matmuls)
+    exact = [pp.matmul_reference(m) for m in integer.matmuls]
+    assert planted.largest == max(int(np.abs(e).max()) for e in exact)
+    in_int8 = (planted.exact >= -128) & (planted.exact <= 127)
+    assert planted.outside == int((~in_int8).sum())
+    assert (planted.error > 0) == (planted.outside > 0)
+    wrong = np.asarray(pp.wrong_int8_accumulation(planted.matmul), np.int64)
+    assert np.array_equal(wrong[in_int8], planted.exact[in_int8])  # in range: exact
+    assert planted.caught == (planted.error > 0 if planted.outside else planted.error == 0)
+    if bits == 8:
+        assert planted.outside > 0 and planted.error > 1000

@@ -83,6 +83,20 @@ def problem(
             f"it the startup limit of {STARTUP_S:g} s applies, not the threshold): hang at step "
             f"{MIN_HANG_AT} or later, or 0 for no hang"
         )
+    # The runner kills the job at JOB_TIMEOUT_S whatever happens; the steps up to the hang and
+    # the threshold after it (or every step) must fit, with the startup limit before them.
+    needed = hang_at * step_seconds + stall_after_s if hang_at else steps * step_seconds
+    if needed > JOB_TIMEOUT_S - STARTUP_S:
+        what = (
+            f"{hang_at} steps of {step_seconds:g} s then the {stall_after_s:g} s threshold"
+            if hang_at
+            else f"{steps} steps of {step_seconds:g} s"
+        )
+        return (
+            f"{what} take {needed:g} s of steps, past the {JOB_TIMEOUT_S:g} s this lesson lets "
+            f"the job live ({STARTUP_S:g} s of it kept for the startup): the runner would kill "
+            "it first. Choose fewer or shorter steps, an earlier hang or a shorter threshold"
+        )
     return None
 
 

@@ -103,6 +103,18 @@ def test_refusals_say_why():
         lesson.watch_job("/nonexistent", 8, 6, 0.05, 2.0, 1.0)
 
 
+def test_a_job_longer_than_its_lifetime_is_refused():
+    """Issue 36: 400 steps of 2 s (the controls' ends) outlive the runner's JOB_TIMEOUT_S, so
+    the job was killed before its hang and the one-alert check failed. The hang at step K and
+    the threshold after it (or every step, without a hang) must fit in the lifetime."""
+    refused = lesson.problem(400, 400, 2.0, 5.0, 30.0)
+    assert refused is not None and "830 s" in refused and f"{lesson.JOB_TIMEOUT_S:g} s" in refused
+    assert "s of steps" in lesson.problem(400, 0, 2.0, 5.0, 30.0)
+    assert lesson.problem(400, 400, 0.05, 5.0, 30.0) is None  # 50 s: fits
+    budget = lesson.JOB_TIMEOUT_S - lesson.STARTUP_S
+    assert lesson.problem(100, 0, budget / 100, 0.25, budget) is None  # exactly at the limit
+
+
 def test_matmul_closed_form_is_below_xlas_count_of_the_jobs_step():
     """MFU's numerator (the matmuls) is part of what XLA counts for the whole Adam step."""
     state, batch = recovery_demo.init_state(CONFIG), recovery_demo.pipeline(CONFIG)[0]

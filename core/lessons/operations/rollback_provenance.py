@@ -270,7 +270,9 @@ def tampered_copy(directory: pathlib.Path, target: pathlib.Path, offset: int = 1
 
 
 def refusals(v1_dir: pathlib.Path, v2_dir: pathlib.Path, scratch: pathlib.Path) -> list[dict]:
-    """Each mismatch a verification must refuse, tried on v1: [{case, refused, kind, why}]."""
+    """Each mismatch a verification must refuse, tried on v1: [{case, changed, refused, kind,
+    why}]. ``changed``: the case differs from v1's record (v2's training data is v1's when v2
+    changed only its seed: that case changes nothing, must load, and says so)."""
     v1, v2 = provenance.read(v1_dir), provenance.read(v2_dir)
     env = provenance.current_environment()
     numpy_bumped = provenance.environment(
@@ -279,23 +281,30 @@ def refusals(v1_dir: pathlib.Path, v2_dir: pathlib.Path, scratch: pathlib.Path) 
     tampered = scratch / f"{v1_dir.name}-tampered"
     shutil.rmtree(tampered, ignore_errors=True)
     tampered_copy(v1_dir, tampered)
+    same_data = v2["data_sha256"] == v1["data_sha256"]
     cases = [
-        ("one bit flipped in the weights", tampered, {}),
-        ("v2's config", v1_dir, {"config": v2["config"]}),
-        ("v2's training data", v1_dir, {"data_sha256": v2["data_sha256"]}),
-        ("numpy upgraded in the serving environment", v1_dir, {"env": numpy_bumped}),
-        ("v2's manifest", v1_dir, {"manifest": v2}),
-        ("as recorded (must load)", v1_dir, {"config": v1["config"]}),
+        ("one bit flipped in the weights", tampered, {}, True),
+        ("v2's config", v1_dir, {"config": v2["config"]}, v2["config"] != v1["config"]),
+        (
+            "v2's training data" + (" (the same as v1's here: must load)" if same_data else ""),
+            v1_dir,
+            {"data_sha256": v2["data_sha256"]},
+            not same_data,
+        ),
+        ("numpy upgraded in the serving environment", v1_dir, {"env": numpy_bumped}, True),
+        ("v2's manifest", v1_dir, {"manifest": v2}, v2 != v1),
+        ("as recorded (must load)", v1_dir, {"config": v1["config"]}, False),
     ]
     rows = []
-    for case, directory, kwargs in cases:
+    for case, directory, kwargs, changed in cases:
+        row = {"case": case, "changed": changed}
         try:
             provenance.verify(directory, **kwargs)
-            rows.append({"case": case, "refused": False, "kind": "", "why": "verified"})
+            rows.append({**row, "refused": False, "kind": "", "why": "verified"})
         except provenance.ProvenanceError as exc:
             rows.append(
                 {
-                    "case": case,
+                    **row,
                     "refused": True,
                     "kind": ", ".join(exc.kinds),
                     "why": "; ".join(d for _, d in exc.problems),

@@ -71,6 +71,18 @@ def test_provenance_names_what_changed_between_versions(tmp_path):
     assert out.served == "v1"
 
 
+def test_at_regression_none_an_unchanged_case_loads_and_every_changed_one_is_refused(tmp_path):
+    """Issue 36: with --regression=none v2's training data is v1's, so handing v1 "v2's data"
+    changes nothing and loads; every row says whether it changed anything, and exactly the
+    changed ones are refused."""
+    rp.change_and_rollback(tmp_path, "none", 0, 20, revision="rev-a")
+    rows = {r["case"]: r for r in rp.refusals(tmp_path / "v1", tmp_path / "v2", tmp_path)}
+    data = next(r for case, r in rows.items() if case.startswith("v2's training data"))
+    assert not data["changed"] and not data["refused"] and "same as v1's" in data["case"]
+    assert rows["v2's config"]["changed"] and rows["v2's config"]["refused"]
+    assert all(r["refused"] == r["changed"] for r in rows.values()), rows
+
+
 def test_the_channel_refuses_a_tampered_version_and_writes_nothing(tmp_path):
     rp.build_version(tmp_path, "v1", rp.VersionConfig(steps=10), revision="r")
     channel = rp.Channel(tmp_path)
