@@ -97,11 +97,11 @@ def test_float32_on_a_tpu_follows_the_matmul_precision_and_says_why():
     assert "TPU at DEFAULT matmul precision (1 bfloat16 pass" in default.reason
     for precision in ("highest", "float32", jax.lax.Precision.HIGHEST, "HIGHEST"):
         bound = numerics.tolerance("float32", backend="tpu", precision=precision)
-        assert bound == 1e-4 and "HIGHEST matmul precision (6 bfloat16 passes)" in bound.reason
+        assert bound == 5e-4 and "HIGHEST matmul precision (6 bfloat16 passes)" in bound.reason
     high = numerics.tolerance("float32", backend="tpu", precision="bfloat16_3x")
-    assert high == 1e-4 and "HIGH matmul" in high.reason
+    assert high == 5e-4 and "HIGH matmul" in high.reason
     with jax.default_matmul_precision("highest"):
-        assert numerics.tolerance("float32", backend="tpu") == 1e-4
+        assert numerics.tolerance("float32", backend="tpu") == 5e-4
     assert numerics.tolerance("float32", backend="tpu") == default  # DEFAULT again
     assert numerics.tolerance("bfloat16", backend="tpu") == 2e-2  # other dtypes: the table
     with pytest.raises(ValueError, match="unknown matmul precision"):
@@ -185,3 +185,22 @@ def test_the_tpu_tolerance_passes_the_mxu_and_fails_planted_bugs(seed, t, d, pas
         _attention(q, k, v, matmul, causal=False), _attention64(q, k, v)
     )
     assert min(transposed, sign, unmasked) > 10 * bound, (transposed, sign, unmasked, bound)
+
+
+def test_the_tpu_tolerances_hold_what_a_v5e_measured_with_margin():
+    """The committed TPU record (benchmarks/float32_precision.py run on a v5e chip): every
+    figure at a precision within half its tolerance; the elementwise functions within half
+    HIGHEST's (they set its floor)."""
+    from core.perf import records
+
+    record = records.latest("float32_precision")
+    assert record.machine.platform == "tpu" and record.figures["device_kind"] == "TPU v5 lite"
+    figures = {k: v for k, v in record.figures.items() if isinstance(v, float)}
+    for level, (_passes, bound) in numerics.TPU_FLOAT32.items():
+        at_level = {k: v for k, v in figures.items() if k.endswith("_" + level.lower())}
+        assert len(at_level) == 4 and max(at_level.values()) <= bound / 1.5, (level, at_level)
+    elementwise = {k: v for k, v in figures.items() if k.startswith("elementwise_")}
+    assert len(elementwise) == 6
+    assert max(elementwise.values()) <= numerics.TPU_FLOAT32["HIGHEST"][1] / 2
+    # and CPU float32 is still the table's: the TPU's HIGHEST error would fail it
+    assert max(elementwise.values()) > numerics.tolerance("float32", backend="cpu")
