@@ -79,3 +79,17 @@ def test_the_lstsq_check_never_passes_on_a_vacuous_tolerance(log10_condition, ro
         for wrong in (np.zeros(cols), nudged):
             errors, tolerances, _ = ls.lstsq_check(a[0], b[0], {dtype: wrong}, condition)
             assert any(not errors[n] <= tolerances[n] for n in errors), (dtype, errors)
+
+
+def test_the_lstsq_check_on_a_tpu_host_judges_float64_as_computed_on_the_cpu(monkeypatch):
+    """On the v5e chip the check raised 'a TPU has no float64' (issue 37): the float64 solve
+    runs on the CPU device, so its tolerance is the CPU's; float32's follows the TPU rule."""
+    from core import numerics
+
+    a, _, b = ls.systems(jax.random.key(1), 12, 6, 6, [10.0])
+    solved = {dtype: ls.solve(a, b, "lstsq", dtype)[0] for dtype in ls.DTYPES}
+    monkeypatch.setattr(numerics, "computed_backend", lambda: "tpu")
+    errors, tolerances, _ = ls.lstsq_check(a[0], b[0], solved, 10.0)
+    forward = {name: tolerances[name] for name in tolerances if "vs NumPy" in name}
+    assert any(name.startswith("float64") for name in forward)
+    assert all(errors[name] <= tolerances[name] for name in errors), errors
