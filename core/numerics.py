@@ -139,6 +139,18 @@ def tolerance(dtype: Any, *, backend: str | None = None, precision=None) -> Tole
     return Tolerance(TOLERANCE[name])
 
 
+def scaled_tolerance(cpu_bound: float, *, backend: str | None = None, precision=None):
+    """A check's own float32 bound, set and measured on a CPU (two float32 computations of the
+    same numbers in different orders, say), carried to ``backend``: ``cpu_bound`` times
+    tolerance("float32") there over the table's float32 value, with the reason. On a CPU it is
+    ``cpu_bound`` unchanged."""
+    here = tolerance("float32", backend=backend, precision=precision)
+    if not here.reason:
+        return Tolerance(cpu_bound)
+    factor = here / TOLERANCE["float32"]
+    return Tolerance(cpu_bound * factor, f"the CPU's {cpu_bound:g} x {factor:g}: {here.reason}")
+
+
 def as_float64(x) -> np.ndarray:
     """``x`` (NumPy, JAX, Python numbers; any float dtype incl. bfloat16) as a float64 array."""
     array = np.asarray(x)

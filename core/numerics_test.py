@@ -204,3 +204,13 @@ def test_the_tpu_tolerances_hold_what_a_v5e_measured_with_margin():
     assert max(elementwise.values()) <= numerics.TPU_FLOAT32["HIGHEST"][1] / 2
     # and CPU float32 is still the table's: the TPU's HIGHEST error would fail it
     assert max(elementwise.values()) > numerics.tolerance("float32", backend="cpu")
+
+
+def test_a_checks_own_bound_is_carried_to_the_tpu_with_its_reason():
+    assert numerics.scaled_tolerance(1e-4, backend="cpu") == 1e-4
+    assert numerics.scaled_tolerance(1e-4, backend="cpu").reason == ""
+    default = numerics.scaled_tolerance(1e-4, backend="tpu", precision="default")
+    assert default == pytest.approx(1e-4 * 2e-2 / 1e-5)
+    assert default.reason.startswith("the CPU's 0.0001 x 2000: float32 on a TPU at DEFAULT")
+    highest = numerics.scaled_tolerance(1e-4, backend="tpu", precision="highest")
+    assert highest == pytest.approx(1e-4 * 50)
