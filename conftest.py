@@ -116,6 +116,23 @@ def run_app():
     return _load_tool("app_runner").run
 
 
+@pytest.fixture(scope="session")
+def run_lesson(run_app):
+    """``run_lesson(stem, *flags, timeout=...)``: `python apps/STEM.py FLAGS...` headless on
+    the course's 8 CPU devices, from the repository root (a subprocess.CompletedProcess)."""
+    from core import curriculum, runtime
+
+    def run(stem: str, *flags, timeout: float):
+        return run_app(
+            [curriculum.APPS_DIR / f"{stem}.py", *flags],
+            env=runtime.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
+            cwd=curriculum.REPO_ROOT,
+            timeout=timeout,
+        )
+
+    return run
+
+
 MODULE_SECONDS_FILE = REPO_ROOT / "tests" / "module_seconds.json"
 SECONDS_PER_UNKNOWN_TEST = 0.3  # a module missing from the file: about the suite's median test
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import curriculum, lab
+from core import curriculum
 
 # (app stem, flags, why it is refused). Keep this short: each case is one headless run, and
 # where an app has several guards the case trips the earliest (the run stops soonest).
@@ -128,14 +128,9 @@ def _id(case) -> str:
 
 
 @pytest.mark.parametrize("case", REFUSALS, ids=[_id(c) for c in REFUSALS])
-def test_refused_combination_stops_cleanly(case, run_app):
+def test_refused_combination_stops_cleanly(case, run_lesson):
     stem, flags, why = case
-    result = run_app(
-        [curriculum.APPS_DIR / f"{stem}.py", *flags],
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
-        cwd=curriculum.REPO_ROOT,
-        timeout=LIMIT_S,
-    )
+    result = run_lesson(stem, *flags, timeout=LIMIT_S)
     output = result.stdout + result.stderr
     assert "Traceback" not in output, f"{why}: a cell ran past the refusal\n{output[-4000:]}"
     assert result.returncode == 0, f"{why}: exit {result.returncode}\n{output[-4000:]}"
@@ -163,33 +158,25 @@ def test_every_app_with_a_guard_has_a_refused_case():
     assert covered <= guarded, "a case names an app without a guard"
 
 
-def test_a_mistyped_flag_is_refused_not_ignored(run_app):
+def test_a_mistyped_flag_is_refused_not_ignored(run_lesson):
     """`python apps/x.py --sed 5` once ran the defaults without a word (issue 36): a script
     refuses a flag its app does not have, as argparse does (exit 2), and suggests the near one."""
-    result = run_app(
-        [curriculum.APPS_DIR / "vmap.py", "--sed", "5"],
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
-        cwd=curriculum.REPO_ROOT,
-        timeout=LIMIT_S,
-    )
+    result = run_lesson("vmap", "--sed", "5", timeout=LIMIT_S)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "unrecognized arguments: --sed 5 (did you mean --seed?)" in result.stderr
     assert "Traceback" not in result.stderr and "PASS" not in result.stdout
 
 
-def test_a_seed_that_is_not_the_sheets_is_refused(run_app, tmp_path):
+def test_a_seed_that_is_not_the_sheets_is_refused(run_lesson, tmp_path):
     """`--seed 5 --answers sheet.json` once graded the sheet's seed while results.md said
     --seed=5 (issue 36): a chosen seed and the sheet's must agree, or the app stops and
     names both."""
     sheet = tmp_path / "sheet.json"
     sheet.write_text('{"path": "learn-tpus", "seed": 11, "answers": {}}', encoding="utf-8")
-    result = run_app(
-        [curriculum.APPS_DIR / "assessment_learn_tpus.py", "--seed", "5", "--answers", sheet]
-        + ["--progress-dir", tmp_path / "workspace"],
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
-        cwd=curriculum.REPO_ROOT,
-        timeout=LIMIT_S,
-    )
+    result = run_lesson(
+        "assessment_learn_tpus", "--seed", "5", "--answers", sheet,
+        "--progress-dir", tmp_path / "workspace", timeout=LIMIT_S,
+    )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "Traceback" not in output, output[-3000:]
     stopped = [line for line in result.stdout.splitlines() if line.startswith("STOPPED: ")]

@@ -111,14 +111,9 @@ def _assert_ok_or_refused(outcome: str, what: str, output: str) -> None:
 @pytest.mark.parametrize(
     "case", REGRESSIONS, ids=[f"{stem}[{' '.join(flags)}]" for stem, flags, _ in REGRESSIONS]
 )
-def test_a_run_that_once_failed_at_allowed_values_holds(case, run_app):
+def test_a_run_that_once_failed_at_allowed_values_holds(case, run_lesson):
     stem, flags, why = case
-    result = run_app(
-        [curriculum.APPS_DIR / f"{stem}.py", *flags],
-        env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
-        cwd=curriculum.REPO_ROOT,
-        timeout=LIMIT_S,
-    )
+    result = run_lesson(stem, *flags, timeout=LIMIT_S)
     outcome = sweep.classify(result.returncode, result.stdout, result.stderr)
     _assert_ok_or_refused(outcome, f"once failed: {why}", result.stdout + result.stderr)
 
