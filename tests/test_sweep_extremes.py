@@ -48,6 +48,12 @@ REGRESSIONS = [
         + ["--batch-size=128"],
         "train and eval curves held to 1e-4 through chaotic training (Adam at 1.0)",
     ),
+    # the full sweep: a mistake judged on purpose printed FAIL (now: the diff must catch it)
+    (
+        "keras_nnx_twin",
+        ["--seed=9999", "--batch=64", "--mistake=act1_tanh_gelu", "--control=act1_tanh_gelu"],
+        "a FAIL line whenever a mistake was planted in the judged move",
+    ),
     # issue 36: a dead unit's weights need not move
     (
         "keras_custom_loop",

@@ -58,6 +58,9 @@ def compare(
 
 # The dashes of a chart's runs, in the order the runs first appear: the first is solid.
 RUN_DASHES = ([1, 0], [6, 4], [2, 2], [8, 3, 2, 3])
+# A chart embeds every row, and Altair refuses more than 5000: a curve longer than this is
+# drawn from every k-th step (its last step kept), which reads the same at chart width.
+MAX_POINTS_PER_CURVE = 500
 
 
 def loss_chart(curves: Mapping[str, Sequence[dict]] | list[dict], title: str, log: bool = False):
@@ -65,6 +68,7 @@ def loss_chart(curves: Mapping[str, Sequence[dict]] | list[dict], title: str, lo
 
     Runs get their dash in the order they first appear in the rows (the first solid, the
     next dashed), never Vega-Lite's alphabetical order, so a title can say which is which.
+    A curve of more than MAX_POINTS_PER_CURVE steps is thinned (the title says so).
     """
     import altair as alt
     import pandas as pd
@@ -72,6 +76,12 @@ def loss_chart(curves: Mapping[str, Sequence[dict]] | list[dict], title: str, lo
     from core.lab import charts
 
     frame = pd.DataFrame(curves)
+    curve = frame.groupby([c for c in ("backend", "run") if c in frame], sort=False)["step"]
+    index, size = curve.cumcount(), curve.transform("size")
+    stride = -(-size // MAX_POINTS_PER_CURVE)  # ceil
+    if int(stride.max()) > 1:
+        frame = frame[(index % stride == 0) | (index == size - 1)]
+        title = f"{title} (one step in {int(stride.max())} drawn)"
     names = list(dict.fromkeys(frame["backend"]))
     color = alt.Color(
         "backend:N", scale=alt.Scale(domain=names, range=charts.distinct_colors(len(names)))

@@ -53,3 +53,21 @@ def test_loss_chart_draws_its_first_run_solid_as_its_title_says():
     assert charts.spec_problems(chart) == []
     dashes = charts.dash_of(next(charts.unit_views(chart)), rows)
     assert dashes["train"] == [1, 0] and dashes["eval"] != [1, 0]
+
+
+def test_a_long_loss_chart_is_thinned_under_altairs_row_limit():
+    """keras_train_eval_step at 2000 steps drew 6030 rows, past Altair's 5000 (issue 36)."""
+    steps = 2000
+    runs = {
+        name: _run(name, np.linspace(1.0, 0.1, steps), [[1, 0]])
+        for name in ("jax", "torch", "tensorflow")
+    }
+    rows = [{**r, "run": "train"} for r in parity.curve_rows(runs)]
+    chart = views.loss_chart(rows, "train loss")
+    spec = chart.to_dict()  # raises MaxRowsError past 5000 rows
+    drawn = chart.data
+    assert len(drawn) <= 3 * views.MAX_POINTS_PER_CURVE + 3
+    assert set(drawn.groupby("backend")["step"].max()) == {steps}  # the last step kept
+    assert "one step in 4 drawn" in str(spec["title"])
+    short = views.loss_chart(rows[:30], "short").to_dict()
+    assert short["title"] == "short"
