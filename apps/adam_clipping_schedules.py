@@ -138,6 +138,7 @@ def _(
     learning_rates = acs.evaluate(optax_schedule, np.arange(steps.value))
     ours_S = acs.ours_adamw(params, grads_S, ours_schedule, **hyper)
     optax_S = acs.optax_adamw(params, grads_S, optax_schedule, **hyper)
+    lab.require("torch", why="the third reference is torch.optim.AdamW")
     torch_S = references.torch_adamw(params, grads_S, learning_rates, **hyper)
     mo.md(
         f"""

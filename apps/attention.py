@@ -413,6 +413,7 @@ def _(config, pieces):
 @app.cell
 def _(config, k_BTHK, pickers_ok, pieces, q_BTHK, v_BTHK):
     assert pickers_ok  # used in the body, so marimo orders this after the pickers' guard
+    lab.require("torch", why="the check's reference is torch's scaled_dot_product_attention")
     # Independent references on the same q, k, v: PyTorch in float64, and XLA's own
     # attention (jax.nn.dot_product_attention) in the lesson's dtype.
     check = lab.Check(
@@ -446,6 +447,7 @@ def _(config, k_BTHK, pickers_ok, pieces, q_BTHK, v_BTHK):
 @app.cell
 def _(config, pickers_ok, projections, x_BTD):
     assert pickers_ok  # after the pickers' guard, like the check
+
     # d out[t] / d x[s] for every pair: Jacobian of the whole layer (x -> q, k, v -> out).
     def _layer(x_TD):
         return attention.self_attention_BTHK(projections, x_TD[None], causal=config.causal)[0]

@@ -120,6 +120,7 @@ def _(check_envs, check_steps, seed):
     # The same rollout in float64 (inside jax.enable_x64) against gymnasium: each gymnasium env
     # gets our actions and runs free within an episode; its state is set from ours only at
     # episode starts, where our reset's randomness enters.
+    lab.require("gymnasium", why="the rollout is checked against gymnasium's CartPole-v1")
     versus = gymnasium_parity.rollout_vs_gymnasium(seed.value, check_envs.value, check_steps.value)
     check = lab.Check(
         f"vmap + scan rollout of {check_envs.value} envs x {check_steps.value} steps "
@@ -150,6 +151,7 @@ def _(max_envs, min_envs, points):
 
 @app.cell
 def _(counts, timing_steps):
+    lab.require("gymnasium", why="the timing sweep races gymnasium's vectorized loop")
     rows = batched_rollouts.sweep(counts, timing_steps.value)
     where = batched_rollouts.crossover(rows)
     if where is None:

@@ -160,6 +160,11 @@ def _(fuzz_examples, max_batch, rows, rows_fit, seed, serve_button, steps):
         lab.interactive() and not serve_button.value,
         mo.callout(mo.md("Press **Start the service** to run the boundary test."), kind="info"),
     )
+    lab.require(
+        "schemathesis",
+        sockets=True,
+        why="the service listens on 127.0.0.1 and schemathesis fuzzes it over HTTP",
+    )
     _dir = tempfile.mkdtemp(dir=WORKDIR.name)
     with mo.status.spinner(title="training and exporting the served model"):
         export.write_artifacts(export.train(seed.value, steps.value), _dir, max_batch.value)

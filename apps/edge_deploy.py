@@ -167,6 +167,11 @@ def _(calibration, channels1, channels2, convert_button, fn, params, representat
             kind="info",
         ),
     )
+    lab.require(
+        "tensorflow",
+        "ai_edge_litert",
+        why="the model is converted with jax2tf and TensorFlow's converter and run by LiteRT",
+    )
     _spec = {
         "model": f"core.nn.nnx_models.CNN{(channels1.value, channels2.value)}",
         "weights_sha256": tflite.arrays_sha256(params),

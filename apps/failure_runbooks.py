@@ -175,6 +175,9 @@ def _(spot_button):
 
 @app.cell
 def _():
+    lab.require(
+        sockets=True, why="the checkpoint round trip goes through a storage emulator on 127.0.0.1"
+    )
     _state = {"w": jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4) / 7,
               "step": jnp.asarray(3, jnp.int32)}  # fmt: skip
     gcs_trip = gcs.round_trip(_state, step=3)

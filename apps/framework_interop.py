@@ -133,6 +133,10 @@ def _(batch, formats, full_button, mistake, mistake_in):
             "run, so that some pair is compared without it"
         )
     lab.guard(problem, headline="This matrix cannot be run.")
+    lab.require(
+        *dict.fromkeys(m for f in running for m in parity.MODULES[f]),
+        why=f"the formats {', '.join(running)} run in their own frameworks",
+    )
     return running, waiting
 
 

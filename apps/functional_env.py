@@ -93,6 +93,7 @@ def _():
 
 @app.cell
 def _(policy, seed, steps):
+    lab.require("gymnasium", why="our CartPole is checked step by step against gymnasium's")
     # Ours (jitted, in float64 inside jax.enable_x64) and gymnasium's, side by side: before
     # every step gymnasium's env.unwrapped.state is set from ours, both take the same action.
     parity = gymnasium_parity.side_by_side(seed.value, steps.value, policy.value)

@@ -177,6 +177,9 @@ def _(champion, seed, window):
 
 @app.cell
 def _(p95_budget_ms, run_button, run_time_s, seed, users, versions, window):
+    lab.require(
+        "locust", sockets=True, why="the service listens on 127.0.0.1 and locust loads it over HTTP"
+    )
     _current = (window["max_batch"], window["max_wait_ms"])
     if lab.interactive() and run_button.value:
         _settings = list(dict.fromkeys([(1, 0.0), _current, (window["max_batch"], 5.0)]))

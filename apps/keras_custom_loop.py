@@ -94,6 +94,7 @@ def _(batch, epochs, examples, hidden, learning_rate, optimizer, seed):
         learning_rate=float(learning_rate.value),
     )
     lab.guard(loop.problem(request), headline="These settings cannot be compared step by step.")
+    lab.require("keras", why="the Keras model runs in a subprocess (jax backend)")
     return (request,)
 
 

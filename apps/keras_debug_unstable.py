@@ -99,6 +99,11 @@ def _():
 def _(backends):
     chosen, _problem = runner.parse_backends(backends.value)
     lab.guard(_problem, headline="These backends cannot be run.")
+    lab.require(
+        "keras",
+        *[b for b in chosen if b != "jax"],
+        why="Keras runs each chosen backend in its own process",
+    )
     return (chosen,)
 
 

@@ -103,6 +103,7 @@ def _(batch, bias_key, hidden, kernel_key, mesh, seed):
         [{"path": p, "shape": str(s)} for p, s in _shapes.items()], "the MLP's weights"
     )
     lab.guard(dist.problem(request), _context, headline="This layout cannot be built.")
+    lab.require("keras", why="the Keras model runs in a subprocess (jax backend)")
     return (request,)
 
 

@@ -118,6 +118,11 @@ def _(backends, mistake):
     chosen = ARGS.backends.split(",") if not lab.interactive() else list(backends.value)
     chosen = [b.strip() for b in chosen if b.strip()]
     lab.guard(twin.problem(chosen, mistake.value), headline="Nothing to compare.")
+    lab.require(
+        "keras",
+        *[b for b in chosen if b != "jax"],
+        why="Keras runs each chosen backend in its own process",
+    )
     return (chosen,)
 
 

@@ -93,6 +93,11 @@ def _(loaders, saved_by):
     chosen = ARGS.loaders.split(",") if not lab.interactive() else list(loaders.value)
     chosen = [b.strip() for b in chosen if b.strip()]
     lab.guard(saving.problem(saved_by.value, chosen), headline="Nothing to move.")
+    lab.require(
+        "keras",
+        *sorted({saved_by.value, *chosen} - {"jax"}),
+        why="Keras saves and loads under each backend in its own process",
+    )
     return (chosen,)
 
 

@@ -97,6 +97,11 @@ def _(backends, jit_compile):
             "the app's few-seconds budget; choose auto or off, or leave torch out"
         )
     lab.guard(_problem, headline="This combination is not run here.")
+    lab.require(
+        "keras",
+        *[b for b in chosen if b != "jax"],
+        why="Keras runs each chosen backend in its own process",
+    )
     return (chosen,)
 
 

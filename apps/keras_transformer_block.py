@@ -79,6 +79,11 @@ def _(backends, heads, seq_len, width):
         except ValueError as _error:
             _problem = str(_error)
     lab.guard(_problem, headline="This block cannot be built.")
+    lab.require(
+        "keras",
+        *[b for b in chosen if b != "jax"],
+        why="Keras runs each chosen backend in its own process",
+    )
     return chosen, spec
 
 

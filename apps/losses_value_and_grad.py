@@ -136,6 +136,7 @@ def _(batch, classes, features, loss, seed):
 def _(grads, loss, loss_value, params, torch_dtype, x_BD, y):
     # Independent references: PyTorch autograd (F.mse_loss / F.cross_entropy) and the
     # gradients written out by hand in NumPy float64. JAX runs in float32.
+    lab.require("torch", why="one reference is PyTorch autograd")
     torch_loss, torch_grads = losses_value_and_grad.torch_value_and_grad(
         params, x_BD, y, loss.value, torch_dtype.value
     )

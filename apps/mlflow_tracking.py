@@ -70,6 +70,7 @@ def _():
 
 @app.cell
 def _(hidden, runs, seed, steps):
+    lab.require("mlflow", why="the runs are tracked in an MLflow store")
     run_dir = tempfile.TemporaryDirectory(prefix="mlflow_tracking-")
     store_dir = pathlib.Path(run_dir.name)
     with mo.status.spinner(

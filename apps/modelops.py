@@ -65,6 +65,7 @@ def _():
 
 @app.cell
 def _(seed, steps):
+    lab.require("mlflow", why="the registry is MLflow's")
     workdir = tempfile.TemporaryDirectory(prefix="modelops-")
     with mo.status.spinner(title="Opening the registry, training and registering 3 versions..."):
         life = modelops.lifecycle(

@@ -108,6 +108,9 @@ def live_chart(evts, scrapes, alerts, stall_after_s):
 @app.cell
 def _(chosen, run_button, seed):
     mo.stop(lab.interactive() and not run_button.value, mo.md("Press **Run and watch the job**."))
+    lab.require(
+        sockets=True, why="the job exports its metrics on 127.0.0.1 and the watcher scrapes them"
+    )
     _run_dir = tempfile.mkdtemp(prefix="observability-")
 
     def _draw(evts, scrapes, alerts):

@@ -138,6 +138,10 @@ def _(batch, devices_per_process, processes, run_button, steps):
         lab.interactive() and not run_button.value,
         mo.md("*Press **Run the rehearsal**.*"),
     )
+    lab.require(
+        sockets=True,
+        why="the rehearsal's processes join one JAX job through a coordinator on 127.0.0.1",
+    )
     _args = ["--steps", str(steps.value), "--batch", str(batch.value)]
     try:
         multi, single, difference = rehearse.compare_with_single_process(

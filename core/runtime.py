@@ -302,6 +302,82 @@ def course_path(relative: str | os.PathLike) -> pathlib.Path:
     return shipped if not in_checkout.exists() and shipped.exists() else in_checkout
 
 
+# --- what the host lacks ------------------------------------------------------------------
+
+# The optional frameworks lessons import, by module: the distribution that provides it. A TPU
+# host's install may leave them out (a borrowed chip's host had neither torch nor gymnasium).
+OPTIONAL_MODULES = {
+    "torch": "torch",
+    "tensorflow": "tensorflow-cpu",
+    "keras": "keras",
+    "gymnasium": "gymnasium",
+    "onnx": "onnx",
+    "onnxruntime": "onnxruntime",
+    "ai_edge_litert": "ai-edge-litert",
+    "mlflow": "mlflow",
+    "optuna": "optuna",
+    "locust": "locust",
+    "schemathesis": "schemathesis",
+}
+# Where a host without internet gets them: the course's wheelhouse (tpu_scripts/wheelhouse).
+OFFLINE_INSTALL = "on a host without internet, from the course's wheelhouse (`make wheelhouse`)"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def has_module(name: str) -> bool:
+    """Whether ``name`` can be imported here (found on the path; nothing is imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a None in sys.modules
+        return False
+
+
+def loopback_socket_problem() -> str | None:
+    """Why this host cannot open a loopback TCP socket (servers, jax.distributed's coordinator,
+    locust, an MLflow or storage emulator need one), or None when it can."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(1)
+    except OSError as error:
+        return f"socket(AF_INET).bind(('127.0.0.1', 0)) raised {error}"
+    return None
+
+
+def can_open_loopback_socket() -> bool:
+    """Whether this host can open a loopback TCP socket (``loopback_socket_problem``)."""
+    return loopback_socket_problem() is None
+
+
+def install_hint(module: str) -> str:
+    """How to get ``module``: its pip command (torch's CPU build), and offline."""
+    distribution = OPTIONAL_MODULES.get(module, module)
+    command = f"`pip install {distribution}`"
+    if module == "torch":
+        command = f"`pip install torch --index-url {CPU_TORCH_INDEX}` (the CPU build)"
+    return f"{command}, or {OFFLINE_INSTALL}"
+
+
+def host_lacks(modules=(), sockets: bool = False, why: str = "") -> str | None:
+    """What this host lacks for a piece of work, and how to get it: the ``modules`` it cannot
+    import and, with ``sockets``, a loopback socket; ``why`` says what needs them. None when
+    nothing is missing."""
+    missing = [m for m in modules if not has_module(m)]
+    problems = [f"`{m}` is not installed here ({install_hint(m)})" for m in missing]
+    if sockets and (socket_problem := loopback_socket_problem()) is not None:
+        problems.append(
+            f"this host cannot open a loopback socket ({socket_problem}): run it where "
+            "loopback TCP works (a Cloud TPU VM, a laptop), not in a sandbox without networking"
+        )
+    if not problems:
+        return None
+    return f"{why + ': ' if why else ''}{'; '.join(problems)}."
+
+
 def package_version(distribution: str) -> str | None:
     """The installed version of ``distribution`` ("jaxlib", "libtpu"), or None if absent."""
     from importlib import metadata

@@ -183,3 +183,32 @@ def test_a_second_app_on_a_tpu_vm_runs_on_the_cpu_and_says_who_holds_the_chip(he
     assert backend == "cpu 2"
     assert f"process {pid}" in notice and "runs on the CPU" in notice
     assert f"process {pid}" in done.stderr  # said in a headless run's output too
+
+
+# --- what the host lacks ------------------------------------------------------------------
+
+
+def test_host_lacks_names_each_missing_module_and_how_to_get_it(monkeypatch):
+    monkeypatch.setattr(runtime, "has_module", lambda name: name not in ("torch", "gymnasium"))
+    monkeypatch.setattr(runtime, "loopback_socket_problem", lambda: None)
+    assert runtime.host_lacks(["numpy"], sockets=True) is None
+    why = runtime.host_lacks(["torch", "numpy", "gymnasium"], why="the references")
+    assert why.startswith("the references: ")
+    assert "`torch` is not installed" in why and "download.pytorch.org/whl/cpu" in why
+    assert "`gymnasium` is not installed" in why and "pip install gymnasium" in why
+    assert "numpy" not in why and "wheelhouse" in why
+
+
+def test_host_lacks_a_loopback_socket(monkeypatch):
+    problem = "socket(AF_INET).bind(('127.0.0.1', 0)) raised [Errno 97] Address family ..."
+    monkeypatch.setattr(runtime, "loopback_socket_problem", lambda: problem)
+    assert runtime.host_lacks() is None  # nothing asked for
+    why = runtime.host_lacks(sockets=True, why="jax.distributed's coordinator")
+    assert "[Errno 97]" in why and "loopback" in why and "coordinator" in why
+    assert not runtime.can_open_loopback_socket()
+
+
+def test_the_probes_on_this_host():
+    assert runtime.has_module("numpy") and not runtime.has_module("no_such_module_here")
+    assert not runtime.has_module("no_such_package.sub")
+    assert runtime.can_open_loopback_socket()  # the suite's own servers need one here

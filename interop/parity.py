@@ -53,6 +53,18 @@ FORMATS: tuple[str, ...] = (
     "keras_torch",
     "keras_tensorflow",
 )
+# The optional frameworks each format needs (a host may lack them: core.runtime.host_lacks).
+MODULES: dict[str, tuple[str, ...]] = {
+    "jax": (),
+    "torch": ("torch",),
+    "onnx": ("torch", "onnx", "onnxruntime"),  # torch.onnx.export, run by ONNX Runtime
+    "tf_savedmodel": ("tensorflow",),
+    "tflite_float": ("tensorflow", "ai_edge_litert"),
+    "tflite_int8": ("tensorflow", "ai_edge_litert"),
+    "keras_jax": ("keras",),
+    "keras_torch": ("keras", "torch"),
+    "keras_tensorflow": ("keras", "tensorflow"),
+}
 # Cheap enough for a headless run at the app's defaults (no subprocess, no TensorFlow).
 CHEAP: tuple[str, ...] = ("jax", "torch", "onnx")
 REFERENCE = "jax"

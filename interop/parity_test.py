@@ -170,3 +170,11 @@ def test_against_reference_judges_each_format(cheap):
     assert all(error <= bound for error, bound in judged.values())
     shifted = parity.against_reference(cheap, reference + 1e-3)
     assert all(error > bound for error, bound in shifted.values())
+
+
+def test_every_format_names_the_frameworks_it_needs():
+    """framework_interop refuses (lab.require) a format whose framework the host lacks."""
+    from core import runtime
+
+    assert set(parity.MODULES) == set(parity.FORMATS)
+    assert {m for ms in parity.MODULES.values() for m in ms} <= set(runtime.OPTIONAL_MODULES)
