@@ -55,31 +55,13 @@ def test_which_modules_are_tests(module, is_test):
 
 @pytest.fixture(scope="module")
 def wheel_site(tmp_path_factory):
-    """The project's wheel, built from a copy of the checkout's files (tracked and new, as a
-    fresh clone would hold them) and unpacked: a pure-Python wheel's files are its install."""
-    import shutil
-    import subprocess
-    import sys
+    """The project's wheel as course-run builds it for a TPU VM (tpu_scripts.project_wheel:
+    from a clean copy of the sources), unpacked: a pure-Python wheel's files are its install."""
     import zipfile
 
-    root = curriculum.REPO_ROOT
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root, capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    source = tmp_path_factory.mktemp("source")
-    for name in filter(None, listed):
-        if (root / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / name, source / name)
-    dist = tmp_path_factory.mktemp("dist")
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "-q", "-w", str(dist), str(source)],
-        capture_output=True, text=True, cwd=source,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = dist.glob("*.whl")
+    from tpu_scripts import project_wheel
+
+    wheel = project_wheel.build_wheel(tmp_path_factory.mktemp("dist"))
     site = tmp_path_factory.mktemp("site")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)

@@ -29,11 +29,25 @@ def _source_tree(target: pathlib.Path) -> None:
     modules = sorted({f"{name.rpartition('.')[0]}.py" for name in commands})
     for name in ("pyproject.toml", "README.md", *modules):
         shutil.copy2(root / name, target / name)
+    for name in _course_files(root):  # what exported lessons read outside the packages
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target / name)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "__marimo__")
     for pattern in includes:
         package = pattern.rstrip("*")
         if (root / package).is_dir():
             shutil.copytree(root / package, target / package, ignore=skip)
+
+
+def _course_files(root: pathlib.Path) -> list[str]:
+    """wheel_contents.course_files: the checkout's files the wheel ships under core/_course/
+    (read from the build module itself, which is not a package of the project)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wheel_contents", root / "wheel_contents.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.course_files(str(root))
 
 
 def build_wheel(staged: pathlib.Path) -> pathlib.Path:
