@@ -115,8 +115,13 @@ def _leaf_names(tree) -> list[str]:
 def default_tolerance(x) -> float:
     """The bound for a gradient computed in the inputs' dtype: the least precise leaf's
     ``numerics.tolerance``, never tighter than the finite differences' own FD_TOLERANCE."""
-    dtypes = [np.dtype(jnp.asarray(leaf).dtype).name for leaf in jax.tree.leaves(x)]
-    return max([FD_TOLERANCE, *(numerics.tolerance(d) for d in dtypes)])
+    bounds = [FD_TOLERANCE]
+    for leaf in jax.tree.leaves(x):
+        # judged on the backend the leaf lives on: float64 lives on the host's CPU beside a TPU
+        backend = next(iter(leaf.devices())).platform if isinstance(leaf, jax.Array) else None
+        name = np.dtype(jnp.asarray(leaf).dtype).name
+        bounds.append(numerics.tolerance(name, backend=backend))
+    return max(bounds)
 
 
 def numeric_gradient(
