@@ -249,14 +249,19 @@ def _(model, repeats, split, variants):
 
 
 @app.cell
-def _(figures, max_kb, max_latency_ms, min_accuracy):
+def _(figures, max_kb, max_latency_ms, min_accuracy, split):
+    # Reads `split` (bound by the training cell after its run-button wait) as well as
+    # `figures`: marimo holds a cell as "ancestor stopped" only when a def it misses comes
+    # from the stopped cell itself, so a budget slider moved before the button would
+    # otherwise run this cell without `figures` (NameError; marimo issue #7293).
     budget = lesson.Budget(max_kb.value, max_latency_ms.value, min_accuracy.value)
     verdict_rows = lesson.verdicts(figures, budget)
     lab.report("variants meeting the budget", sum(r["meets budget"] for r in verdict_rows))
     mo.vstack(
         [
             mo.md(
-                f"## The verdict\nBudget: at most **{budget.max_kb:g} KB**, at most "
+                f"## The verdict\nOn the {split.sizes()[1]} held-out digits, against the "
+                f"budget: at most **{budget.max_kb:g} KB**, at most "
                 f"**{budget.max_latency_ms:g} ms** per inference (on this CPU), at least "
                 f"**{budget.min_accuracy:.1%}** held-out accuracy."
             ),

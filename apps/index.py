@@ -126,9 +126,18 @@ def _(course, only_present, path):
             f'{html.escape(_title)} <span class="count">{_count} of {len(_all)} built</span>'
             f"</h3><ul>{_items}</ul></section>"
         )
+    _lessons = [les for _title in shown_titles for les in by_title[_title]["lessons"]]
+    _built = sum(les["status"] == "present" for les in _lessons)
+    # The filter says what it did, also when it hides nothing (every lesson built).
+    _filter = (
+        f" (only lessons with an app: {_built} of {len(_lessons)}, "
+        f"{len(_lessons) - _built} planned hidden)"
+        if only_present.value
+        else ""
+    )
     mo.vstack(
         [
-            mo.md(f"## Phases: {html.escape(path.value)}"),
+            mo.md(f"## Phases: {html.escape(path.value)}{_filter}"),
             mo.Html(HOME_CSS + f'<div class="course-home">{"".join(_blocks)}</div>'),
         ]
     )

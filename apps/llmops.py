@@ -135,6 +135,11 @@ def _(cases, min_exact_match, model, seed, v_bare, v_candidate):
         ),
         lab.table(evals[v_candidate.version].samples[:6],
                   "The candidate's completions (first 6 cases)"),
+        mo.md(f"**Promotion gate**: the candidate's exact match "
+              f"{evals[v_candidate.version].exact_match:.0%} against at least "
+              f"{min_exact_match.value:.0%}: "
+              + ("**promote** it to production." if promote else "**keep** the production "
+                 "version.")),
     ])  # fmt: skip
     return evals, promote
 

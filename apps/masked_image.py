@@ -314,7 +314,11 @@ def _(patch, result, test_everywhere, test_hidden, test_loss):
 
 
 @app.cell
-def _(patch, shown, test_hidden, test_predicted):
+def _(patch, result, shown, test_hidden, test_predicted):
+    # Reads `result` (bound by the training cell after its run-button wait) as well as
+    # `test_predicted`: marimo holds a cell as "ancestor stopped" only when a def it misses
+    # comes from the stopped cell itself, so "images shown" moved before Train would otherwise
+    # run this cell without `test_predicted` (NameError; marimo issue #7293).
     hidden_pixels = np.asarray(masked_image.pixel_mask(test_hidden, patch.value))
     masked_view = TEST_IMAGES * (1 - hidden_pixels)
     panels = {
@@ -351,8 +355,8 @@ def _(patch, shown, test_hidden, test_predicted):
         ),
     ).properties(
         title=(
-            "Originals, what the model sees, and the reconstruction "
-            "(visible pixels pasted, hidden ones predicted)"
+            "Originals, what the model sees, and the reconstruction after "
+            f"{len(result.loss)} steps (visible pixels pasted, hidden ones predicted)"
         )
     )
     image_grid

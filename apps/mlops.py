@@ -134,12 +134,12 @@ def _(label_noise, max_regression, seed, train_steps):
         [
             {
                 "model": "champion",
-                "trained on": "clean labels",
+                "trained on": f"clean labels, {train_steps.value} steps",
                 "held-out accuracy": accuracy["champion"],
             },
             {
                 "model": "candidate",
-                "trained on": f"{duel['flipped']} labels replaced",
+                "trained on": f"{duel['flipped']} labels replaced, {train_steps.value} steps",
                 "held-out accuracy": accuracy["candidate"],
             },
             {

@@ -412,6 +412,7 @@ class KernelWatch:
         self.status: dict[str, str] = {}
         self.queued: list[str] = []  # every cell the kernel queued, in order
         self.outputs: dict[str, dict] = {}
+        self.shown: dict[str, str] = {}  # each output as text, without what differs run to run
         self.kernel_ready = False
         self.completed_runs = 0
         self.console_errors: list[str] = []
@@ -463,6 +464,9 @@ class KernelWatch:
                     self.queued.append(data["cell_id"])
             if data.get("output") is not None:
                 self.outputs[data["cell_id"]] = data["output"]
+                self.shown[data["cell_id"]] = VOLATILE.sub(
+                    "", json.dumps(data["output"].get("data"), sort_keys=True)
+                )
 
     def busy_cells(self) -> list[str]:
         busy = ("running", "queued")
@@ -547,6 +551,7 @@ MOVE_TIMEOUT_S = 180  # one move's re-run (a retrained model) on a loaded 2-core
 COMMANDS = {"/api/kernel/set_ui_element_value", "/api/kernel/function_call"}
 # After the last command finished: a table re-drawn by it asks for its rows within ~0.1 s.
 SETTLE_MS = 150
+SEND_TIMEOUT_S = 15  # a move's value reaches the page's request within ms; none by then: never
 # How each kind of marimo element (its tag without "marimo-") is moved one step.
 MOVED_KINDS = {
     "slider": "ArrowRight (ArrowLeft at its top)",
@@ -559,6 +564,7 @@ MOVED_KINDS = {
     "text-area": "a '1' typed at its end, then focus leaves",
     "multiselect": "one option added (removed when all are chosen)",
 }
+CHOICE_KINDS = {"dropdown", "switch", "checkbox", "radio", "multiselect"}
 # Elements the tour does not move, each with its reason. Any other kind fails the test until it
 # is added to one of the two tables.
 NOT_MOVED_KINDS = {
@@ -621,24 +627,26 @@ def control_label(control: dict) -> str:
 
 def shown(watch: KernelWatch) -> dict[str, str]:
     """Every cell's output as the kernel last sent it, without what differs run to run."""
-    return {
-        cell_id: VOLATILE.sub("", json.dumps(output.get("data"), sort_keys=True))
-        for cell_id, output in watch.outputs.items()
-    }
+    return dict(watch.shown)
 
 
-def faults(watch: KernelWatch) -> set[str]:
-    """The errors and danger callouts (a FAIL badge) among the cells' outputs."""
-    found = set()
+def faults(watch: KernelWatch) -> dict[str, str]:
+    """The errors and danger callouts (a FAIL badge) among the cells' outputs: {what: error
+    id} (the id, new on every run, finds the traceback in the server's log; "" for none)."""
+    found = {}
     for cell_id, output in watch.outputs.items():
         if output.get("mimetype") == ERROR_MIMETYPE:
             for error in output.get("data") or []:
                 if error.get("type") not in NOT_ERRORS:
                     text = error.get("msg") or error.get("exception_string") or ""
-                    found.add(f"error in {watch.name(cell_id)} [{error.get('type')}]: {text}")
-        elif DANGER_KIND.search(json.dumps(output.get("data"))):
+                    if error.get("error_id"):
+                        text = text.replace(error["error_id"], "").rstrip(": ")
+                    what = f"error in {watch.name(cell_id)} [{error.get('type')}]: {text}"
+                    found[what] = error.get("error_id") or ""
+        elif DANGER_KIND.search(watch.shown[cell_id]):
             text = re.sub(r"<[^>]+>", " ", html.unescape(html.unescape(str(output["data"]))))
-            found.add(f"danger callout in {watch.name(cell_id)}: {' '.join(text.split())[:300]}")
+            what = f"danger callout in {watch.name(cell_id)}: {' '.join(text.split())[:300]}"
+            found[what] = ""
     return found
 
 
@@ -666,10 +674,13 @@ def move(page, element, kind: str):
         return lambda: (thumb.focus(), thumb.press(keys[1]))
     if kind == "number":
         field = element.locator("input").first
-        at_top = field.get_attribute("aria-valuenow") == field.get_attribute("aria-valuemax")
-        keys = ("ArrowDown", "ArrowUp") if at_top else ("ArrowUp", "ArrowDown")
+        before = field.input_value()
         field.focus()
-        field.press(keys[0])
+        field.press("ArrowUp")
+        keys = ("ArrowUp", "ArrowDown")
+        if field.input_value() == before:  # at its top: one step down instead
+            field.press("ArrowDown")
+            keys = ("ArrowDown", "ArrowUp")
         return lambda: (field.focus(), field.press(keys[1]))
     if kind == "dropdown":
         select = element.locator("select").first
@@ -730,9 +741,11 @@ def wait_for_run(page, watch: KernelWatch, mark: tuple[int, int]) -> bool:
     new value, and what the page asks in turn, such as a re-drawn table's rows), at least one.
     False on timeout."""
     runs, commands = mark
-    deadline = time.monotonic() + MOVE_TIMEOUT_S
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    while time.monotonic() < start + MOVE_TIMEOUT_S:
         sent = watch.commands - commands
+        if not sent and time.monotonic() > start + SEND_TIMEOUT_S:
+            return False  # the move sent the kernel nothing
         if sent and watch.completed_runs - runs >= sent and not watch.busy_cells():
             if not watch.calls_functions:
                 return True
@@ -757,12 +770,16 @@ class Moves:
     not_moved: list[str] = dataclasses.field(default_factory=list)  # with the reason
 
 
-def move_every_control(page, watch: KernelWatch, file_name: str) -> Moves:
+def move_every_control(page, watch: KernelWatch, server: Server, file_name: str) -> Moves:
     """Move each control of an idle app one step and see whether what it shows changes."""
     from playwright.sync_api import Error as PlaywrightError
 
     found = Moves()
-    for control in page.evaluate(CONTROLS_JS):
+    # Choices last: a choice can switch the lesson's mode (pallas_grids' kernel from matmul to
+    # add makes "K (matmul)" moot), and the tour does not undo a move that refuses nothing.
+    controls = page.evaluate(CONTROLS_JS)
+    controls.sort(key=lambda control: control["kind"] in CHOICE_KINDS)
+    for control in controls:
         kind, label = control["kind"], control_label(control)
         if control["inForm"] or kind in NOT_MOVED_KINDS:
             found.not_moved.append(f"{label} ({'in a form' if control['inForm'] else kind})")
@@ -786,7 +803,10 @@ def move_every_control(page, watch: KernelWatch, file_name: str) -> Moves:
             found.not_moved.append(f"{label} (has one value)")
             continue
         if not wait_for_run(page, watch, mark):
-            found.problems.append(f"{label}: moved, but no run finished in {MOVE_TIMEOUT_S} s")
+            found.problems.append(
+                f"{label}: moved, but no run finished (nothing sent in {SEND_TIMEOUT_S} s, "
+                f"or not done in {MOVE_TIMEOUT_S} s)"
+            )
             continue
         found.moved.append(label)
         undos = [undo]
@@ -808,7 +828,12 @@ def move_every_control(page, watch: KernelWatch, file_name: str) -> Moves:
             found.waiting.append(label)
         else:
             found.dead.append(f"{label}: re-runs cells, but nothing they show changes")
-        found.problems += [f"after moving {label}: {fault}" for fault in faults(watch) - errors]
+        found.problems += [
+            f"after moving {label}: {what}"
+            + (f"\n{server.error_text(error_id)}" if error_id else "")
+            for what, error_id in faults(watch).items()
+            if what not in errors
+        ]
         if held_by_a_stop(watch) - held and element.count():
             # A refusal hides what follows it: undo the steps before the next control.
             for step_back in reversed(undos):
@@ -840,7 +865,7 @@ def tour_app(browser, server: Server, file_name: str, move_controls: bool = Fals
         tour = Tour(app_problems(page, watch, server), time.monotonic() - start)
         if move_controls:
             start = time.monotonic()
-            tour.moves = move_every_control(page, watch, file_name)
+            tour.moves = move_every_control(page, watch, server, file_name)
             tour.move_seconds = time.monotonic() - start
         kernels = server.app_hosts() - hosts_before
     finally:
