@@ -145,7 +145,7 @@ def _(batch_size, epochs, examples, process_count, process_index, seed):
                 "example:Q", scale=alt.Scale(scheme="viridis", domain=_domain), legend=None
             )
         )
-        + order_grid.mark_text().encode(text="example:O", color=alt.Color("ink:N", scale=None))
+        + order_grid.mark_text().encode(text="example:O", color=charts.ink_color())
     ).properties(
         width=min(640, 28 * len(range(mine.index, examples.value, mine.count))),
         height=28 * epochs.value,

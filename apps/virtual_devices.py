@@ -202,7 +202,7 @@ def _(cols, mesh_shape, rows, shape_flag_problem, spec, spec_flag_problem):
             )
         )
         + mesh_grid.mark_text(fontWeight="bold").encode(
-            text="device:N", color=alt.Color("ink:N", scale=None)
+            text="device:N", color=charts.ink_color()
         )
     ).properties(
         width=36 * mesh_devices["col"].nunique(), height=36 * mesh_devices["row"].nunique()

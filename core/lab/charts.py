@@ -72,6 +72,7 @@ HIDDEN_FILL = "#e8e8e8"  # a hidden cell
 # WCAG 2's contrast ratio for normal text (AA). Black or white always reaches 4.58 against
 # some colour, so a label in the better of the two never falls below this.
 MIN_CONTRAST = 4.5
+INKS = ["black", "white"]  # a label's colours, mapped to themselves
 
 
 def tick_values(n: int, max_labels: int = 12) -> list[int]:
@@ -116,6 +117,21 @@ def contrast(a: str, b: str) -> float:
 def ink(fill: str) -> str:
     """ "black" or "white", whichever contrasts more with ``fill``."""
     return "black" if contrast("black", fill) >= contrast("white", fill) else "white"
+
+
+def ink_color(field: str = "ink") -> alt.Color:
+    """A text mark's colour read from ``field`` (each row's "black" or "white", ``ink``).
+
+    An identity scale (black -> black, white -> white), not ``scale=None``: Vega-Lite reads
+    null as "use the value", but marimo's react-vega then fails to create the view ("Cannot
+    read properties of null (reading 'type')", a console error in every heatmap app)."""
+    return alt.Color(f"{field}:N", scale=alt.Scale(domain=INKS, range=INKS), legend=None)
+
+
+def _reads_its_colour_from_the_data(color: dict) -> bool:
+    scale = color.get("scale", "unset")
+    identity = isinstance(scale, dict) and scale.get("domain") == scale.get("range") is not None
+    return bool(color.get("field")) and (scale is None or identity)
 
 
 def inks(values, scheme: str, domain: Sequence[float], scale_type: str = "linear") -> list[str]:
@@ -219,7 +235,7 @@ def heatmap(
     chart = rects
     if max(rows, cols) <= max_labels:
         text = base.mark_text(fontSize=max(7, size // 3)).encode(
-            text="label:N", color=alt.Color("ink:N", scale=None)
+            text="label:N", color=ink_color()
         )
         chart = rects + text
     return chart.properties(width=size * cols, height=size * rows)
@@ -426,7 +442,7 @@ def _contrast_problems(views: list[dict], datasets: dict) -> list[str]:
             fill = _fill_of(under[0], row, rows)
             if not isinstance(color, dict):
                 label = _mark_color(text_view["spec"], "black")
-            elif color.get("scale", "unset") is None and color.get("field"):
+            elif _reads_its_colour_from_the_data(color):
                 label = row.get(color["field"])
             else:
                 label = color.get("value") if "condition" not in color else None

@@ -77,7 +77,12 @@ def test_every_heatmap_label_contrasts_with_its_own_cell(name):
     hidden = np.eye(*matrix.shape, dtype=bool) if name.startswith("all positive") else None
     spec = charts.heatmap(matrix, name, scheme=scheme, hidden=hidden).to_dict()
     text = [layer for layer in _layers(spec) if _mark(layer) == "text"]
-    assert text[0]["encoding"]["color"] == {"field": "ink", "scale": None, "type": "nominal"}
+    assert text[0]["encoding"]["color"] == {
+        "field": "ink",
+        "legend": None,
+        "scale": {"domain": ["black", "white"], "range": ["black", "white"]},
+        "type": "nominal",
+    }
     for cell, fill in zip(_cells(spec), _fills(spec), strict=True):
         assert charts.contrast(cell["ink"], fill) >= charts.MIN_CONTRAST, (cell, fill)
     assert charts.spec_problems(spec) == []
@@ -332,7 +337,7 @@ def test_spec_problems_reads_text_colours_from_the_mark_and_fills_from_nominal_r
     )
     cells["ink"] = [charts.ink(c) for c in ("#4c78a8", "#eeca3b", "#dddddd")]
     base = alt.Chart(cells).encode(x="x:O")
-    text = base.mark_text().encode(text="n:N", color=alt.Color("ink:N", scale=None))
+    text = base.mark_text().encode(text="n:N", color=charts.ink_color())
     assert _problems(base.mark_rect().encode(color=colour) + text) == []
 
 
