@@ -160,17 +160,48 @@ def run_one(app: pathlib.Path, side: str, timeout_s: float, runner=None) -> dict
     }
 
 
+RECORD = REPO / "tests" / "sweep_extremes_record.json"
+
+
+def sweep_record(results: list[pathlib.Path], note: str) -> dict:
+    """The sweep's record from results.jsonl files (a later run of an app's end replaces an
+    earlier one): {"note", "counts", "runs": {"<app> <side>": {outcome, seconds, command,
+    summary}}}. tests/test_sweep_extremes.py reads it to leave the slowest ends out of CI."""
+    runs: dict[str, dict] = {}
+    for path in results:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            run = json.loads(line)
+            runs[f"{run['app']} {run['side']}"] = {
+                k: run[k] for k in ("outcome", "seconds", "command", "summary")
+            }
+    counts: dict[str, int] = {}
+    for run in runs.values():
+        counts[run["outcome"]] = counts.get(run["outcome"], 0) + 1
+    return {"note": note, "counts": counts, "runs": dict(sorted(runs.items()))}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("apps", nargs="*", help="app stems (default: every app in apps/)")
     parser.add_argument("--sides", default="low,high", help="comma-separated: low, high")
     parser.add_argument("--timeout-s", type=float, default=900, help="seconds for one run")
     parser.add_argument("--out-dir", type=pathlib.Path, help="write results.jsonl and log here")
+    parser.add_argument(
+        "--record",
+        nargs="+",
+        type=pathlib.Path,
+        metavar="RESULTS",
+        help=f"write {RECORD.relative_to(REPO)} from these results.jsonl files and stop",
+    )
+    parser.add_argument("--note", default="", help="with --record: where and how it ran")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         app, side, *rest = args.child
         child(pathlib.Path(app), side, rest)
+        return 0
+    if args.record:
+        RECORD.write_text(json.dumps(sweep_record(args.record, args.note), indent=1) + "\n")
         return 0
     sides = [s for s in args.sides.split(",") if s]
     if not set(sides) <= set(SIDES):
