@@ -50,10 +50,12 @@ with app.setup:
     )
     ARGS = FLAGS.parse()
     REPO_RUN = curriculum.REPO_ROOT / "runs" / "capstone"
-    # The fp32 cache's teacher-forced logits vs a full forward pass, max |difference|
-    # (absolute): the same float32 model summed in another order over logits of size ~10, so
-    # not the table's relative 1e-5; bfloat16 activations round 100x coarser.
-    CACHE_LOGIT_TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-2}
+    # The fp32 cache's teacher-forced logits vs a full forward pass, scaled as core.numerics
+    # does (max |difference| / max(max |logit|, 1)): the same model summed in another order over
+    # a whole forward pass, so ten times the table's float32 1e-5, and the table's bfloat16
+    # tolerance for bfloat16 activations (an absolute 1e-2 failed at the controls' upper ends,
+    # a wide, deep model trained long).
+    CACHE_LOGIT_TOLERANCE = {"float32": 1e-4, "bfloat16": numerics.tolerance("bfloat16")}
 
 
 @app.cell(hide_code=True)
@@ -445,7 +447,7 @@ def _(cache_comparison, config):
     }
     _rows = cache_comparison["rows"]
     _bytes = "bytes per token per layer vs the closed form (max |difference|)"
-    _logits = "fp32 cache vs full forward pass (max |Δ logit|)"
+    _logits = "fp32 cache vs full forward pass (max |Δ logit| / max(max |logit|, 1))"
     cache_check = lab.Check(
         f"cache bytes = closed form (int8/fp32 = 1/4 + 1/K = {0.25 + 1 / _k:.3f}); "
         "fp32 cache = full forward pass",
@@ -454,7 +456,8 @@ def _(cache_comparison, config):
                 [r["bytes_per_token_per_layer"] for r in _rows],
                 [_expected[r["cache"]] for r in _rows],
             ),
-            _logits: cache_comparison["fp32_cache_vs_full_forward_max_abs"],
+            _logits: cache_comparison["fp32_cache_vs_full_forward_max_abs"]
+            / max(1.0, cache_comparison["full_forward_max_abs_logit"]),
         },
         {_bytes: 0.0, _logits: CACHE_LOGIT_TOLERANCE[config.compute_dtype]},
     )

@@ -10,6 +10,7 @@ cache_report.json schema (keys; documents.CacheReport, docs/schemas/cache_report
      "prompts": [str], "gen_tokens": int, "backend": str,
      "full_forward_loss": float,              # no cache, the model's own forward pass
      "fp32_cache_vs_full_forward_max_abs": float,
+     "full_forward_max_abs_logit": float,     # the logits' scale that difference is read on
      "targets": {"int8": 0.27, "bf16": 0.5},  # max bytes ratio vs fp32 the issue asks for
      "rows": [{"cache": "fp32"|"bf16"|"int8",
                "bytes_per_token_per_layer": int, "ratio_vs_fp32": float,
@@ -152,6 +153,7 @@ def cache_report(
         "backend": jax.default_backend(),
         "full_forward_loss": mean_next_token_loss(full, tokens),
         "fp32_cache_vs_full_forward_max_abs": numerics.max_abs_error(full, reference),
+        "full_forward_max_abs_logit": float(np.max(np.abs(np.asarray(full, np.float64)))),
         "targets": dict(TARGET_RATIOS),
         "rows": rows,
     }

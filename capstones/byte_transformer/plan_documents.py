@@ -238,5 +238,6 @@ class CacheReport(Document):
     backend: str
     full_forward_loss: float
     fp32_cache_vs_full_forward_max_abs: float
+    full_forward_max_abs_logit: float
     targets: dict[str, float]
     rows: list[CacheRow]
