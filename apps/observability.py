@@ -131,11 +131,12 @@ def _(chosen, run_button, seed):
 @app.cell
 def _(watched):
     _lines = watched.raw_lines
-    _shown = _lines if len(_lines) <= 16 else [*_lines[:10], "...", *_lines[-6:]]
+    _shown = _lines[:16]  # whole lines only: what is shown parses as the log does
     _rows = lesson.event_rows(watched.events)
     mo.vstack([
-        mo.md(f"**The raw log** (`events.jsonl`, {len(_lines)} lines, one JSON object each):"),
-        text.code_block("\n".join(_l[:160] for _l in _shown), "json", "events.jsonl"),
+        mo.md(f"**The raw log** (`events.jsonl`, the first {len(_shown)} of {len(_lines)} "
+              "lines, one JSON object each):"),
+        text.code_block("\n".join(_shown), "jsonl", "events.jsonl"),
         lab.table(_rows if len(_rows) <= 40 else [*_rows[:25], *_rows[-15:]],
                   "The same log parsed (core.workload.events.read_events)", digits=4),
     ])  # fmt: skip

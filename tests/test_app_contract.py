@@ -220,7 +220,12 @@ def _yaml(text: str) -> list:
     return list(yaml.safe_load_all(text))
 
 
-LOADERS = {"yaml": _yaml, "json": json.loads, "toml": tomllib.loads}
+LOADERS = {
+    "yaml": _yaml,
+    "json": json.loads,
+    "jsonl": lambda text: [json.loads(line) for line in text.splitlines() if line.strip()],
+    "toml": tomllib.loads,
+}
 
 
 def test_shown_problems_reads_charts_and_files(tmp_path):

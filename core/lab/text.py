@@ -23,7 +23,8 @@ import numbers
 import re
 
 # Pygments lexer names for the languages the course shows (anything else is plain text).
-LANGUAGES = ("bash", "diff", "dockerfile", "json", "python", "text", "toml", "yaml")
+LANGUAGES = ("bash", "diff", "dockerfile", "json", "jsonl", "python", "text", "toml", "yaml")
+LEXERS = {"jsonl": "json"}  # JSON lines: one JSON object a line, highlighted as JSON
 
 
 def plural(count: numbers.Integral, singular: str, plural_form: str | None = None) -> str:
@@ -67,7 +68,9 @@ def highlighted_html(text: str, language: str = "text") -> str:
 
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
-    lexer = get_lexer_by_name(language, stripnl=False, stripall=False, ensurenl=False)
+    lexer = get_lexer_by_name(
+        LEXERS.get(language, language), stripnl=False, stripall=False, ensurenl=False
+    )
     formatter = HtmlFormatter(cssclass=f"language-{language} codehilite", wrapcode=True)
     shown = highlight(text, lexer, formatter)
     if not text.endswith("\n"):  # some lexers end every text with a newline: not ours
