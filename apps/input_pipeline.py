@@ -251,7 +251,30 @@ def _(batch_size, classes, contract, fault, fault_index, seed, source):
         fault_view = mo.callout(
             mo.md(f"The fault **{fault.value}** was not caught."), kind="danger"
         )
-    fault_view
+
+    def _field(example, name):
+        if name not in example:
+            return "(missing)"
+        value = np.asarray(example[name])
+        return f"{value.dtype} {value.shape} {np.array2string(value, precision=3)}"
+
+    _chosen = fault_index.value
+    mo.vstack(
+        [
+            fault_view,
+            lab.table(
+                [
+                    {
+                        "field": name,
+                        "as generated": _field(source[_chosen], name),
+                        "as it reaches the contract": _field(broken_examples[_chosen], name),
+                    }
+                    for name in ("x", "y")
+                ],
+                f"example {_chosen}, before and after the fault '{fault.value}'",
+            ),
+        ]
+    )
     return
 
 

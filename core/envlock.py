@@ -82,10 +82,29 @@ def pins(text: str) -> dict[str, str]:
     return {name: PIN.fullmatch(line)[2] for name, line in pin_lines(text).items()}
 
 
+def environment_paths() -> list[str]:
+    """sys.path without the folders a package vendors inside itself.
+
+    Importing setuptools (>= 71) appends its own ``setuptools/_vendor`` to sys.path, whose
+    dist-infos (jaraco.*, tomli, ...) would then look installed, but only in a process that
+    happened to import setuptools first. A folder whose parent is a package (holds
+    ``__init__.py``) is such a vendored tree, not a place the environment installs into."""
+    return [
+        entry
+        for entry in sys.path
+        if not (pathlib.Path(entry or ".").resolve().parent / "__init__.py").is_file()
+    ]
+
+
+def distributions() -> list[importlib.metadata.Distribution]:
+    """The distributions installed in this environment, first on sys.path first."""
+    return list(importlib.metadata.distributions(path=environment_paths()))
+
+
 def installed() -> dict[str, str]:
-    """{normalized name: version} of every distribution this interpreter sees."""
+    """{normalized name: version} of every distribution installed in this environment."""
     found = {}
-    for dist in importlib.metadata.distributions():
+    for dist in distributions():
         name = dist.metadata["Name"]
         if name:
             found.setdefault(normal(name), dist.version)

@@ -184,3 +184,21 @@ def test_markers_are_read_for_the_target_not_this_machine():
     assert SpecifierSet("==2.13.0").contains("2.13.0+cpu")  # the CPU torch wheel's version
     pyproject = tomllib.loads(envlock.PYPROJECT.read_text())
     assert set(envlock.COURSE_EXTRAS) <= set(pyproject["project"]["optional-dependencies"])
+
+
+def test_a_vendored_folder_on_sys_path_is_not_the_environment(tmp_path, monkeypatch):
+    """Importing setuptools appends setuptools/_vendor to sys.path; its dist-infos are not
+    installed packages, so the check must not depend on which test imported setuptools first."""
+    package = tmp_path / "toolkit"  # a package that vendors a dependency inside itself
+    vendored = package / "_vendor" / "vendored_helper-1.0.dist-info"
+    vendored.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (vendored / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vendored-helper\nVersion: 1.0\n"
+    )
+    monkeypatch.syspath_prepend(str(package / "_vendor"))
+    assert "vendored-helper" in {
+        envlock.normal(d.metadata["Name"]) for d in importlib.metadata.distributions()
+    }  # the planted dist-info is visible on sys.path ...
+    assert "vendored-helper" not in envlock.installed()  # ... and is not the environment
+    assert "numpy" in envlock.installed()

@@ -349,7 +349,8 @@ def test_bf16_rows_follow_the_float32_curves_of_both_frameworks():
         rows["torch_bf16"]["median_s"] / rows["jax_bf16"]["median_s"]
     )
     figures = bench.record.bf16_figures(result)
-    assert figures["jax_bf16_loss_curve"] == [round(v, 4) for v in curves["jax_bf16"]]
+    # the figures keep the curve itself; core.perf.records rounds to significant digits on write
+    assert figures["jax_bf16_loss_curve"] == [float(v) for v in curves["jax_bf16"]]
 
 
 def test_decode_ab_rounds_and_the_arena_children_settings():

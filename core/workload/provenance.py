@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import importlib.metadata
 import json
 import os
 import pathlib
@@ -35,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from core import documents
+from core import documents, envlock
 from core.state import artifacts as state_artifacts
 from core.state import checkpoint as state_checkpoint
 from core.state import tracking
@@ -117,7 +116,7 @@ def environment(packages: Mapping[str, str], python: str | None = None) -> dict:
 @functools.lru_cache(maxsize=1)
 def _installed() -> tuple[tuple[str, str], ...]:
     found = {}
-    for dist in importlib.metadata.distributions():
+    for dist in envlock.distributions():  # not a package's vendored tree (setuptools/_vendor)
         name = dist.metadata["Name"]
         if name:
             found.setdefault(_normalize(name), dist.version)  # first on sys.path wins, as import

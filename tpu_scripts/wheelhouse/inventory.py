@@ -84,7 +84,14 @@ def installed() -> dict[str, dict]:
         pathlib.Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
     ]
     found: dict[str, dict] = {}
-    for dist in importlib.metadata.distributions():
+    # sys.path without a package's vendored tree (setuptools/_vendor); the rule of
+    # core.envlock.environment_paths, restated: this module runs on a host without the project
+    paths = [
+        p
+        for p in sys.path
+        if not (pathlib.Path(p or ".").resolve().parent / "__init__.py").is_file()
+    ]
+    for dist in importlib.metadata.distributions(path=paths):
         name = dist.metadata["Name"]
         if not name:
             continue

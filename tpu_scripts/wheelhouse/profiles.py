@@ -109,7 +109,7 @@ def chosen(names: list[str]) -> list[Profile]:
 def distributions() -> dict[str, importlib.metadata.Distribution]:
     """{normal name: distribution} of this environment (the lock's: ``make install``)."""
     found = {}
-    for dist in importlib.metadata.distributions():
+    for dist in envlock.distributions():
         if dist.metadata["Name"]:
             found.setdefault(envlock.normal(dist.metadata["Name"]), dist)
     return found
