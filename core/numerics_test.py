@@ -24,8 +24,12 @@ def test_below_magnitude_one_the_scaled_error_is_absolute():
 
 @pytest.mark.parametrize(
     "measure",
-    [numerics.max_abs_error, numerics.scaled_max_error, numerics.elementwise_relative_error,
-     numerics.norm_relative_error],
+    [
+        numerics.max_abs_error,
+        numerics.scaled_max_error,
+        numerics.elementwise_relative_error,
+        numerics.norm_relative_error,
+    ],
 )
 def test_a_non_finite_result_never_passes_and_shapes_must_match(measure):
     assert measure([1.0, np.nan], [1.0, 2.0]) == float("inf")
@@ -106,6 +110,12 @@ def test_float32_on_a_tpu_follows_the_matmul_precision_and_says_why():
     assert numerics.tolerance("bfloat16", backend="tpu") == 2e-2  # other dtypes: the table
     with pytest.raises(ValueError, match="unknown matmul precision"):
         numerics.tolerance("float32", backend="tpu", precision="double")
+
+
+def test_float32_without_a_matmul_keeps_the_table_on_a_tpu():
+    bound = numerics.tolerance("float32", backend="tpu", matmul=False)
+    assert bound == numerics.TOLERANCE["float32"] and bound.reason == ""
+    assert numerics.tolerance("float32", backend="tpu") == numerics.TOLERANCE["bfloat16"]
 
 
 def test_a_tpu_is_never_asked_for_float64():

@@ -19,6 +19,30 @@ def test_jit_equals_eager_equals_numpy_float64(name, size):
     assert results["jit"].shape == results["eager"].shape == reference.shape == (size, size)
 
 
+def _one_bf16_pass(a, b):
+    """a @ b as a TPU's DEFAULT float32 matmul: bfloat16 operands, float32 accumulation."""
+    dot = jnp.dot(
+        a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), preferred_element_type=jnp.float32
+    )
+    return np.asarray(dot)
+
+
+@pytest.mark.parametrize("size", [8, 64, 256])
+def test_the_tpu_bound_holds_the_mxu_and_still_fails_a_transpose(size):
+    """The TPU bound does not grow with sqrt(size) (2e-2 x 16 at size 256 would pass anything):
+    tanh(x @ x^T / C) @ x with one bfloat16 pass (emulated here) is within it, and the same
+    with the transpose forgotten is not."""
+    x = np.asarray(compilation.example_input(size, seed=3))
+    bound = compilation.tolerance(size, backend="tpu")
+    assert "TPU at DEFAULT" in bound.reason and bound < 0.03
+    assert compilation.tolerance(size, backend="cpu") == 1e-5 * size**0.5 + 1e-6
+    reference = np.asarray(compilation.get_example("tanh_matmul").numpy_f(x))
+    mxu = _one_bf16_pass(jnp.tanh(_one_bf16_pass(x, x.T) / size), x)
+    assert numerics.scaled_max_error(mxu, reference) <= bound
+    no_transpose = _one_bf16_pass(jnp.tanh(_one_bf16_pass(x, x) / size), x)
+    assert numerics.scaled_max_error(no_transpose, reference) > bound
+
+
 def test_norm_gelu_rows_are_normalized_before_gelu():
     # GELU(y) is ~y for large y and ~0 for very negative y: check on a row with a known spread.
     x = jnp.array([[-3.0, -1.0, 1.0, 3.0]])
