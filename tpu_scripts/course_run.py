@@ -27,14 +27,16 @@ lesson that fails stops the run: its output is printed, the record says "failed"
 ``--keep-going`` every lesson runs and the failures are reported at the end (exit 1 if any).
 Either way a table ends the run: lesson, status, seconds, check line or first error line. The
 command never deletes the VM: it prints ``launch delete`` (which checks that ``describe`` then
-fails) as the explicit next step. Running the same command again resumes: a lesson whose
-bundle came back and verifies (``results.load``) is not rerun; a failed one is; ``--force``
-reruns all. ``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU
-side of ``python -m tpu_scripts compare``. Without gcloud on PATH (or with ``--dry-run``) the
-steps are printed and nothing runs. ``--wheelhouse DIR`` installs the course from a wheelhouse
-(``python -m tpu_scripts wheelhouse``) instead of the network: copied to every worker and
-installed there (wheelhouse/remote.py), or, with ``--local``, here into ``--site`` before the
-run starts (wheelhouse/local.py: on a host with nothing of the course installed yet).
+fails) as the explicit next step. Running the same command again resumes: a lesson whose bundle
+came back and verifies (``results.load``) is not rerun; a failed one is; ``--force`` reruns all.
+``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU side of ``python
+-m tpu_scripts compare``; ``--local --one-process`` runs them all in this one process
+(one_process.py: a program that opens a TPU pays ~15 s to start), each lesson's state put back
+after it, and the record says which process gave each result. Without gcloud on PATH (or with
+``--dry- run``) the steps are printed and nothing runs. ``--wheelhouse DIR`` installs the course
+from a wheelhouse (``python -m tpu_scripts wheelhouse``) instead of the network: copied to every
+worker and installed there (wheelhouse/remote.py), or, with ``--local``, here into ``--site``
+before the run starts (wheelhouse/local.py: on a host with nothing of the course installed yet).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ import time
 from core import curriculum, runtime
 from core.lab import results
 from core.tpu import cloud_tpu
-from tpu_scripts import export, launch
+from tpu_scripts import export, launch, one_process
 from tpu_scripts.lesson_choice import UsageError, require_apps, resolve_lessons, resolve_phases
 from tpu_scripts.project_wheel import build_wheel
 from tpu_scripts.run_record import (
@@ -146,6 +148,7 @@ class Options:
     frameworks: tuple[str, ...] = ()  # tpu_scripts/frameworks/environments.py names
     keep_going: bool = False  # run every lesson; report all failures at the end
     wheelhouse: tuple[pathlib.Path, ...] = ()  # its part folders: install these, not the network
+    one_process: bool = False  # --local: every lesson in this process (one_process.py)
 
     @property
     def run_dir(self) -> pathlib.Path:
@@ -306,6 +309,14 @@ def run_locally(slug: str, staged: pathlib.Path, run_dir: pathlib.Path, timeout_
     return result.returncode, result.stdout + result.stderr
 
 
+def run_in_shared_process(slug: str, staged: pathlib.Path, run_dir: pathlib.Path, timeout_s):
+    """Run one exported script in this process (--one-process): (exit code, output)."""
+    script = staged / script_name(slug)
+    out = str(run_dir / slug)
+    print(f"# run {slug} in this process\n{shlex.join([script.name, '--out', out])}", flush=True)
+    return one_process.run_script(script, ["--out", out], run_dir / ".work", timeout_s)
+
+
 def _record_versions(record: dict, run_dir: pathlib.Path, slug: str) -> None:
     path = run_dir / slug / "results.json"
     if record["versions"] or not path.is_file():
@@ -445,6 +456,8 @@ def course_run(options: Options) -> int:
         record["wheelhouse"] = remote.build_id(list(options.wheelhouse))
     lessons = {lesson["slug"]: lesson for lesson in record["lessons"]}
     failures = []
+    if options.one_process:
+        one_process.prepare()
     for number, slug in enumerate(todo, 1):
         lesson = lessons[slug]
         shutil.rmtree(run_dir / slug, ignore_errors=True)
@@ -452,7 +465,8 @@ def course_run(options: Options) -> int:
         save_record(record_path, record)
         started = time.perf_counter()
         if vm is None:
-            code, output = run_locally(slug, staged, run_dir, options.timeout_s)
+            run_here = run_in_shared_process if options.one_process else run_locally
+            code, output = run_here(slug, staged, run_dir, options.timeout_s)
             hosts = 1
         else:
             code, output = run_on_tpu(vm, slug, run_dir, options.timeout_s,
@@ -467,6 +481,7 @@ def course_run(options: Options) -> int:
             results=results_path,
             workers=workers,
             output_tail=_tail(output),
+            process=one_process.SHARED if options.one_process else one_process.OWN,
         )
         _record_versions(record, run_dir, slug)
         save_record(record_path, record)
@@ -498,9 +513,11 @@ def course_run(options: Options) -> int:
     if failures:
         print(
             f"\n{len(failures)} of {len(todo)} lesson(s) run did not pass: {', '.join(failures)}."
-            f" Their output is in {record_path}; the same command reruns only them.",
+            f" Their output is in {record_path}; the same command reruns only them"
+            + (" (without --one-process: each in its own process, as a learner runs it)."
+               if options.one_process else "."),
             file=sys.stderr,
-        )
+        )  # fmt: skip
         code = 1
     else:
         print(f"all {len(slugs)} lesson(s) back in {run_dir} (record: {record_path})")
@@ -562,6 +579,12 @@ def add_parser(commands) -> None:
     sub.add_argument("--project", default="", help="project id (default: gcloud's)")
     sub.add_argument("--local", action="store_true", help="run here instead (runs/local/DATE)")
     sub.add_argument(
+        "--one-process",
+        action="store_true",
+        help="--local: run every lesson in this one process (a process that opens a TPU pays "
+        "~15 s to start; each lesson's state is put back after it); rerun failures without it",
+    )
+    sub.add_argument(
         "--runs-root",
         default=str(curriculum.REPO_ROOT / "runs"),
         help="where runs/tpu/VM/DATE and runs/local/DATE go (default: the checkout's runs/)",
@@ -620,6 +643,8 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
         datetime.date.fromisoformat(date)
     except ValueError:
         raise UsageError(f"--date {date!r} is not YYYY-MM-DD") from None
+    if args.one_process and not args.local:
+        raise UsageError("--one-process runs lessons here: add --local")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
     wheel = pathlib.Path(args.wheel) if args.wheel else None
@@ -650,6 +675,7 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
         frameworks=frameworks,
         keep_going=args.keep_going,
         wheelhouse=tuple(dict.fromkeys(wheelhouse)),
+        one_process=args.one_process,
     )
 
 

@@ -36,6 +36,9 @@ class LessonRecord(documents.Document):
     results: str | None  # process 0's results.json, relative to the run folder
     workers: list[WorkerRecord]
     output_tail: str
+    # "own": the lesson ran in its own process (as a learner runs it); "shared": in course-run's
+    # process with the lessons before it (--one-process, tpu_scripts/one_process.py)
+    process: Literal["own", "shared"] = "own"
 
 
 class VmRecord(documents.Document):

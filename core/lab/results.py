@@ -261,7 +261,10 @@ def _install_chart_hook() -> None:
 
 
 def start(lesson: str, flags: dict[str, Any], out: str | None) -> None:
-    """Begin recording this process's headless run (lab.Flags.parse calls this)."""
+    """Begin recording this process's headless run (lab.Flags.parse calls this), from an
+    empty recorder: a process can run several lessons (course-run --one-process)."""
+    for field in dataclasses.fields(Recorder):
+        setattr(RECORDER, field.name, getattr(Recorder(), field.name))
     RECORDER.active = True
     RECORDER.lesson = lesson
     RECORDER.flags = {k: cell_value(v) for k, v in flags.items()}
