@@ -108,7 +108,7 @@ def _(channel_spread, k_max, rows, seed):
     )
     _unit = pd.DataFrame(
         [
-            {"level": "bf16 unit roundoff 2^-9", "error": 2.0**-9},
+            {"level": "bf16 unit roundoff 2^-8", "error": 2.0**-8},
             {
                 "level": "f32 unit roundoff 2^-24 x sqrt(K max)",
                 "error": 2.0**-24 * np.sqrt(max(sweep_ks)),
@@ -141,7 +141,7 @@ def _(channel_spread, k_max, rows, seed):
             mo.md(
                 """
     - **bf16 inputs, f32 accumulate** (what the TPU MXU does): the error is the rounding of
-      the inputs, ~2^-9 per element, and it does *not* grow with K.
+      the inputs, up to 2^-8 per element, and it does *not* grow with K.
     - **bf16 accumulate** (a running sum rounded to bf16 after every addition) loses more with
       every term: its error grows with K. This is why you ask for
       `preferred_element_type=jnp.float32`.

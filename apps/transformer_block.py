@@ -263,7 +263,7 @@ def _(policy, y_f32_BTD, y_policy_BTD, y_reference_BTD):
     sequence of length `t + 1` would give, so one forward pass shows the error for every
     sequence length at once. Worst position: **{policy_errors_T.max():.3g}** (mean
     {policy_errors_T.mean():.3g}). bf16 keeps 8 significant bits (unit roundoff
-    2⁻⁹ ≈ 2e-3): rounding x, the weights and the intermediate activations adds a few of
+    2⁻⁸ ≈ 4e-3): rounding x, the weights and the intermediate activations adds a few of
     those, and with float32 accumulators the error does *not* grow with the number of keys
     summed over.
     """

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from core import numerics
+from core.perf.precision import mxu_matmul
 
 REFERENCE = np.array([[4.0, -0.5], [0.25, 0.0]])
 RESULT = np.array([[4.2, -0.5], [0.25, 0.1]])  # errors 0.2 (at |ref| 4) and 0.1 (at ref 0)
@@ -139,21 +140,6 @@ def test_before_any_jax_computation_the_table_applies(tmp_path):
     assert numerics.computed_backend() == "cpu"
 
 
-def _mxu_matmul(x, w, passes: int):
-    """A float32 matmul as a TPU's MXU runs it: operands split into bfloat16 terms (hi, lo),
-    products accumulated in float32. 1 pass: hi*hi (DEFAULT); 3 passes: + hi*lo + lo*hi
-    (HIGH). Emulated here on the CPU, so the TPU rule is exercised without a TPU."""
-    x, w = jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)
-    x_hi, w_hi = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    dot = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
-    out = dot(x_hi, w_hi)
-    if passes >= 3:
-        x_lo = (x - x_hi.astype(jnp.float32)).astype(jnp.bfloat16)
-        w_lo = (w - w_hi.astype(jnp.float32)).astype(jnp.bfloat16)
-        out = out + dot(x_hi, w_lo) + dot(x_lo, w_hi)
-    return out
-
-
 def _attention(q, k, v, matmul, causal=True, flip=1.0):
     """Causal softmax attention (T, D) with ``matmul`` for both products; ``flip`` and
     ``causal`` plant a sign bug and a missing mask."""
@@ -179,7 +165,7 @@ def test_the_tpu_tolerance_passes_the_mxu_and_fails_planted_bugs(seed, t, d, pas
     q, k, v = (rng.standard_normal((t, d)) for _ in range(3))
     w = rng.standard_normal((d, d)) / np.sqrt(d)  # square: its transpose is a plausible bug
     bound = numerics.tolerance("float32", backend="tpu", precision=precision)
-    matmul = lambda a, b: _mxu_matmul(a, b, passes)  # noqa: E731
+    matmul = lambda a, b: mxu_matmul(a, b, precision.upper())  # noqa: E731  (emulated passes)
 
     # a linear layer + tanh, and causal attention: right on the emulated MXU
     layer = numerics.scaled_max_error(jnp.tanh(matmul(q, w)), np.tanh(q @ w))

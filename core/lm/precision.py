@@ -65,7 +65,7 @@ POLICIES = {
 def policy_tolerance(precision: Precision) -> float:
     """Relative error (max |diff| / max(max |reference|, 1)) a block run under ``precision``
     may show against the same block in float64: float32's 1e-5 when weights and activations
-    are float32, bf16's 2e-2 (a few roundings of unit roundoff 2^-9) when either is bf16."""
+    are float32, bf16's 2e-2 (a few roundings of unit roundoff 2^-8) when either is bf16."""
     coarsest = "bfloat16" if "bfloat16" in (precision.params, precision.compute) else "float32"
     return numerics.tolerance(coarsest)
 

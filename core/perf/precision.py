@@ -2,7 +2,7 @@
 
 Promoted from the precision_xprof lesson (core/lessons/tpu_systems/precision_xprof.py, which
 explains them) because the decision dossier (tpu_scripts/artifacts) measures the same
-errors: bfloat16 keeps 8 significant bits (unit roundoff 2^-9); TPU MXUs multiply bf16
+errors: bfloat16 keeps 8 significant bits (unit roundoff 2^-8); TPU MXUs multiply bf16
 inputs and accumulate in float32. int8 maps a tensor to [-127, 127] with a scale (one per
 tensor or one per output channel), multiplies exactly and accumulates in int32. float8 e4m3
 keeps 4 significant bits under one per-tensor scale.
@@ -33,7 +33,9 @@ FP8_MAX = 448.0  # float8_e4m3fn's largest finite value (jnp.finfo(FP8).max)
 FP8_UNIT_ROUNDOFF = 2.0**-4  # e4m3 keeps 4 significant bits (eps 2^-3)
 
 
-BF16_UNIT_ROUNDOFF = 2.0**-9  # bf16 keeps 8 significant bits
+# bf16 keeps 8 significant bits (7 stored): round to nearest is within 2^-8 relative (1 + 2^-8
+# lies halfway between 1 and 1 + 2^-7), as float32's 24 bits give 2^-24
+BF16_UNIT_ROUNDOFF = 2.0**-8
 F32_UNIT_ROUNDOFF = 2.0**-24
 
 # The check's bounds, not the dtype table: the int8 matmul's integer product is exact, so
@@ -201,6 +203,45 @@ def _bf16_accumulate(x_MK, w_KN):
     pairs = (x_MK.astype(jnp.bfloat16).T, w_KN.astype(jnp.bfloat16))
     acc_MN, _ = jax.lax.scan(add_rank_one, start, pairs)
     return acc_MN.astype(jnp.float32)
+
+
+# A float32 matmul as a TPU's MXU computes it at each lax.Precision (JAX's docs: DEFAULT one
+# bfloat16 pass, HIGH three, "bf16_3x"; HIGHEST six, "bf16_6x"): each operand split into
+# bfloat16 terms (hi, mid, lo), the products of these term pairs accumulated in float32.
+MXU_PASSES: dict[str, tuple[tuple[int, int], ...]] = {
+    "DEFAULT": ((0, 0),),
+    "HIGH": ((0, 0), (0, 1), (1, 0)),
+    "HIGHEST": ((0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (2, 0)),
+}
+# The input unit roundoff each split implies, for rounding_bound_MN (whose product term is
+# 2u): one term keeps an operand within 2^-8; two terms leave 2^-16 of each operand and drop
+# lo*lo (2^-16), 3 x 2^-16 in all, within 2u for u = 2^-15; three terms leave 2^-24 and drop
+# three products of 2^-24 or less, within 2u for u = 4 x 2^-24.
+MXU_UNIT_ROUNDOFF = {"DEFAULT": BF16_UNIT_ROUNDOFF, "HIGH": 2.0**-15, "HIGHEST": 4 * 2.0**-24}
+
+
+def bfloat16_terms(x: jax.Array, count: int) -> list[jax.Array]:
+    """``x`` (float32) as ``count`` bfloat16 terms, largest first: x ~ sum of the terms."""
+    terms, rest = [], x.astype(jnp.float32)
+    for _ in range(count):
+        term = rest.astype(jnp.bfloat16)
+        terms.append(term)
+        rest = rest - term.astype(jnp.float32)
+    return terms
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def mxu_matmul(x_MK: jax.Array, w_KN: jax.Array, precision: str = "DEFAULT") -> jax.Array:
+    """x @ w (float32, (M, N)) as a TPU's MXU computes it at lax.Precision ``precision``
+    ("DEFAULT", "HIGH", "HIGHEST"), emulated with bfloat16 products accumulated in float32,
+    on any backend: what a TPU gives, shown on a CPU."""
+    pairs = MXU_PASSES[precision]
+    count = 1 + max(max(pair) for pair in pairs)
+    xs, ws = bfloat16_terms(x_MK, count), bfloat16_terms(w_KN, count)
+    out = jnp.zeros((x_MK.shape[0], w_KN.shape[1]), jnp.float32)
+    for i, j in reversed(pairs):  # the smallest products first, as a careful sum adds them
+        out = out + jax.lax.dot(xs[i], ws[j], preferred_element_type=jnp.float32)
+    return out
 
 
 @jax.jit

@@ -60,7 +60,7 @@ class WeightConversion(DiagnoseItem):
         "bf16_roundtrip": (
             "The weights are rounded through bfloat16 on the way in",
             "Storing the converted weights in bfloat16 keeps 8 bits of mantissa: each weight "
-            "moves by up to 2^-9 relative, and the outputs differ from torch's float32 ones "
+            "moves by up to 2^-8 relative, and the outputs differ from torch's float32 ones "
             "by ~1e-3 relative, far above float32's ~1e-6. Convert in float32 and choose "
             "lower precision later, on purpose, with a measured tolerance.",
         ),

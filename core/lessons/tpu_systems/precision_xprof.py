@@ -1,7 +1,7 @@
 """bfloat16 and int8 matmuls, and how far they land from float32 and float64.
 
-bfloat16 keeps float32's 8-bit exponent but only 8 significant bits (unit roundoff 2^-9,
-spacing 2^-8 near 1): rounding the inputs costs a few 1e-3 of relative error whatever the
+bfloat16 keeps float32's 8-bit exponent but only 8 significant bits (unit roundoff 2^-8,
+spacing 2^-7 just above 1): rounding the inputs costs a few 1e-3 of relative error whatever the
 contraction size K, while a running sum kept in bf16 loses more with every addition, so its
 error grows with K. TPU MXUs multiply bf16 inputs and accumulate in float32
 (``preferred_element_type=jnp.float32`` says so explicitly).
