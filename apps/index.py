@@ -43,6 +43,9 @@ with app.setup:
     .course-home .badge.built { color: #1b5e20; background: #e8f5e9; border-color: #81c784; }
     .course-home .badge.planned { color: #455a64; background: #eceff1; border-color: #b0bec5; }
     .course-home .badge.changed { color: #b71c1c; background: #ffebee; border-color: #e57373; }
+    .course-home .tpu { display: block; margin-left: 5rem; font-size: 0.75rem;
+                        color: var(--slate-11, #5f6b7a); }
+    .course-home .tpu[data-tpu="passed"] { color: #1b5e20; }
     </style>"""
     STATUS_WORD = {"present": "built", "missing": "planned"}  # curriculum status -> badge
 
@@ -91,9 +94,17 @@ def _(course, only_present, path):
             )
             return (
                 f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code>'
-                f"{twins(lesson)}</li>"
+                f"{twins(lesson)}{tpu_line(lesson)}</li>"
             )
         return f'<li data-status="{word}">{badge}{title} <code>{lesson["app"]}</code></li>'
+
+    def tpu_line(lesson: dict) -> str:
+        """The lesson's line from the newest TPU course record (or "not yet run on a TPU")."""
+        tpu = lesson["tpu"]
+        state = tpu["status"] if tpu else "none"
+        text = tpu["line"] if tpu else curriculum.tpu_record.NOT_YET
+        where = f' title="{html.escape(tpu["record"])}"' if tpu else ""
+        return f'<span class="tpu" data-tpu="{state}"{where}>TPU: {html.escape(text)}</span>'
 
     def twins(lesson: dict) -> str:
         """' · Keras multi-backend track: keras_x' for each built track app mirroring it."""
