@@ -410,7 +410,7 @@ def course_run(options: Options) -> int:
     if not slugs:  # --frameworks only
         return run_frameworks(options)
     record_path = run_dir / RECORD
-    started = records.read_load()  # this call's load is kept in run.json (course-record)
+    load_start = records.read_load()  # this call's load is kept in run.json (course-record)
     existing = load_record(record_path) if record_path.is_file() else None
     record = merge_record(existing, slugs, "local" if vm is None else "tpu", options.argv)
     todo = [s for s in to_run(record, run_dir, options.force) if s in slugs]
@@ -419,7 +419,7 @@ def course_run(options: Options) -> int:
         print(f"# already back (not rerun): {', '.join(done)}")
     if not todo:
         record["status"] = "passed"
-        save_record(record_path, record, started)
+        save_record(record_path, record, load_start)
         print(f"nothing to run: all {len(slugs)} lesson(s) are back in {run_dir}")
         if vm is not None:
             print(delete_hint(vm))
@@ -433,14 +433,14 @@ def course_run(options: Options) -> int:
             wheel = options.wheel or build_wheel(staged)
             record["wheel"] = pathlib.Path(wheel).name
             record["wheel_sha256"] = hashlib.sha256(pathlib.Path(wheel).read_bytes()).hexdigest()
-            save_record(record_path, record, started)
+            save_record(record_path, record, load_start)
             steps = staging_steps(vm, staged, todo, str(wheel), options.wheelhouse)
             code = launch.execute(steps, dry_run=False)
             if code != 0:
                 raise RuntimeError("staging failed (the step's output is above)")
     except (RuntimeError, OSError, ValueError) as exc:
         record["status"] = "failed"
-        save_record(record_path, record, started)
+        save_record(record_path, record, load_start)
         print(f"error: {exc}", file=sys.stderr)
         if vm is not None and record["vm"] is not None:
             print(delete_hint(vm))
@@ -453,7 +453,7 @@ def course_run(options: Options) -> int:
         lesson = lessons[slug]
         shutil.rmtree(run_dir / slug, ignore_errors=True)
         lesson.update(pending_lesson(slug))
-        save_record(record_path, record, started)
+        save_record(record_path, record, load_start)
         started = time.perf_counter()
         if vm is None:
             code, output = run_locally(slug, staged, run_dir, options.timeout_s)
@@ -473,7 +473,7 @@ def course_run(options: Options) -> int:
             output_tail=_tail(output),
         )
         _record_versions(record, run_dir, slug)
-        save_record(record_path, record, started)
+        save_record(record_path, record, load_start)
         said = "; ".join(verdicts(output)[-3:])
         print(f"[{number}/{len(todo)}] {slug}: {status} ({lesson['seconds']:.1f} s) {said}")
         if status in DONE:
@@ -483,7 +483,7 @@ def course_run(options: Options) -> int:
             print(f"  {slug} {status}: {first_problem(output)} (going on: --keep-going)")
             continue
         record["status"] = "failed"
-        save_record(record_path, record, started)
+        save_record(record_path, record, load_start)
         print(
             f"\nFAILED: {slug} ({problem}). Its output (last {TAIL_CHARS} characters):\n"
             f"{_tail(output)}\n\nThe run stopped here; the same command resumes it "
@@ -496,7 +496,7 @@ def course_run(options: Options) -> int:
             print(delete_hint(vm))
         return 1
     record["status"] = "failed" if failures else "passed"
-    save_record(record_path, record, started)
+    save_record(record_path, record, load_start)
     print("\n" + summary_table(run_dir, record, slugs))
     code = 0
     if failures:
