@@ -370,6 +370,29 @@ def test_no_track_reads_planned_while_its_apps_are_built(track_states):
 
 
 @app.cell
+def test_each_lessons_tpu_line_is_its_newest_record_entry(course):
+    # Independently of core.curriculum.tpu_record: the kept records read with json alone,
+    # oldest first, so each lesson ends at its newest entry.
+    import json
+    import os
+
+    _root = pathlib.Path(
+        os.environ.get("JAX_LAB_RECORDS_DIR") or curriculum.REPO_ROOT / "benchmarks/records"
+    )
+    _newest = {}
+    for _file in sorted((_root / "tpu_course").glob("*.json")):
+        _record = json.loads(_file.read_text(encoding="utf-8"))
+        for _entry in _record["course"]["lessons"]:
+            _newest[_entry["slug"]] = (_entry["status"], _record["date"])
+    for _phase in course:
+        for _lesson in _phase["lessons"]:
+            _slug = _lesson["app"].removeprefix("apps/").removesuffix(".py")
+            _shown = _lesson["tpu"] and (_lesson["tpu"]["status"], _lesson["tpu"]["date"])
+            assert _shown == _newest.get(_slug), (_slug, _shown, _newest.get(_slug))
+    return
+
+
+@app.cell
 def test_every_phase_is_listed_under_all_phases(path, shown_titles):
     if path.value == "All phases":
         assert shown_titles == [p.title for p in curriculum.PHASES]
