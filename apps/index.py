@@ -43,6 +43,9 @@ with app.setup:
     .course-home .badge.built { color: #1b5e20; background: #e8f5e9; border-color: #81c784; }
     .course-home .badge.planned { color: #455a64; background: #eceff1; border-color: #b0bec5; }
     .course-home .badge.changed { color: #b71c1c; background: #ffebee; border-color: #e57373; }
+    .course-home .tpu { display: block; margin-left: 5rem; font-size: 0.75rem;
+                        color: var(--slate-11, #5f6b7a); }
+    .course-home .tpu[data-tpu="passed"] { color: #1b5e20; }
     </style>"""
     STATUS_WORD = {"present": "built", "missing": "planned"}  # curriculum status -> badge
 
@@ -91,9 +94,17 @@ def _(course, only_present, path):
             )
             return (
                 f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code>'
-                f"{twins(lesson)}</li>"
+                f"{twins(lesson)}{tpu_line(lesson)}</li>"
             )
         return f'<li data-status="{word}">{badge}{title} <code>{lesson["app"]}</code></li>'
+
+    def tpu_line(lesson: dict) -> str:
+        """The lesson's line from the newest TPU course record (or "not yet run on a TPU")."""
+        tpu = lesson["tpu"]
+        state = tpu["status"] if tpu else "none"
+        text = tpu["line"] if tpu else curriculum.tpu_record.NOT_YET
+        where = f' title="{html.escape(tpu["record"])}"' if tpu else ""
+        return f'<span class="tpu" data-tpu="{state}"{where}>TPU: {html.escape(text)}</span>'
 
     def twins(lesson: dict) -> str:
         """' · Keras multi-backend track: keras_x' for each built track app mirroring it."""
@@ -355,6 +366,29 @@ def test_no_track_reads_planned_while_its_apps_are_built(track_states):
         _apps = _track.slugs or tuple(lesson.slug for lesson in curriculum.all_lessons())
         if any(curriculum.status(s) == "present" for s in _apps):
             assert "planned" not in track_states[_track.title], _track.title
+    return
+
+
+@app.cell
+def test_each_lessons_tpu_line_is_its_newest_record_entry(course):
+    # Independently of core.curriculum.tpu_record: the kept records read with json alone,
+    # oldest first, so each lesson ends at its newest entry.
+    import json
+    import os
+
+    _root = pathlib.Path(
+        os.environ.get("JAX_LAB_RECORDS_DIR") or curriculum.REPO_ROOT / "benchmarks/records"
+    )
+    _newest = {}
+    for _file in sorted((_root / "tpu_course").glob("*.json")):
+        _record = json.loads(_file.read_text(encoding="utf-8"))
+        for _entry in _record["course"]["lessons"]:
+            _newest[_entry["slug"]] = (_entry["status"], _record["date"])
+    for _phase in course:
+        for _lesson in _phase["lessons"]:
+            _slug = _lesson["app"].removeprefix("apps/").removesuffix(".py")
+            _shown = _lesson["tpu"] and (_lesson["tpu"]["status"], _lesson["tpu"]["date"])
+            assert _shown == _newest.get(_slug), (_slug, _shown, _newest.get(_slug))
     return
 
 

@@ -63,14 +63,23 @@ Figure = Annotated[
 ]
 
 
+class RecordAccelerator(pydantic.BaseModel):
+    """The accelerator a record's figures came from (JAX's device kind and count)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+    kind: str = pydantic.Field(min_length=1)  # jax.Device.device_kind: "TPU v5 lite"
+    count: int = pydantic.Field(ge=1)  # devices this process saw
+
+
 class RecordMachine(pydantic.BaseModel):
     """The machine a benchmark record was measured on."""
 
     model_config = pydantic.ConfigDict(strict=True, extra="forbid")
     label: str = pydantic.Field(min_length=1)
     cpu: str = pydantic.Field(min_length=1)
-    cores: int = pydantic.Field(ge=1)
+    cores: int | None = pydantic.Field(ge=1)  # None: not known where the record was written
     platform: str = pydantic.Field(min_length=1)
+    accelerator: RecordAccelerator | None = None  # None: a CPU record, or an older one
 
 
 class RecordLoad(pydantic.BaseModel):
@@ -84,6 +93,90 @@ class RecordLoad(pydantic.BaseModel):
     limit_cores: Number  # more than this from others and the record is refused
     load_average_start: Annotated[list[Number], pydantic.Field(min_length=3, max_length=3)] | None
     load_average_end: Annotated[list[Number], pydantic.Field(min_length=3, max_length=3)] | None
+
+
+class Closed(pydantic.BaseModel):
+    """A strict, closed part of a record (a typo in a field name is an error)."""
+
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+
+
+class CourseCheck(Closed):
+    """One check of a lesson, from its bundle: the worst error against its tolerance."""
+
+    what: str
+    passed: bool
+    line: str  # the check line as the lesson printed it
+    max_error: Number | None  # the error nearest its bound (None: NaN or infinite)
+    tolerance: Number  # that error's bound
+    tolerance_reason: str  # why the bound has its value, as the check line says ("" if not)
+
+
+class CourseNumber(Closed):
+    """A key number the lesson reported (``lab.report``)."""
+
+    name: str
+    value: str | int | float | bool | None
+    unit: str
+
+
+class CourseReceipt(Closed):
+    """Where a lesson's numbers came from: its bundle's receipt, in short."""
+
+    backend: str
+    tpu_result: bool
+    device_kinds: list[str]
+    device_count: int = pydantic.Field(ge=0)
+    process_count: int = pydantic.Field(ge=1)
+
+
+class CourseLesson(Closed):
+    """One lesson of a course run, read from its results.json and run.json."""
+
+    slug: str = pydantic.Field(min_length=1)
+    status: Literal["passed", "failed", "refused", "timed_out", "error"]
+    reason: str  # why it did not pass ("" when it passed)
+    checks: list[CourseCheck]
+    seconds: Number | None
+    exit_code: int | None
+    finished_utc: str | None
+    numbers: list[CourseNumber]
+    receipt: CourseReceipt | None  # None: no bundle came back (a crash, a timeout)
+    results_sha256: str | None = pydantic.Field(pattern=r"^[0-9a-f]{64}$")
+    run: str  # the run it came from (CourseRun.id)
+    replaced: list[str] = []  # earlier runs of this lesson that this later one replaces
+
+
+class CourseRun(Closed):
+    """One run folder (run.json) a course record was read from."""
+
+    id: str  # "<folder>@<created_utc>"
+    folder: str  # "local/2026-12-06": the run folder's last two parts
+    created_utc: str
+    updated_utc: str
+    commands: list[str]  # each call of course-run into the folder (run.json)
+    lessons: list[str]
+
+
+class PytestCounts(Closed):
+    """``pytest`` on the record's machine: its counts, from its summary line or junit xml."""
+
+    command: str = pydantic.Field(min_length=1)
+    source: str  # "summary line" or "junit xml"
+    summary: str  # the summary line, or the junit totals as one line
+    passed: int = pydantic.Field(ge=0)
+    failed: int = pydantic.Field(ge=0)
+    skipped: int = pydantic.Field(ge=0)
+    errors: int = pydantic.Field(ge=0)
+    seconds: Number | None
+
+
+class CourseResults(Closed):
+    """A course run's lessons on one machine and date (``benchmarks/records/tpu_course``)."""
+
+    lessons: list[CourseLesson] = pydantic.Field(min_length=1)
+    runs: list[CourseRun] = pydantic.Field(min_length=1)
+    pytest: PytestCounts | None = None
 
 
 class BenchmarkRecord(pydantic.BaseModel):
@@ -106,6 +199,7 @@ class BenchmarkRecord(pydantic.BaseModel):
     figures: dict[str, Figure] = pydantic.Field(min_length=1)
     notes: str = ""
     under_load: str = ""  # non-empty: taken on a busy machine (why); never cited
+    course: CourseResults | None = None  # a course run's lessons (tpu_scripts course-record)
 
     @pydantic.field_validator("date")
     @classmethod

@@ -6,6 +6,7 @@ python -m tpu_scripts rehearse --processes 2 --devices-per-process 4 SCRIPT [-- 
 python -m tpu_scripts launch {create,stage,run,fetch,delete} ... [--dry-run]
 python -m tpu_scripts course-run --name VM --zone Z --accelerator-type T --lessons NAME,...
 python -m tpu_scripts compare runs/tpu/VM/DATE [--local DIR] [--markdown PATH]
+python -m tpu_scripts course-record RUN_DIR [RUN_DIR ...] [--pytest-summary FILE ...]
 python -m tpu_scripts wheelhouse [install DIR... --target SITE | inventory | profiles]
 python -m tpu_scripts artifact {runtime-receipt,experiment-log,decision-dossier,
                                 timing-placement,verify} ...
@@ -21,7 +22,7 @@ from tpu_scripts.wheelhouse import local as wheelhouse_local  # standard library
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tpu_scripts import artifacts, compare, course_run, launch
+    from tpu_scripts import artifacts, compare, course_record, course_run, launch
 
     parser = argparse.ArgumentParser(
         prog="python -m tpu_scripts",
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_parser(commands)
     # A subcommand module gives add_parser(commands) and main(args); it is wired in twice here.
     course_run.add_parser(commands)
+    course_record.add_parser(commands)
     compare.add_parser(commands)
     artifacts.add_parser(commands)  # each artifact's subparser sets its handler
     wheelhouse_cli.add_parser(commands)
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return wheelhouse_cli.main(argv[1:])
     if wheelhouse_local.wants(argv) and wheelhouse_local.prepare(argv) != 0:
         return 1  # course-run --local --wheelhouse: installed first, on a bare host too
-    from tpu_scripts import compare, course_run, export, launch
+    from tpu_scripts import compare, course_record, course_run, export, launch
 
     parser = build_parser()
     # Everything after the first "--" belongs to the script (rehearse, launch run), untouched.
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         return launch.main(args)
     elif args.command == "course-run":
         return course_run.main(args, ["python", "-m", "tpu_scripts", *argv])
+    elif args.command == "course-record":
+        return course_record.main(args)
     elif args.command == "compare":
         return compare.main(args.tpu_dir, args.local_dir, args.markdown_path)
     elif args.command == "artifact":

@@ -29,14 +29,15 @@ Either way a table ends the run: lesson, status, seconds, check line or first er
 command never deletes the VM: it prints ``launch delete`` (which checks that ``describe`` then
 fails) as the explicit next step. Running the same command again resumes: a lesson whose bundle
 came back and verifies (``results.load``) is not rerun; a failed one is; ``--force`` reruns all.
-``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU side of ``python
--m tpu_scripts compare``; ``--local --one-process`` runs them all in this one process
+``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU side of
+``python -m tpu_scripts compare``; ``--local --one-process`` runs them all in this one process
 (one_process.py: a program that opens a TPU pays ~15 s to start), each lesson's state put back
 after it, and the record says which process gave each result. Without gcloud on PATH (or with
-``--dry- run``) the steps are printed and nothing runs. ``--wheelhouse DIR`` installs the course
+``--dry-run``) the steps are printed and nothing runs. ``--wheelhouse DIR`` installs the course
 from a wheelhouse (``python -m tpu_scripts wheelhouse``) instead of the network: copied to every
 worker and installed there (wheelhouse/remote.py), or, with ``--local``, here into ``--site``
 before the run starts (wheelhouse/local.py: on a host with nothing of the course installed yet).
+``--record`` ends the run by writing it as the tpu_course record (course_record.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import time
 
 from core import curriculum, runtime
 from core.lab import results
+from core.perf import records
 from core.tpu import cloud_tpu
 from tpu_scripts import export, launch, one_process
 from tpu_scripts.lesson_choice import UsageError, require_apps, resolve_lessons, resolve_phases
@@ -147,6 +149,7 @@ class Options:
     argv: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()  # tpu_scripts/frameworks/environments.py names
     keep_going: bool = False  # run every lesson; report all failures at the end
+    record: bool = False  # write the tpu_course record from this run folder at the end
     wheelhouse: tuple[pathlib.Path, ...] = ()  # its part folders: install these, not the network
     one_process: bool = False  # --local: every lesson in this process (one_process.py)
 
@@ -418,6 +421,7 @@ def course_run(options: Options) -> int:
     if not slugs:  # --frameworks only
         return run_frameworks(options)
     record_path = run_dir / RECORD
+    load_start = records.read_load()  # this call's load is kept in run.json (course-record)
     existing = load_record(record_path) if record_path.is_file() else None
     record = merge_record(existing, slugs, "local" if vm is None else "tpu", options.argv)
     todo = [s for s in to_run(record, run_dir, options.force) if s in slugs]
@@ -426,7 +430,7 @@ def course_run(options: Options) -> int:
         print(f"# already back (not rerun): {', '.join(done)}")
     if not todo:
         record["status"] = "passed"
-        save_record(record_path, record)
+        save_record(record_path, record, load_start)
         print(f"nothing to run: all {len(slugs)} lesson(s) are back in {run_dir}")
         if vm is not None:
             print(delete_hint(vm))
@@ -440,14 +444,14 @@ def course_run(options: Options) -> int:
             wheel = options.wheel or build_wheel(staged)
             record["wheel"] = pathlib.Path(wheel).name
             record["wheel_sha256"] = hashlib.sha256(pathlib.Path(wheel).read_bytes()).hexdigest()
-            save_record(record_path, record)
+            save_record(record_path, record, load_start)
             steps = staging_steps(vm, staged, todo, str(wheel), options.wheelhouse)
             code = launch.execute(steps, dry_run=False)
             if code != 0:
                 raise RuntimeError("staging failed (the step's output is above)")
     except (RuntimeError, OSError, ValueError) as exc:
         record["status"] = "failed"
-        save_record(record_path, record)
+        save_record(record_path, record, load_start)
         print(f"error: {exc}", file=sys.stderr)
         if vm is not None and record["vm"] is not None:
             print(delete_hint(vm))
@@ -462,7 +466,7 @@ def course_run(options: Options) -> int:
         lesson = lessons[slug]
         shutil.rmtree(run_dir / slug, ignore_errors=True)
         lesson.update(pending_lesson(slug))
-        save_record(record_path, record)
+        save_record(record_path, record, load_start)
         started = time.perf_counter()
         if vm is None:
             run_here = run_in_shared_process if options.one_process else run_locally
@@ -484,7 +488,7 @@ def course_run(options: Options) -> int:
             process=one_process.SHARED if options.one_process else one_process.OWN,
         )
         _record_versions(record, run_dir, slug)
-        save_record(record_path, record)
+        save_record(record_path, record, load_start)
         said = "; ".join(verdicts(output)[-3:])
         print(f"[{number}/{len(todo)}] {slug}: {status} ({lesson['seconds']:.1f} s) {said}")
         if status in DONE:
@@ -494,7 +498,7 @@ def course_run(options: Options) -> int:
             print(f"  {slug} {status}: {first_problem(output)} (going on: --keep-going)")
             continue
         record["status"] = "failed"
-        save_record(record_path, record)
+        save_record(record_path, record, load_start)
         print(
             f"\nFAILED: {slug} ({problem}). Its output (last {TAIL_CHARS} characters):\n"
             f"{_tail(output)}\n\nThe run stopped here; the same command resumes it "
@@ -507,7 +511,7 @@ def course_run(options: Options) -> int:
             print(delete_hint(vm))
         return 1
     record["status"] = "failed" if failures else "passed"
-    save_record(record_path, record)
+    save_record(record_path, record, load_start)
     print("\n" + summary_table(run_dir, record, slugs))
     code = 0
     if failures:
@@ -521,11 +525,26 @@ def course_run(options: Options) -> int:
         code = 1
     else:
         print(f"all {len(slugs)} lesson(s) back in {run_dir} (record: {record_path})")
+    if options.record:
+        code = max(code, write_course_record(run_dir))
     if vm is not None and options.frameworks:
         return max(code, run_frameworks(options))
     if vm is not None:
         print(delete_hint(vm))
     return code
+
+
+def write_course_record(run_dir: pathlib.Path) -> int:
+    """``--record``: the run folder as the tpu_course record (course_record.py); 0 or 2."""
+    from tpu_scripts import course_record
+
+    try:
+        paths = course_record.record_runs([run_dir])
+    except (course_record.Refused, records.BusyMachine) as exc:
+        print(f"error: no course record written: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(f"course record: {path}" for path in paths))
+    return 0
 
 
 # ----------------------------------------------------------------------------------------
@@ -567,6 +586,12 @@ def add_parser(commands) -> None:
         "the network: on every worker, or here with --local (into --site)",
     )
     sub.add_argument("--site", help="--local --wheelhouse: install into (default: RUNS_ROOT/site)")
+    sub.add_argument(
+        "--record",
+        action="store_true",
+        help="at the end, write the run folder as benchmarks/records/tpu_course/DATE_MACHINE"
+        ".json (course-record; refused unless every bundle is a TPU's)",
+    )
     sub.add_argument(
         "--frameworks",
         default="",
@@ -674,6 +699,7 @@ def options_from_args(args: argparse.Namespace, argv=()) -> Options:
         argv=tuple(argv),
         frameworks=frameworks,
         keep_going=args.keep_going,
+        record=args.record,
         wheelhouse=tuple(dict.fromkeys(wheelhouse)),
         one_process=args.one_process,
     )

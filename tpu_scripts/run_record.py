@@ -52,6 +52,18 @@ class VmRecord(documents.Document):
     described: dict[str, Any]  # what `gcloud ... describe --format=json` printed
 
 
+class CallRecord(documents.Document):
+    """One call of course-run into this run folder: its command, the machine it ran on (the
+    TPU host's CPU with --local there) and the load other processes put on that machine
+    while it ran (``core.perf.records.measure_load``; course-record keeps it)."""
+
+    command: list[str]
+    started_utc: str
+    cpu: str
+    cores: int
+    load: dict[str, Any] | None  # measure_load's document, updated as the lessons finish
+
+
 class RunRecord(documents.Document):
     """run.json: one course run (TPU VM or local), lesson by lesson."""
 
@@ -68,6 +80,7 @@ class RunRecord(documents.Document):
     status: Literal["running", "passed", "failed"]
     lessons: list[LessonRecord]
     wheelhouse: str | None = None  # the build installed instead of the network (wheelhouse)
+    calls: list[CallRecord] = []  # every call into this folder (absent before they were kept)
 
     @pydantic.field_validator("created_utc", "updated_utc")
     @classmethod
@@ -85,9 +98,16 @@ def load_record(path: pathlib.Path) -> dict:
     return documents.load(path, RunRecord, "course run record")
 
 
-def save_record(path: pathlib.Path, record: dict) -> None:
-    """Validate and write atomically (a crash leaves the previous record whole)."""
+def save_record(path: pathlib.Path, record: dict, load_start: dict | None = None) -> None:
+    """Validate and write atomically (a crash leaves the previous record whole).
+
+    ``load_start``: ``records.read_load()`` at this call's start: the call's load so far is
+    kept in its entry of ``calls`` (what other processes used of the machine meanwhile)."""
     record["updated_utc"] = now_utc()
+    if load_start is not None and record.get("calls"):
+        from core.perf import records
+
+        record["calls"][-1]["load"] = records.measure_load(load_start)
     documents.validate(RunRecord, record, "course run record")
     documents.write_text_atomic(path, json.dumps(record, indent=2) + "\n")
 
@@ -127,7 +147,21 @@ def merge_record(existing: dict | None, slugs: list[str], backend: str, argv) ->
     existing["lessons"] = [known.get(slug) or pending_lesson(slug) for slug in slugs] + others
     existing["command"] = list(argv)
     existing["status"] = "running"
+    existing.setdefault("calls", []).append(call_record(argv))
     return existing
+
+
+def call_record(argv) -> dict:
+    """This call's entry of ``calls``: its command and this machine's CPU (load: later)."""
+    from core.perf import machine  # imports jax; the TPU backend is not started by it
+
+    return {
+        "command": list(argv),
+        "started_utc": now_utc(),
+        "cpu": machine.cpu_model(),
+        "cores": machine.core_count(),
+        "load": None,
+    }
 
 
 def bundle_problem(run_dir: pathlib.Path, slug: str) -> str | None:

@@ -2,8 +2,9 @@
 
 course.py holds the map itself (phases, lessons, capstones, tracks, learning paths, assessments);
 queries.py what is asked of it (a lesson's phase, its title lines, an app's status: "present"
-when ``apps/<slug>.py`` exists, "missing" otherwise); views.py the map as text and
-apps/README.md. ``from core import curriculum`` reaches all of it:
+when ``apps/<slug>.py`` exists, "missing" otherwise); tpu_record.py each app's entry in the
+newest committed TPU course record; views.py the map as text and apps/README.md.
+``from core import curriculum`` reaches all of it:
 
     python -m core.curriculum             # the map with each lesson's status
     python -m core.curriculum --json      # machine-readable map
@@ -11,6 +12,7 @@ apps/README.md. ``from core import curriculum`` reaches all of it:
     python -m core.curriculum --write-readme   # regenerate apps/README.md from the map
 """
 
+from core.curriculum import tpu_record  # noqa: F401 (each lesson's TPU course record entry)
 from core.curriculum.course import (  # noqa: F401 (the package's public surface)
     APPS_DIR,
     APPS_README,

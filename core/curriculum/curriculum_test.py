@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from core import curriculum
-from core.curriculum import course
+from core.curriculum import course, tpu_record
 
 SEEDS = curriculum.REPO_ROOT / "docs" / "seeds"
 
@@ -122,7 +122,8 @@ def test_cli_json_schema():
     for entry in data:
         assert set(entry) == {"phase", "lessons"}
         for lesson in entry["lessons"]:
-            assert set(lesson) == {"title", "app", "status"}
+            assert set(lesson) == {"title", "app", "status", "tpu"}
+            assert lesson["tpu"] is None or lesson["tpu"]["status"] in tpu_record.STATUS_WORDS
             assert re.fullmatch(r"apps/[a-z0-9_]+\.py", lesson["app"])
             assert lesson["status"] in ("present", "missing")
 

@@ -14,15 +14,26 @@ from core.curriculum.course import (
     TRACKS,
 )
 from core.curriculum.queries import all_lessons, status
+from core.curriculum.tpu_record import entries, status_line
+
+TPU_WIDTH = 70  # characters of a reason the printed map keeps
 
 
-def course_map(apps_dir: pathlib.Path = APPS_DIR) -> list[dict]:
-    """The map as JSON-ready data: [{"phase", "lessons": [{"title", "app", "status"}]}]."""
+def course_map(apps_dir: pathlib.Path = APPS_DIR, records_root=None) -> list[dict]:
+    """The map as JSON-ready data: [{"phase", "lessons": [{"title", "app", "status", "tpu"}]}]
+    where "tpu" is the lesson's entry in the newest tpu_course record (tpu_record.py: status,
+    reason, date, device kind and count, record, line) or None when no TPU has run it."""
+    found, _ = entries(records_root)
     return [
         {
             "phase": phase.title,
             "lessons": [
-                {"title": lesson.title, "app": lesson.app, "status": status(lesson.slug, apps_dir)}
+                {
+                    "title": lesson.title,
+                    "app": lesson.app,
+                    "status": status(lesson.slug, apps_dir),
+                    "tpu": found[lesson.slug].as_json() if lesson.slug in found else None,
+                }
                 for lesson in phase.lessons
             ],
         }
@@ -42,18 +53,27 @@ def summary_rows(apps_dir: pathlib.Path = APPS_DIR) -> list[tuple[str, int, int]
     ]
 
 
-def format_map(apps_dir: pathlib.Path = APPS_DIR) -> str:
+def format_map(apps_dir: pathlib.Path = APPS_DIR, records_root=None) -> str:
+    """The printed map: each app's status and, under it, its line from the newest TPU record
+    (tpu_record.py), then which records those lines come from."""
+    found, problems = entries(records_root)
+
+    def tpu(slug: str) -> str:
+        return f"          TPU: {status_line(slug, found, TPU_WIDTH)}"
+
     lines = []
     for number, phase in enumerate(PHASES, start=1):
         lines.append(f"{number:2d}. {phase.title}")
         for lesson in phase.lessons:
             mark = "x" if status(lesson.slug, apps_dir) == "present" else " "
             lines.append(f"    [{mark}] {lesson.title:<66} {lesson.app}")
+            lines.append(tpu(lesson.slug))
     lines.append("")
     lines.append("Capstones")
     for capstone in CAPSTONES:
         mark = "x" if status(capstone.slug, apps_dir) == "present" else " "
         lines.append(f"    [{mark}] {capstone.title:<66} {capstone.app}")
+        lines.append(tpu(capstone.slug))
         lines.extend(f"          - {point}" for point in capstone.points)
         lines.append(f"          portfolio guide: {_relative(capstone.guide)}")
     lines.append("")
@@ -61,11 +81,27 @@ def format_map(apps_dir: pathlib.Path = APPS_DIR) -> str:
     for assessment in ASSESSMENTS:
         mark = "x" if status(assessment.slug, apps_dir) == "present" else " "
         lines.append(f"    [{mark}] {assessment.title:<66} {assessment.app}")
+        lines.append(tpu(assessment.slug))
         lines.append(
             f"          grade headless: python -m core.assessment grade --path "
             f"{assessment.paper} --answers FILE"
         )
+    lines += ["", tpu_sources(found, problems)]
     return "\n".join(lines)
+
+
+def tpu_sources(found: dict, problems: list[str]) -> str:
+    """Where the TPU lines come from, or how to make the record they would come from."""
+    if not found:
+        text = (
+            "TPU: no tpu_course record yet. On a TPU host: python -m tpu_scripts course-run "
+            "--local --keep-going --phases all; bring the run folder here, then python -m "
+            "tpu_scripts course-record RUN_DIR"
+        )
+    else:
+        kept = sorted({entry.record for entry in found.values()})
+        text = f"TPU lines ({len(found)} apps) from: " + ", ".join(kept)
+    return "\n".join([text, *(f"TPU record left out: {problem}" for problem in problems)])
 
 
 def _relative(path: pathlib.Path) -> str:

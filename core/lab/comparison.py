@@ -7,7 +7,9 @@ column per backend, headed with the backend and device kind from each side's rec
 one side lacks reads "missing", never a value from the other side. ``markdown`` writes it
 for ``python -m tpu_scripts compare``; ``comparison_section(slug)`` is the section of a
 lesson app: the newest TPU bundle of that lesson under runs/tpu/ beside the newest local one
-under runs/local/, or one line saying how to produce them.
+under runs/local/; without a TPU bundle, the lesson's entry in the newest committed tpu_course
+record (``core.curriculum.tpu_record``: what a TPU chip gave, with its date and file) beside
+the newest local bundle; else one line saying how to produce them.
 
 Nothing here imports marimo: the section is an object marimo shows through ``_mime_``
 (HTML), so the command-line tools (which never import marimo) share this module.
@@ -23,6 +25,7 @@ import pathlib
 from typing import Any
 
 from core import curriculum
+from core.curriculum import tpu_record
 
 MISSING = "missing"
 RUNS_ROOT = pathlib.Path(__file__).resolve().parents[2] / "runs"
@@ -225,10 +228,87 @@ def course_run_hint(slug: str) -> str:
     if reason := curriculum.TPU_ADDS_NOTHING.get(slug):
         return f"A TPU run adds nothing to {slug}: {reason}."
     return (
-        f"No TPU results for {slug} yet. Produce them with `python -m tpu_scripts course-run "
-        f"--name VM --zone ZONE --accelerator-type TYPE --lessons {slug}` (and the CPU side "
-        f"with `python -m tpu_scripts course-run --local --lessons {slug}`)."
+        f"No TPU results for {slug} yet: no bundle under runs/tpu/, and no committed TPU "
+        f"course record has it. Produce them with `python -m tpu_scripts course-run --name VM "
+        f"--zone ZONE --accelerator-type TYPE --lessons {slug}` (on a TPU host itself: "
+        f"`course-run --local --lessons {slug}`), keep them with `python -m tpu_scripts "
+        f"course-record RUN_DIR`, and the CPU side with `python -m tpu_scripts course-run "
+        f"--local --lessons {slug}` here."
     )
+
+
+def _record_check_text(check: dict) -> str:
+    error = "nan" if check["max_error"] is None else f"{check['max_error']:.3g}"
+    reason = f": {check['tolerance_reason']}" if check["tolerance_reason"] else ""
+    verdict = "PASS" if check["passed"] else "FAIL"
+    return f"{verdict} max error {error} (tolerance {check['tolerance']:.1g}{reason})"
+
+
+def _bundle_check_text(check: dict | None) -> str:
+    from core.lab import results
+
+    if check is None:
+        return MISSING
+    error, tolerance = results.worst_check_error(check)
+    return _record_check_text(
+        {
+            "passed": check["passed"],
+            "max_error": error,
+            "tolerance": tolerance,
+            "tolerance_reason": results.tolerance_reason(check["line"]),
+        }
+    )
+
+
+def record_comparison(entry: tpu_record.TpuEntry, local_doc: dict | None) -> Comparison:
+    """A lesson's entry in a TPU course record beside a local results document (None: this
+    machine has no bundle of it): checks (worst error against its tolerance), key numbers."""
+    lesson = entry.lesson
+    tpu_label = f"TPU: {entry.device_kind} x {entry.device_count} ({entry.date})"
+    local_label = backend_label(local_doc, "CPU")
+    seconds = "" if lesson["seconds"] is None else f" in {lesson['seconds']:.1f} s"
+    notes = [
+        f"measured on {entry.device_kind}, {entry.date} ({entry.record})",
+        f"{entry.line()}{seconds} (course-run, exit code {lesson['exit_code']})",
+    ]
+    notes += [f"{tpu_label}: {check['line']}" for check in lesson["checks"]]
+    if local_doc is None:
+        notes.append(
+            f"{local_label}: this machine's check is the badge above; `python -m tpu_scripts "
+            f"course-run --local --lessons {entry.slug}` keeps it as a bundle shown here"
+        )
+    else:
+        notes.append(
+            f"{local_label}: status {local_doc['status']}, created "
+            f"{local_doc['created_utc']}, {local_doc['receipt']['note']}"
+        )
+    tpu_checks = _by_key(lesson["checks"], "what")
+    local_checks = _by_key(local_doc["checks"] if local_doc else [], "what")
+    check_rows = tuple(
+        (
+            what,
+            _record_check_text(tpu_checks[what]) if what in tpu_checks else MISSING,
+            _bundle_check_text(local_checks.get(what)),
+        )
+        for what in _ordered(tpu_checks, local_checks)
+    )
+    numbers = [
+        _by_key(lesson["numbers"], "name"),
+        _by_key(local_doc["numbers"] if local_doc else [], "name"),
+    ]
+    number_rows = []
+    for name in _ordered(*numbers):
+        found = [side.get(name) for side in numbers]
+        unit = next(f["unit"] for f in found if f is not None)
+        values = [MISSING if f is None else _text(f["value"]) for f in found]
+        number_rows.append((name, unit, *values, _same(*values)))
+    sections = (
+        Section("checks", ("check", tpu_label, local_label), check_rows),
+        Section(
+            "key numbers", ("number", "unit", tpu_label, local_label, "same"), tuple(number_rows)
+        ),
+    )
+    return Comparison(entry.slug, tpu_label, local_label, sections, tuple(notes))
 
 
 def _load(path: pathlib.Path) -> dict | None:
@@ -288,16 +368,26 @@ class ComparisonSection:
         return "text/html", _html(self.comparison) + f"<ul>{sources}</ul>"
 
 
-def comparison_section(slug: str, runs_root: str | pathlib.Path | None = None):
+def comparison_section(
+    slug: str, runs_root: str | pathlib.Path | None = None, records_root=None
+) -> ComparisonSection:
     """The newest TPU bundle of lesson ``slug`` beside the newest local one (for its app).
 
-    Without a TPU bundle it is the one-line hint of how to make one (a local bundle alone is
-    no comparison). Reads only files; costs a glob when there are none.
+    Without a TPU bundle: the lesson's entry in the newest tpu_course record under
+    ``records_root`` (default: $JAX_LAB_RECORDS_DIR or benchmarks/records) beside the newest
+    local bundle; without either, the one-line hint of how to make them (a local bundle alone
+    is no comparison). Reads only files; costs a glob when there are none.
     """
     root = pathlib.Path(runs_root) if runs_root is not None else RUNS_ROOT
     tpu = newest_bundle(tpu_bundles(slug, root))
     if tpu is None:
-        return ComparisonSection(slug, None, (), course_run_hint(slug))
+        entry = tpu_record.entries(records_root)[0].get(slug)
+        if entry is None:
+            return ComparisonSection(slug, None, (), course_run_hint(slug))
+        local = newest_bundle(local_bundles(slug, root))
+        sources = [entry.record] + ([str(local[0])] if local else [])
+        found = record_comparison(entry, local[1] if local else None)
+        return ComparisonSection(slug, found, tuple(sources), course_run_hint(slug))
     local = newest_bundle(local_bundles(slug, root))
     sources = [str(tpu[0])] + ([str(local[0])] if local else [])
     comparison = compare(tpu[1], local[1] if local else None)

@@ -166,9 +166,11 @@ def test_the_app_section_says_when_the_course_run_recorded_a_failure(tmp_path):
     )
 
 
-def test_a_lesson_a_tpu_adds_nothing_to_says_why_instead_of_asking_for_a_run(tmp_path):
+def test_a_lesson_a_tpu_adds_nothing_to_says_why_instead_of_asking_for_a_run(tmp_path, monkeypatch):
     """Issue 36: a model registry and a slice plan still ended with "No TPU results yet"."""
     from core import curriculum
+
+    monkeypatch.setenv("JAX_LAB_RECORDS_DIR", str(tmp_path))  # no TPU course record either
 
     lessons = {lesson.slug for lesson in curriculum.all_lessons()}
     assert curriculum.TPU_ADDS_NOTHING and set(curriculum.TPU_ADDS_NOTHING) <= lessons
@@ -178,3 +180,45 @@ def test_a_lesson_a_tpu_adds_nothing_to_says_why_instead_of_asking_for_a_run(tmp
         assert "No TPU results" not in section.markdown and "course-run" not in section.markdown
     other = next(iter(lessons - set(curriculum.TPU_ADDS_NOTHING)))
     assert "No TPU results" in comparison.comparison_section(other, tmp_path).markdown
+
+
+def test_without_a_tpu_bundle_the_section_shows_the_kept_tpu_record(tmp_path, monkeypatch):
+    from core.curriculum.tpu_record_test import lesson, write_record
+
+    records_root, runs = tmp_path / "records", tmp_path / "runs"
+    monkeypatch.setenv("JAX_LAB_RECORDS_DIR", str(records_root))
+    entry = lesson("vmap", "passed")
+    entry["checks"][0]["what"] = "vmap equals a loop"  # the same check as the local bundle's
+    path = write_record(records_root, "2026-12-06", [entry])
+    section = comparison.comparison_section("vmap", runs)  # no bundle on either side
+    text = section.markdown
+    assert section.sources == (str(path),)
+    assert f"measured on TPU v5 lite, 2026-12-06 ({path})" in text
+    assert "passed on TPU v5 lite (2026-12-06) in 21.5 s" in text
+    assert entry["checks"][0]["line"] in text
+    assert "PASS max error 2e-07 (tolerance 1e-05: float32 at HIGHEST on a TPU)" in text
+    assert "| step time | ms | 1.25 | missing |" in text
+    assert "this machine's check is the badge above" in text
+    local = write(runs, "local/2026-12-07/vmap", sample())  # this machine's bundle beside it
+    section = comparison.comparison_section("vmap", runs)
+    assert section.sources == (str(path), str(local))
+    checks = next(s for s in section.comparison.sections if s.title == "checks")
+    assert checks.rows == (
+        (
+            "vmap equals a loop",
+            "PASS max error 2e-07 (tolerance 1e-05: float32 at HIGHEST on a TPU)",
+            "PASS max error 1e-07 (tolerance 1e-05)",
+        ),
+    )
+    assert "No TPU results for jit yet" in comparison.comparison_section("jit", runs).markdown
+    assert "course-record RUN_DIR" in comparison.comparison_section("jit", runs).markdown
+    assert "<table>" in section._mime_()[1]
+
+
+def test_a_tpu_bundle_still_comes_before_the_record(tmp_path, monkeypatch):
+    from core.curriculum.tpu_record_test import lesson, write_record
+
+    monkeypatch.setenv("JAX_LAB_RECORDS_DIR", str(tmp_path / "records"))
+    write_record(tmp_path / "records", "2026-12-06", [lesson("vmap", "passed")])
+    bundle = write(tmp_path / "runs", "tpu/vm/2026-12-01/vmap", sample(**TPU))
+    assert comparison.comparison_section("vmap", tmp_path / "runs").sources == (str(bundle),)

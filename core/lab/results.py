@@ -471,6 +471,32 @@ def finish(outputs=(), error: str | None = None) -> dict | None:
     return doc
 
 
+def worst_check_error(check: dict) -> tuple[float | None, float]:
+    """(error, its tolerance) of a results.json check's measured error nearest its bound, as
+    ``lab.Check`` picks its headline one; a NaN or infinite error (None) is the worst."""
+    names = list(check["errors"])
+    worst = next((name for name in names if check["errors"][name] is None), None)
+    if worst is None:
+        worst = max(names, key=lambda n: check["errors"][n] / max(check["tolerances"][n], 1e-300))
+    return check["errors"][worst], check["tolerances"][worst]
+
+
+def tolerance_reason(line: str) -> str:
+    """Why a check's bound has its value, as its line says: ``(tolerance 3e-03: REASON)``
+    after ``max error`` (``lab.Check.line``); "" when the line gives none."""
+    start = line.find("(tolerance ", max(line.find(" max error "), 0))
+    if start < 0:
+        return ""
+    depth, end = 0, len(line)
+    for index in range(start, len(line)):
+        depth += {"(": 1, ")": -1}.get(line[index], 0)
+        if depth == 0:
+            end = index
+            break
+    _, colon, reason = line[start + 1 : end].partition(": ")
+    return reason.strip() if colon else ""
+
+
 def load(path: pathlib.Path) -> dict:
     """A results.json, verified against the schema (ValueError naming the bad field)."""
     return documents.load(path, LessonResults, "lesson results document")

@@ -76,9 +76,28 @@ def _check_name(name: str) -> str:
 
 
 def machine_slug(machine: dict) -> str:
-    """``"amd-epyc-2core-cpu"``: the file-name part naming the machine (CPU, cores, platform)."""
-    text = f"{machine['cpu']} {machine['cores']}core {machine['platform']}"
+    """``"amd-epyc-2core-cpu"``: the file-name part naming the machine (CPU, cores, platform);
+    with an accelerator it comes first: ``"tpu-v5-lite-x1-unknown-13core-tpu"``."""
+    cores = "" if machine["cores"] is None else f" {machine['cores']}core"
+    text = f"{machine['cpu']}{cores} {machine['platform']}"
+    if accelerator := machine.get("accelerator"):
+        text = f"{accelerator['kind']} x{accelerator['count']} {text}"
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def machine_label(cpu_label: str, accelerator: dict | None) -> str:
+    """The record's machine label: ``cpu_label`` alone, or led by the accelerator
+    (``"1 x TPU v5 lite; host CPU: unknown, 13 cores"``)."""
+    if not accelerator:
+        return cpu_label
+    return f"{accelerator['count']} x {accelerator['kind']}; host CPU: {cpu_label}"
+
+
+def accelerator(backend: str, device_kinds: list[str], device_count: int) -> dict | None:
+    """The record's accelerator from JAX's backend and devices: None on the CPU backend."""
+    if backend == "cpu" or not device_kinds:
+        return None
+    return {"kind": ", ".join(sorted(set(device_kinds))), "count": device_count}
 
 
 def _versions() -> dict[str, str]:
@@ -229,15 +248,18 @@ def make_record(
         raise ValueError(f"a benchmark record needs the exact command that ran, got {command!r}")
     if not isinstance(figures, dict) or not figures:
         raise ValueError(f"a benchmark record needs figures (a non-empty dict), got {figures!r}")
+    devices = jax.devices()
+    chips = accelerator(jax.default_backend(), [d.device_kind for d in devices], len(devices))
     document = {
         "schema_version": 1,
         "name": name,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "machine": {
-            "label": machine.machine_label(),
+            "label": machine_label(machine.machine_label(), chips),
             "cpu": machine.cpu_model(),
             "cores": machine.core_count(),
             "platform": jax.default_backend(),
+            **({"accelerator": chips} if chips else {}),
         },
         "versions": _versions(),
         "command": command,
@@ -266,15 +288,30 @@ def write_record(
     BusyMachine, with nothing written, when other processes kept more than ``LOAD_LIMIT``
     of the cores busy.
     """
-    document = make_record(name, command, figures, notes, load)
+    return write_document(make_record(name, command, figures, notes, load), root)
+
+
+def record_path(document: dict, root: str | os.PathLike | None = None) -> pathlib.Path:
+    """Where ``document`` is kept: ``<root>/<name>/<date>_<machine-slug>.json``."""
+    file_name = f"{document['date']}_{machine_slug(document['machine'])}.json"
+    return records_root(root) / _check_name(document["name"]) / file_name
+
+
+def write_document(document: dict, root: str | os.PathLike | None = None) -> pathlib.Path:
+    """Validate a whole record document and write it atomically (``record_path``).
+
+    For records whose machine, versions and load were measured elsewhere (a TPU host's course
+    run, written here from the bundles it brought back): BusyMachine, nothing written, when
+    the document's own ``load`` says other processes kept that machine busy.
+    """
+    documents.validate(documents.BenchmarkRecord, document, WHAT)
     reason = busy_reason(document["load"])
     if reason:
         raise BusyMachine(
-            f"benchmark record {name!r} not written: {reason}. Its figures would measure "
-            f"the load, not the machine; rerun on a quiet machine: {command}"
+            f"benchmark record {document['name']!r} not written: {reason}. Its figures would "
+            f"measure the load, not the machine; rerun on a quiet machine: {document['command']}"
         )
-    file_name = f"{document['date']}_{machine_slug(document['machine'])}.json"
-    path = records_root(root) / name / file_name
+    path = record_path(document, root)
     return documents.write_text_atomic(path, json.dumps(document, indent=2) + "\n")
 
 

@@ -51,7 +51,7 @@ def test_a_written_record_reads_back_with_machine_versions_and_load(tmp_path):
     assert {"python", "jax", "jaxlib"} <= set(record.versions)
     assert record.machine.cores >= 1 and record.machine.platform == "cpu"
     assert record.load_average is None or len(record.load_average) == 3
-    assert json.loads(path.read_text()) == record.model_dump()
+    assert json.loads(path.read_text()) == record.model_dump(exclude_unset=True)
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -290,3 +290,30 @@ def test_no_record_writer_rounds_figures_to_decimal_places():
     writers = sorted((records.REPO / "benchmarks").glob("*.py"))
     writers.append(records.REPO / "capstones" / "byte_transformer" / "bench" / "record.py")
     assert not [hit for path in writers for hit in _rounded_figures(path)]
+
+
+def test_a_record_taken_on_a_tpu_names_the_chip_in_its_machine_and_file(tmp_path, monkeypatch):
+    """The TPU host's CPU reads "unknown, 13 cores": the chip must name the machine."""
+    import jax
+
+    class Chip:
+        device_kind = "TPU v5 lite"
+
+    monkeypatch.setattr(jax, "devices", lambda: [Chip()])
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    path = records.write_record("demo_bench", "python -m demo", {"x": 1.0}, "", tmp_path, _quiet())
+    record = records.load(path)
+    assert (
+        record.machine.accelerator.kind == "TPU v5 lite" and record.machine.accelerator.count == 1
+    )
+    assert record.machine.label.startswith("1 x TPU v5 lite; host CPU: ")
+    assert path.name.startswith(f"{record.date}_tpu-v5-lite-x1-") and path.name.endswith(
+        "-tpu.json"
+    )
+
+
+def test_a_cpu_record_keeps_its_machine_slug_and_has_no_accelerator():
+    machine = {"label": "x", "cpu": "AMD EPYC", "cores": 2, "platform": "cpu"}
+    assert records.machine_slug(machine) == "amd-epyc-2core-cpu"
+    assert records.accelerator("cpu", ["cpu"], 8) is None
+    assert records.accelerator("tpu", ["TPU v5 lite"], 4) == {"kind": "TPU v5 lite", "count": 4}
