@@ -156,6 +156,21 @@ def pytest_pyfunc_call(pyfuncitem):
         by_refs._classify = original
 
 
+@pytest.fixture
+def highest_matmul_precision_on_tpu():
+    """In chip mode, the test's float32 matmuls run at HIGHEST (6 bfloat16 passes, not the
+    TPU's one-pass DEFAULT): a check of what the code computes against float64, not of the MXU
+    (JAX's own tests do the same); numerics.tolerance reads HIGHEST then. On the CPU (CI) it
+    changes nothing. A module uses it with pytestmark = pytest.mark.usefixtures(...)."""
+    if TEST_BACKEND != "tpu":
+        yield
+        return
+    import jax
+
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def run_app():
     """``run_app(argv, env=..., cwd=..., timeout=...)``: `python ARGV...` as a
