@@ -1,7 +1,10 @@
 """Suite-wide pytest setup.
 
 1. Every test process sees the lab's 8 virtual CPU devices (JAX fixes the count when its
-   backend starts, so this runs before anything imports jax).
+   backend starts, so this runs before anything imports jax). JAX_TPU_LAB_TEST_BACKEND=tpu
+   runs the suite on a TPU chip instead, in one process (tests/tools/chip_mode.py): the TPU
+   is the default backend, the CPU backend stays beside it, and tests marked needs_devices(n)
+   or cpu_only(reason) are skipped there with their reason.
 2. A marimo test cell whose ancestor stops (``mo.stop``) is never executed, and marimo's
    pytest bridge then returns quietly: the test would pass without asserting anything.
    Here such a test fails, naming the reason.
@@ -30,10 +33,7 @@ import pathlib
 import shutil
 import tempfile
 
-os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip the TPU probe when libtpu is installed
-
-import pytest  # noqa: E402
+import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent
 COMPILATION_CACHE_DIR = REPO_ROOT / ".jax_compilation_cache"
@@ -46,6 +46,12 @@ def _load_tool(name: str):
     spec.loader.exec_module(module)
     return module
 
+
+_chip_mode = _load_tool("chip_mode")
+try:
+    TEST_BACKEND = _chip_mode.set_platforms(os.environ)  # before anything imports jax
+except ValueError as error:
+    pytest.exit(str(error), returncode=pytest.ExitCode.USAGE_ERROR)
 
 _CACHE_STATUS = (
     _load_tool("compilation_cache").enable(COMPILATION_CACHE_DIR)
@@ -67,10 +73,51 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
     os.environ[_PROGRESS_ENV] = _SESSION_PROGRESS_DIR
 
 
+def pytest_configure(config):
+    for marker in _chip_mode.MARKERS:
+        config.addinivalue_line("markers", marker)
+    if TEST_BACKEND != "tpu":
+        return
+    if getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(
+            f"{_chip_mode.ENV}=tpu runs in one process (a chip serves one process at a time): "
+            "add -p no:xdist, or -n 0"
+        )
+    import jax
+
+    try:
+        backend = jax.default_backend()
+    except RuntimeError as error:  # JAX_PLATFORMS names the TPU and this host has none
+        backend = f"none ({str(error).splitlines()[0]})"
+    if backend != "tpu":
+        raise pytest.UsageError(
+            f"{_chip_mode.ENV}=tpu needs a TPU: JAX's default backend here is {backend} "
+            f"(JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS')!r})"
+        )
+
+
+def pytest_runtest_setup(item):
+    if TEST_BACKEND != "tpu":
+        return  # on the CPU every test runs, as in CI
+    import jax
+
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    reason = _chip_mode.skip_reason(
+        item.iter_markers(),
+        jax.default_backend(),
+        jax.device_count(),
+        jax.devices()[0].device_kind,
+        params,
+    )
+    if reason:
+        pytest.skip(reason)
+
+
 def pytest_report_header(config):
     # xdist workers inherit both decisions and report neither (None: no header line).
     weights = _SESSION_WEIGHTS_CACHE and f"trained-weights cache: {_SESSION_WEIGHTS_CACHE}"
-    return [line for line in (_CACHE_STATUS, weights) if line]
+    backend = f"test backend: {TEST_BACKEND} (JAX_PLATFORMS={os.environ['JAX_PLATFORMS']})"
+    return [line for line in (_CACHE_STATUS, weights, backend) if line]
 
 
 def pytest_unconfigure(config):
@@ -107,6 +154,21 @@ def pytest_pyfunc_call(pyfuncitem):
         return (yield)
     finally:
         by_refs._classify = original
+
+
+@pytest.fixture
+def highest_matmul_precision_on_tpu():
+    """In chip mode, the test's float32 matmuls run at HIGHEST (6 bfloat16 passes, not the
+    TPU's one-pass DEFAULT): a check of what the code computes against float64, not of the MXU
+    (JAX's own tests do the same); numerics.tolerance reads HIGHEST then. On the CPU (CI) it
+    changes nothing. A module uses it with pytestmark = pytest.mark.usefixtures(...)."""
+    if TEST_BACKEND != "tpu":
+        yield
+        return
+    import jax
+
+    with jax.default_matmul_precision("highest"):
+        yield
 
 
 @pytest.fixture(scope="session")

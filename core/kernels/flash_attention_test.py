@@ -197,7 +197,8 @@ class TestForward:
         assert numerics.scaled_max_error(o, np_o) <= numerics.tolerance(case.dtype)
         assert numerics.scaled_max_error(lse, np_lse) <= numerics.tolerance("float32")
         if case.causal:  # row 0 attends only to key 0: O[0] = V[0]
-            assert numerics.scaled_max_error(o[:, :, 0], v[:, :, 0]) <= 1e-6
+            first = numerics.scaled_tolerance(1e-6)  # one key: softmax weight 1, O = V
+            assert numerics.scaled_max_error(o[:, :, 0], v[:, :, 0]) <= first
         if mode == "interpret":
             assert matmul.races_found() is False  # the detector ran and found none
 

@@ -6,6 +6,9 @@ import pytest
 from core import numerics
 from core.nn import mlp
 
+# On a chip: float32 matmuls at HIGHEST, bounds from numerics (the CPU's values on the CPU).
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision_on_tpu")
+
 
 @pytest.mark.parametrize(
     "name,classes", [("moons", 2), ("spirals", 2), ("spirals", 5), ("blobs", 3)]
@@ -27,14 +30,16 @@ def test_noise_free_moons_lie_on_their_circles():
     x_ND, y_N = mlp.make_dataset(jax.random.key(3), "moons", 101, noise=0.0)
     x, y = np.asarray(x_ND, np.float64), np.asarray(y_N)
     centres = np.where(y[:, None] == 0, [-0.5, -0.25], [0.5, 0.25])
-    np.testing.assert_allclose(np.linalg.norm(x - centres, axis=1), 1.0, atol=1e-6)
-    assert np.all(x[y == 0, 1] >= -0.25 - 1e-6) and np.all(x[y == 1, 1] <= 0.25 + 1e-6)
+    tol = numerics.scaled_tolerance(1e-6)  # float32 sin and cos
+    np.testing.assert_allclose(np.linalg.norm(x - centres, axis=1), 1.0, atol=tol)
+    assert np.all(x[y == 0, 1] >= -0.25 - tol) and np.all(x[y == 1, 1] <= 0.25 + tol)
 
 
 def test_noise_free_spirals_stay_in_their_radius():
     x_ND, _ = mlp.make_dataset(jax.random.key(4), "spirals", 300, noise=0.0, classes=3)
     radius = np.linalg.norm(np.asarray(x_ND, np.float64), axis=1)
-    assert radius.min() >= 0.1 - 1e-6 and radius.max() <= 1.3 + 1e-6
+    tol = numerics.scaled_tolerance(1e-6)  # float32 sin and cos
+    assert radius.min() >= 0.1 - tol and radius.max() <= 1.3 + tol
 
 
 @pytest.mark.parametrize("fan_in,fan_out", [(2, 16), (64, 10), (300, 300)])
@@ -65,25 +70,27 @@ def test_forward_and_loss_match_numpy_float64(activation, sizes):
     params[0]["b"] = params[0]["b"] + 0.1  # non-zero biases take part too
     reference = mlp.forward_reference(params, x_BD, activation)
     logits = mlp.forward(params, x_BD, activation)
-    np.testing.assert_allclose(logits, reference, rtol=1e-5, atol=1e-5)
+    tol, jit_tol = numerics.tolerance("float32"), numerics.scaled_tolerance(1e-6)
+    np.testing.assert_allclose(logits, reference, rtol=tol, atol=tol)
     np.testing.assert_allclose(
         jax.jit(mlp.forward, static_argnums=2)(params, x_BD, activation),
         logits,
-        rtol=1e-6,
-        atol=1e-6,
+        rtol=jit_tol,
+        atol=jit_tol,
     )
     assert float(mlp.loss(params, x_BD, y_B, activation)) == pytest.approx(
-        mlp.loss_reference(params, x_BD, y_B, activation), rel=1e-5
+        mlp.loss_reference(params, x_BD, y_B, activation), rel=tol
     )
 
 
 def test_cross_entropy_is_stable_for_huge_logits():
     logits = jnp.array([[1e4, 0.0], [0.0, 1e4]])
-    assert float(mlp.cross_entropy(logits, jnp.array([0, 1]))) == pytest.approx(0.0, abs=1e-6)
-    assert float(mlp.cross_entropy(logits, jnp.array([1, 0]))) == pytest.approx(1e4, rel=1e-6)
+    tol = numerics.scaled_tolerance(1e-6)  # float32 exp and log
+    assert float(mlp.cross_entropy(logits, jnp.array([0, 1]))) == pytest.approx(0.0, abs=tol)
+    assert float(mlp.cross_entropy(logits, jnp.array([1, 0]))) == pytest.approx(1e4, rel=tol)
     # uniform logits: log(C) nats
     assert float(mlp.cross_entropy(jnp.zeros((3, 5)), jnp.array([0, 2, 4]))) == pytest.approx(
-        np.log(5)
+        np.log(5), rel=tol
     )
 
 
@@ -108,7 +115,8 @@ def test_gradients_match_central_finite_differences(activation, sizes, init, sca
     assert numerics.tree_normwise_max_error(grads64, finite_differences) < 1e-6
     grads32 = mlp.grad_loss(params, x_ND, y_N, activation)
     grads32_N = mlp.gather(grads32, mlp.all_coordinates(params))
-    assert numerics.tree_normwise_max_error(grads32_N, finite_differences) < 1e-4
+    bound = numerics.scaled_tolerance(1e-4)
+    assert numerics.tree_normwise_max_error(grads32_N, finite_differences) < bound
     # a sample of coordinates gives the same numbers as the full sweep
     sample = mlp.sample_coordinates(params, 10, seed=1)
     assert len(set(sample)) == 10
@@ -168,8 +176,9 @@ def test_train_sgd_steps_match_a_numpy_momentum_loop(momentum):
         grads = mlp.gradient_float64(reference, x_ND, y_N)
         velocity = jax.tree.map(lambda v, g: momentum * v + g, velocity, grads)
         reference = jax.tree.map(lambda p, v: p - 0.2 * v, reference, velocity)
-    assert numerics.tree_scaled_max_error(trained, reference) < 1e-5
-    np.testing.assert_allclose(history.loss, losses, rtol=1e-5)
+    tol = numerics.tolerance("float32")
+    assert numerics.tree_scaled_max_error(trained, reference) < tol
+    np.testing.assert_allclose(history.loss, losses, rtol=tol)
     assert history.loss.shape == history.accuracy.shape == (3,)
 
 
@@ -179,7 +188,8 @@ def test_training_learns_the_moons():
     trained, history = mlp.train_sgd(params, x_ND, y_N, 300, 0.1)
     assert history.loss[-1] < 0.1 * history.loss[0]
     assert mlp.accuracy(mlp.forward(trained, x_ND), y_N) >= 0.97
-    assert history.final_loss == pytest.approx(mlp.loss_reference(trained, x_ND, y_N), rel=1e-4)
+    final = mlp.loss_reference(trained, x_ND, y_N)
+    assert history.final_loss == pytest.approx(final, rel=numerics.scaled_tolerance(1e-4))
     assert history.final_accuracy == pytest.approx(
         mlp.accuracy(mlp.forward_reference(trained, x_ND), y_N)
     )
@@ -217,8 +227,9 @@ def test_decision_grid_covers_the_data_and_predicts_argmax(resolution):
     gx, gy, predicted = mlp.decision_grid(params, x_ND, resolution, margin=0.3)
     assert gx.shape == gy.shape == predicted.shape == (resolution**2,)
     x = np.asarray(x_ND)
-    assert gx.min() == pytest.approx(x[:, 0].min() - 0.3, abs=1e-6)
-    assert gy.max() == pytest.approx(x[:, 1].max() + 0.3, abs=1e-6)
+    tol = numerics.scaled_tolerance(1e-6)
+    assert gx.min() == pytest.approx(x[:, 0].min() - 0.3, abs=tol)
+    assert gy.max() == pytest.approx(x[:, 1].max() + 0.3, abs=tol)
     points = np.stack([gx, gy], axis=1).astype(np.float32)
     reference = mlp.forward_reference(params, points).argmax(axis=1)
     assert np.mean(predicted == reference) >= 0.99  # ties within float32 rounding may flip
@@ -234,7 +245,8 @@ def test_activation_stds_match_numpy(activation):
         z = h @ np.asarray(layer["w"], np.float64)
         h = np.maximum(z, 0) if activation == "relu" else np.tanh(z)
         expected.append(h.std())
-    np.testing.assert_allclose(mlp.activation_stds(params, x_BD, activation), expected, rtol=1e-4)
+    stds = mlp.activation_stds(params, x_BD, activation)
+    np.testing.assert_allclose(stds, expected, rtol=numerics.scaled_tolerance(1e-4))
 
 
 def test_small_helpers():

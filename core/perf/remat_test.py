@@ -2,8 +2,12 @@ import jax
 import numpy as np
 import pytest
 
+from core import numerics
 from core.perf import remat
 from core.tpu import topology_compile
+
+# On a chip: float32 matmuls at HIGHEST, bounds from numerics (the CPU's values on the CPU).
+pytestmark = pytest.mark.usefixtures("highest_matmul_precision_on_tpu")
 
 
 @pytest.fixture(scope="module", params=[(16, 2, 8), (32, 3, 4)], ids=["w16d2", "w32d3"])
@@ -17,14 +21,15 @@ def test_gradients_match_numpy_float64_backprop(problem, policy):
     params, x, y = problem
     grads = remat.grad_fn(policy)(params, x, y)
     reference = remat.mlp_grads_numpy(params, x, y)
-    assert remat.max_grad_difference(grads, reference) < 1e-5
+    assert remat.max_grad_difference(grads, reference) < numerics.tolerance("float32")
 
 
 @pytest.mark.parametrize("policy", remat.POLICIES[1:])
 def test_every_policy_gives_the_no_remat_gradients(problem, policy):
     params, x, y = problem
     baseline = remat.grad_fn("none")(params, x, y)
-    assert remat.max_grad_difference(remat.grad_fn(policy)(params, x, y), baseline) < 1e-6
+    same = numerics.scaled_tolerance(1e-6)  # the same gradients, some values recomputed
+    assert remat.max_grad_difference(remat.grad_fn(policy)(params, x, y), baseline) < same
 
 
 def test_saved_residuals_shrink_with_the_policy(problem):

@@ -1,0 +1,150 @@
+"""`pytest core/` on a TPU chip, in one call: python -m tpu_scripts.pytest_on_chip --out DIR.
+
+Runs the chosen test paths in the suite's chip mode (JAX_TPU_LAB_TEST_BACKEND=tpu, one
+process: a chip serves one process at a time) and writes to DIR:
+
+    junit.xml      pytest's JUnit report (every test, its outcome, a skip's reason)
+    pytest.log     the whole output
+    summary.json   the counts read from junit.xml, the summary line, the command, the exit code
+
+The run stops before ``--budget`` seconds (default 510: under 9 minutes, so a device call of
+10 minutes holds it with its start and transfers): pytest gets SIGINT, writes its report for
+the tests that ran, and the summary says the run was cut. With pytest-timeout installed one
+test may take at most ``--per-test`` seconds. Standard library only (the chip's host has
+Python 3.11, JAX, libtpu and pytest from its local index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The groups of issue 37's first chip run (182 failed, 385 passed, 5 skipped in 496 s).
+DEFAULT_PATHS = (
+    "core/numerics_test.py",
+    "core/kernels",
+    "core/lm",
+    "core/nn",
+    "core/distributed",
+    "core/perf",
+)
+BUDGET_SECONDS = 510
+PER_TEST_SECONDS = 120
+GRACE_SECONDS = 30  # after SIGINT, for pytest to write junit.xml and its summary
+SUMMARY_LINE = re.compile(r"^=+ (.*\b(passed|failed|skipped|error|errors|deselected)\b.*) =+$")
+
+
+def chip_env(environ=os.environ) -> dict[str, str]:
+    """The child's environment: chip mode, JAX's TPU beside its CPU backend (a caller's
+    platforms are kept where they name the TPU), no compilation cache probe (two extra
+    processes; the chip's run compiles once anyway)."""
+    env = dict(environ)
+    env["JAX_TPU_LAB_TEST_BACKEND"] = "tpu"
+    platforms = [p.strip() for p in env.get("JAX_PLATFORMS", "").split(",")]
+    if "tpu" not in platforms:  # a caller's JAX_PLATFORMS=cpu would leave the chip unused
+        env["JAX_PLATFORMS"] = "tpu,cpu"
+    env.setdefault("JAX_LAB_TEST_COMPILATION_CACHE", "0")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def pytest_command(paths, out: pathlib.Path, per_test: float | None, python=sys.executable):
+    """The pytest command line: one process (no xdist), JUnit XML into ``out``, skip reasons
+    listed, the 20 slowest tests named; ``per_test`` seconds per test (pytest-timeout)."""
+    command = [python, "-m", "pytest", *paths, "-p", "no:xdist", "-p", "no:cacheprovider"]
+    command += ["-q", "-rfEs", "--durations=20", f"--junitxml={out / 'junit.xml'}"]
+    if per_test:
+        command.append(f"--timeout={per_test:g}")  # signal method: fails the test, not the run
+    return command
+
+
+def counts_from_junit(path: pathlib.Path) -> dict[str, int] | None:
+    """tests, failures, errors, skipped summed over the report's test suites (None: no
+    readable report)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    counts = {key: 0 for key in ("tests", "failures", "errors", "skipped")}
+    for suite in suites:
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def summary_line(log: str) -> str:
+    """pytest's last summary line ("3 failed, 120 passed, 8 skipped in 96.20s"), or ""."""
+    found = [m.group(1) for line in log.splitlines() if (m := SUMMARY_LINE.match(line.strip()))]
+    return found[-1] if found else ""
+
+
+def run(command, env, log_path: pathlib.Path, budget: float) -> tuple[int, bool]:
+    """Run ``command`` into ``log_path`` for at most ``budget`` seconds (then SIGINT, then
+    SIGKILL after GRACE_SECONDS). Returns (exit code, whether it was cut)."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        child = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            return child.wait(timeout=budget), False
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGINT)  # pytest writes its report for what ran
+            try:
+                return child.wait(timeout=GRACE_SECONDS), True
+            except subprocess.TimeoutExpired:
+                child.kill()
+                return child.wait(), True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tpu_scripts.pytest_on_chip", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("paths", nargs="*", default=list(DEFAULT_PATHS), help="test paths")
+    parser.add_argument("--out", required=True, help="folder for junit.xml, pytest.log, summary")
+    parser.add_argument("--budget", type=float, default=BUDGET_SECONDS, help="seconds in all")
+    parser.add_argument("--per-test", type=float, default=PER_TEST_SECONDS)
+    args = parser.parse_args(argv)
+    if not 30 <= args.budget <= 540:
+        parser.error(f"--budget must be 30..540 seconds (a device call holds 600): {args.budget:g}")
+    missing = [p for p in args.paths if not (REPO_ROOT / p.split("::")[0]).exists()]
+    if missing:
+        parser.error(f"no such test path: {', '.join(missing)}")
+    out = pathlib.Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    has_timeout = importlib.util.find_spec("pytest_timeout") is not None
+    command = pytest_command(args.paths, out, args.per_test if has_timeout else None)
+    started = time.monotonic()
+    code, cut = run(command, chip_env(), out / "pytest.log", args.budget)
+    line = summary_line((out / "pytest.log").read_text(encoding="utf-8", errors="replace"))
+    summary = {
+        "command": " ".join(command[1:]),
+        "paths": args.paths,
+        "exit_code": code,
+        "cut_at_budget": cut,
+        "seconds": round(time.monotonic() - started, 1),
+        "per_test_timeout": args.per_test if has_timeout else None,
+        "summary_line": line,
+        "counts": counts_from_junit(out / "junit.xml"),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(line or f"no pytest summary line: see {out / 'pytest.log'}")
+    if cut:
+        print(f"CUT at {args.budget:g} s: the counts cover the tests that ran")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
