@@ -88,14 +88,6 @@ EXIT_PREEMPTED = 4
 LOG_FILE = "job.log"
 # run_manifest.RESULT_FILES (spelled out: the parent decides before importing JAX)
 RESULT_FILES = ("tpu_result.json", "cpu_rehearsal_result.json")
-DEVICE_KIND_GENERATION = {
-    "TPU v5 lite": "v5e",
-    "TPU v5e": "v5e",
-    "TPU v6 lite": "v6e",
-    "TPU v6e": "v6e",
-    "TPU v5": "v5p",
-    "TPU v5p": "v5p",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +228,7 @@ def peak_fraction(measurement: dict, device_kind: str) -> dict | None:
     """Model FLOP/s over the bf16 peak of the chips used (core.tpu.specs); TPU kinds only."""
     from core.tpu import specs
 
-    generation = DEVICE_KIND_GENERATION.get(device_kind)
+    generation = specs.DEVICE_KIND_GENERATION.get(device_kind)
     if generation is None:
         return None
     peak = specs.chip(generation).bf16_flops.value * measurement["devices"]
