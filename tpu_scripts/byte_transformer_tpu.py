@@ -2,7 +2,21 @@
 run and the run manifest, written only when JAX really runs on a TPU.
 
     python tpu_scripts/byte_transformer_tpu.py --out DIR [--steps N] [--repeats R]
-        [--allow-cpu-rehearsal] [key=value ...]        (key=value: capstone Config overrides)
+        [--preset tpu-v5e] [--compare-default] [--skip-training] [--profile]
+        [--record NAME] [--allow-cpu-rehearsal] [key=value ...]
+                                     (key=value: capstone Config overrides, after the preset)
+
+MFU (train_step.mfu_comparison): with --preset the run's config is the named preset
+(capstones/byte_transformer/config.py PRESETS) plus the overrides; --compare-default also
+times the capstone's default config, side by side. Each is the median of --repeats steps
+after a warmup (use >= 20), with model FLOPs counted by model_math.causal_train_flops
+(causal attention halved: model_math.CAUSAL_FLOP_FORMULA) over the chip's bf16 peak
+(core.tpu.specs). A configuration that fails (out of memory) is recorded with its error and
+the others go on. --profile traces 3 steps of the run's config (jax.profiler) and keeps the
+op breakdown (core.perf.trace: top ops by time) in train_step.profile; a failure there is
+recorded, never fatal. --skip-training leaves out the short training run. --record NAME
+writes the MFU figures as a benchmark record (core.perf.records, load-checked on this
+machine, i.e. the chip's host) under DIR/records/NAME/: copy it into benchmarks/records/.
 
 What it measures, with the bench command's own train-step timing
 (capstones.byte_transformer.bench: jax_stepper, interleaved, step_summary, flops_per_step)
@@ -88,14 +102,6 @@ EXIT_PREEMPTED = 4
 LOG_FILE = "job.log"
 # run_manifest.RESULT_FILES (spelled out: the parent decides before importing JAX)
 RESULT_FILES = ("tpu_result.json", "cpu_rehearsal_result.json")
-DEVICE_KIND_GENERATION = {
-    "TPU v5 lite": "v5e",
-    "TPU v5e": "v5e",
-    "TPU v6 lite": "v6e",
-    "TPU v6e": "v6e",
-    "TPU v5": "v5p",
-    "TPU v5p": "v5p",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="result directory (new or empty)")
     parser.add_argument("--steps", type=int, default=20, help="training steps of the short run")
     parser.add_argument("--repeats", type=int, default=10, help="timed train steps (median)")
+    parser.add_argument("--preset", default="", help="a named config (config.PRESETS)")
+    parser.add_argument(
+        "--compare-default", action="store_true", help="also time the default config (MFU)"
+    )
+    parser.add_argument("--skip-training", action="store_true", help="no short training run")
+    parser.add_argument("--profile", action="store_true", help="XProf op breakdown (guarded)")
+    parser.add_argument("--record", default="", help="write the MFU figures as record NAME")
     parser.add_argument(
         "--allow-cpu-rehearsal",
         action="store_true",
@@ -236,7 +249,7 @@ def peak_fraction(measurement: dict, device_kind: str) -> dict | None:
     """Model FLOP/s over the bf16 peak of the chips used (core.tpu.specs); TPU kinds only."""
     from core.tpu import specs
 
-    generation = DEVICE_KIND_GENERATION.get(device_kind)
+    generation = specs.DEVICE_KIND_GENERATION.get(device_kind)
     if generation is None:
         return None
     peak = specs.chip(generation).bf16_flops.value * measurement["devices"]
@@ -249,6 +262,140 @@ def peak_fraction(measurement: dict, device_kind: str) -> dict | None:
     }
 
 
+def _error_text(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"
+
+
+def mfu_summary(config, measurement: dict, device_kind: str, on_tpu: bool) -> dict:
+    """The MFU line of one timed config: step time, tokens/s, causal model FLOPs per step
+    (model_math.causal_train_flops, whole batch) and their fraction of the bf16 peak."""
+    from capstones.byte_transformer import model_math
+    from core.tpu import specs
+
+    flops = model_math.causal_train_flops(config, config.batch_size)
+    median = measurement["step"]["median_s"]
+    peak = specs.bf16_peak_of_device_kind(device_kind) if on_tpu else None
+    return {
+        "config": config.to_dict(),
+        "median_step_s": median,
+        "repeats": measurement["repeats"],
+        "compile_s": measurement["compile_s"],
+        "tokens_per_s": measurement["tokens_per_s"],
+        "model_flops_per_step": flops["total"],
+        "weight_flops_per_step": flops["weights"],
+        "attention_flops_per_step": flops["attention"],
+        "flop_formula": model_math.CAUSAL_FLOP_FORMULA,
+        "xla_flops_per_step": measurement["xla_flops_per_device_per_step"],
+        "bf16_peak_flops_per_s": peak,
+        "mfu": model_math.mfu(flops["total"], median, peak) if peak else None,
+    }
+
+
+def mfu_comparison(configs: dict, repeats: int, device_kind: str, on_tpu: bool):
+    """{label: mfu_summary or {"error"}} for each config, and the run config's measurement
+    (None if it failed). The last label is the run's own config."""
+    table, measured = {}, None
+    for label, config in configs.items():
+        _say(f"MFU: timing the {label} config ({repeats} repeats)")
+        try:
+            measurement = time_train_step(config, repeats)
+        except Exception as exc:  # noqa: BLE001 - recorded; the others go on
+            table[label] = {"config": config.to_dict(), "error": _error_text(exc)}
+            _say(f"MFU {label}: failed: {table[label]['error']}")
+            continue
+        table[label] = mfu_summary(config, measurement, device_kind, on_tpu)
+        mfu = table[label]["mfu"]
+        _say(
+            f"MFU {label}: step {measurement['step']['median_s'] * 1e3:.2f} ms, "
+            f"{measurement['tokens_per_s']:,.0f} tokens/s, "
+            + (f"MFU {mfu:.1%} (causal FLOPs halved)" if mfu is not None else "no TPU peak")
+        )
+        measured = measurement
+    return table, measured
+
+
+def profile_step(config, out: pathlib.Path, steps: int = 3) -> dict:
+    """The op breakdown of ``steps`` traced train steps (core.perf.trace): top 25 ops by
+    time with their share, read from the trace's xplane.pb via jax.profiler.ProfileData."""
+    from capstones.byte_transformer import data, training
+    from core.perf import trace
+
+    batch = data.training_stream(config, data.load_corpus(config)).next_batch()
+    step = training.make_train_step(config)
+    capture, _ = trace.capture(
+        lambda state: step(state, batch)[0], training.init_state(config), out / "profile", steps
+    )
+    planes = [path for path in capture.files if path.name.endswith(".xplane.pb")]
+    events = trace.xplane_op_events(planes[0])  # the TPU plane's ops where there is one
+    return {
+        "steps": steps,
+        "events": len(events),
+        "modules": trace.modules(events),
+        "top_ops": trace.op_table(events)[:25],
+    }
+
+
+def record_mfu(
+    name: str, out: pathlib.Path, command: list[str], table: dict, load: dict | None = None
+) -> str:
+    """Write the MFU figures as benchmark record ``name`` under out/records; its path.
+    ``load``: records.measure_load's reading (default: this process's run so far)."""
+    from core.perf import records
+
+    figures = {}
+    for label, line in table.items():
+        key = label.replace("-", "_")
+        if "error" in line:
+            figures[f"{key}_error"] = line["error"]
+            continue
+        figures[f"{key}_mfu"] = line["mfu"] if line["mfu"] is not None else "no TPU peak"
+        figures[f"{key}_step_ms"] = line["median_step_s"] * 1e3
+        figures[f"{key}_tokens_per_s"] = line["tokens_per_s"]
+        figures[f"{key}_model_flops_per_step"] = float(line["model_flops_per_step"])
+    path = records.write_record(
+        name,
+        " ".join(command),
+        figures,
+        notes="MFU = model FLOPs per step (causal attention halved) / median step / bf16 peak",
+        root=out / "records",
+        load=load,
+    )
+    return str(path)
+
+
+def short_training(config, out: pathlib.Path) -> dict | None:
+    """The short checkpointed training run into out/run: its summary, or None when
+    preempted (SIGTERM: the checkpoint is saved; the same command resumes)."""
+    from capstones.byte_transformer import training
+
+    _say(f"training {config.steps} steps into {out / 'run'}")
+    result = training.train(
+        config, out / "run", log_mlflow=False, progress=lambda line: _say(f"  {line}")
+    )
+    if result.preempted:
+        _say(
+            f"preempted (SIGTERM) at step {result.last_step}: checkpoint saved, no result "
+            "written; run the same command again to resume"
+        )
+        return None
+    records = result.records
+    later = [r["tokens_per_s"] for r in records[1:]] or [records[-1]["tokens_per_s"]]
+    heldout = [r for r in records if "heldout_loss" in r]
+    training_summary = {
+        "run_dir": "run",
+        "start_step": result.start_step,
+        "last_step": result.last_step,
+        "preempted": result.preempted,
+        "first_loss": records[0]["loss"] if records else None,
+        "last_loss": records[-1]["loss"] if records else None,
+        "heldout_loss": heldout[-1]["heldout_loss"] if heldout else None,
+        "heldout_bpb": heldout[-1]["heldout_bpb"] if heldout else None,
+        "median_tokens_per_s_after_step_1": sorted(later)[len(later) // 2],
+    }
+    return training_summary
+
+
 def run_child(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from core import runtime
@@ -258,7 +405,7 @@ def run_child(argv: list[str]) -> int:
     import jax
 
     from capstones.byte_transformer import config as config_lib
-    from capstones.byte_transformer import documents, run_manifest, training
+    from capstones.byte_transformer import documents, run_manifest
 
     backend = jax.default_backend()
     devices = jax.devices()
@@ -275,13 +422,16 @@ def run_child(argv: list[str]) -> int:
     if args.steps < 1 or args.repeats < 1:
         print("error: --steps and --repeats must be >= 1", file=sys.stderr)
         return 2
-    base = config_lib.Config(
-        steps=args.steps,
-        ckpt_every=max(1, args.steps // 2),
-        eval_every=args.steps,
-        log_every=max(1, args.steps // 5),
-    )
+    runtime_fields = {
+        "steps": args.steps,
+        "ckpt_every": max(1, args.steps // 2),
+        "eval_every": args.steps,
+        "log_every": max(1, args.steps // 5),
+    }
+    base = config_lib.Config(**runtime_fields)
     try:
+        if args.preset:
+            base = config_lib.preset(args.preset, base=base)
         config = config_lib.Config.from_overrides(args.overrides, base=base)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -294,14 +444,32 @@ def run_child(argv: list[str]) -> int:
     kind = run_manifest.TPU_RESULT_KIND if on_tpu else run_manifest.REHEARSAL_KIND
     _say(f"mode: {kind}")
 
-    _say(f"timing the train step on one device ({args.repeats} repeats)")
-    single = time_train_step(config, args.repeats)
-    _say(
-        f"compile_s {single['compile_s']:.2f} (lower {single['lower_s']:.2f}); step "
-        f"{single['step']['median_s'] * 1e3:.2f} ms; {single['tokens_per_s']:,.0f} tokens/s"
+    label = args.preset or "run"
+    # the capstone's defaults with this run's run-time fields (steps and logging only)
+    compared = {"default": config_lib.Config(**runtime_fields)} if args.compare_default else {}
+    table, single = mfu_comparison(
+        {**compared, label: config}, args.repeats, devices[0].device_kind, on_tpu
     )
+    profile = None
+    if args.profile:
+        try:
+            profile = profile_step(config, out)
+        except Exception as exc:  # noqa: BLE001 - the MFU numbers are kept regardless
+            profile = {"error": _error_text(exc)}
+        _say(f"profile: {profile.get('error') or str(len(profile['top_ops'])) + ' top ops'}")
+    if args.record:
+        try:
+            _say(f"record: {record_mfu(args.record, out, ['python', *sys.argv], table)}")
+        except Exception as exc:  # noqa: BLE001 - a busy host refuses; the JSON keeps all
+            table["record_error"] = {"error": _error_text(exc)}
+            _say(f"record not written: {table['record_error']['error']}")
+    failed = single is None  # the run's config failed: keep what was measured, no more
+    if failed:
+        single = {"error": table[label].get("error", "failed")}
     local = jax.local_devices()
-    if len(local) > 1 and config.batch_size % len(local) == 0:
+    if failed:
+        parallel = {"skipped": "the single-device step failed"}
+    elif len(local) > 1 and config.batch_size % len(local) == 0:
         _say(f"timing the train step data parallel over {len(local)} devices")
         parallel = time_train_step(config, args.repeats, list(local))
         _say(
@@ -314,30 +482,13 @@ def run_child(argv: list[str]) -> int:
             "skipped": f"{len(local)} local device(s); batch_size {config.batch_size} "
             + ("does not split over them" if len(local) > 1 else "(nothing to split over)")
         }
-    _say(f"training {config.steps} steps into {out / 'run'}")
-    result = training.train(
-        config, out / "run", log_mlflow=False, progress=lambda line: _say(f"  {line}")
-    )
-    if result.preempted:
-        _say(
-            f"preempted (SIGTERM) at step {result.last_step}: checkpoint saved, no result "
-            "written; run the same command again to resume"
-        )
-        return EXIT_PREEMPTED
-    records = result.records
-    later = [r["tokens_per_s"] for r in records[1:]] or [records[-1]["tokens_per_s"]]
-    heldout = [r for r in records if "heldout_loss" in r]
-    training_summary = {
-        "run_dir": "run",
-        "start_step": result.start_step,
-        "last_step": result.last_step,
-        "preempted": result.preempted,
-        "first_loss": records[0]["loss"] if records else None,
-        "last_loss": records[-1]["loss"] if records else None,
-        "heldout_loss": heldout[-1]["heldout_loss"] if heldout else None,
-        "heldout_bpb": heldout[-1]["heldout_bpb"] if heldout else None,
-        "median_tokens_per_s_after_step_1": sorted(later)[len(later) // 2],
-    }
+    if failed or args.skip_training:
+        why = "the train step failed" if failed else "--skip-training"
+        training_summary = {"skipped": why}
+    else:
+        training_summary = short_training(config, out)
+        if training_summary is None:
+            return EXIT_PREEMPTED
     # the guard again, right before a TPU result is written: the backend may not change
     # under us, but the file must never say TPU unless JAX says so now
     on_tpu = on_tpu and jax.default_backend() == "tpu"
@@ -354,7 +505,9 @@ def run_child(argv: list[str]) -> int:
         "train_step": {
             "single_device": single,
             "data_parallel": parallel,
-            "peak_fraction": peak_fraction(single, device_kind) if on_tpu else None,
+            "peak_fraction": peak_fraction(single, device_kind) if on_tpu and not failed else None,
+            "mfu_comparison": table,
+            "profile": profile,
             "peak_fraction_data_parallel": peak_fraction(parallel, device_kind)
             if on_tpu and "skipped" not in parallel
             else None,

@@ -152,3 +152,54 @@ def test_documented_launch_steps_are_accepted_by_launch(tmp_path):
         assert "gcloud compute tpus tpu-vm" in result.stdout
         if argv[1] == "run":
             assert "byte_transformer_tpu.py --out bt_tpu --steps 50" in result.stdout
+
+
+def test_mfu_comparison_keeps_going_past_a_failed_config(monkeypatch, tmp_path):
+    """A config that fails (out of memory on the chip) is recorded with its error; the next
+    one is still timed; MFU = causal model FLOPs / median step / the v5e's bf16 peak."""
+    from capstones.byte_transformer import config as config_lib
+    from capstones.byte_transformer import model_math
+    from tpu_scripts import byte_transformer_tpu
+
+    small = config_lib.Config(d_model=32, num_layers=1, seq_len=64, batch_size=2)
+    big = config_lib.preset("tpu-v5e")
+
+    def fake_time(config, repeats):
+        if config is big:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+        step = {"median_s": 0.5}
+        return {
+            "step": step,
+            "repeats": repeats,
+            "compile_s": 1.0,
+            "tokens_per_s": 256.0,
+            "xla_flops_per_device_per_step": 1.0,
+        }
+
+    monkeypatch.setattr(byte_transformer_tpu, "time_train_step", fake_time)
+    table, measured = byte_transformer_tpu.mfu_comparison(
+        {"tpu-v5e": big, "default": small}, 20, "TPU v5 lite", on_tpu=True
+    )
+    assert table["tpu-v5e"]["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED")
+    flops = 6 * (4 * 32 * 32 + 2 * 32 * 128 + 32 * 256) * 2 * 64 + 6 * 1 * 2 * 64 * 64 * 32
+    assert table["default"]["model_flops_per_step"] == flops
+    assert table["default"]["mfu"] == flops / 0.5 / 197e12
+    assert measured["repeats"] == 20
+    assert model_math.CAUSAL_FLOP_FORMULA in table["default"]["flop_formula"]
+    quiet = {
+        "seconds": 9.0,
+        "cpus": 13,
+        "own_cores": 1.0,
+        "other_processes_cores": 0.0,
+        "limit_cores": 1.625,
+        "load_average_start": None,
+        "load_average_end": None,
+    }
+    path = byte_transformer_tpu.record_mfu(
+        "byte_transformer_mfu", tmp_path, ["python"], table, load=quiet
+    )
+    from core.perf import records
+
+    record = records.load(path)
+    assert record.figures["default_mfu"] == float(f"{flops / 0.5 / 197e12:.4e}")
+    assert record.figures["tpu_v5e_error"].startswith("RuntimeError")

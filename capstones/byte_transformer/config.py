@@ -23,6 +23,10 @@ from typing import Any
 from core.lm import transformer
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# The training step's attention core: "blocked" (core.lm.causal_blocked, XLA, the default),
+# "dense" (core.lm.attention, the whole T x T), "flash" (core.kernels.flash_attention, the
+# Pallas kernel with segment ids: interpret mode off a TPU, so slow on a CPU).
+ATTENTION_CORES = ("blocked", "dense", "flash")
 CACHE_PRECISIONS = ("fp32", "bf16", "int8")
 _TYPE_NAMES = {int: "an int", float: "a float", bool: "true or false", str: "a string"}
 MAX_SEED = 2**32 - 1  # seeds are uint32 (numpy's default_rng refuses negative ones)
@@ -50,6 +54,9 @@ class Config:
     max_len: int = 1024
     dropout: float = 0.1
     compute_dtype: str = "float32"
+    attention: str = "blocked"  # ATTENTION_CORES
+    attention_block_q: int = 512  # the flash kernel's blocks along T (capped at seq_len)
+    attention_block_k: int = 512
     # data: Python's own standard library, split by file
     seq_len: int = 256
     batch_size: int = 16
@@ -76,6 +83,7 @@ class Config:
         self._check_types()
         positive = (
             "d_model num_layers num_heads max_len seq_len batch_size steps "
+            "attention_block_q attention_block_k "
             "ckpt_every max_to_keep eval_every eval_batches log_every min_piece"
         ).split()
         for name in positive:
@@ -108,6 +116,15 @@ class Config:
             raise ValueError(
                 f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}"
             )
+        if self.attention not in ATTENTION_CORES:
+            raise ValueError(f"attention must be one of {ATTENTION_CORES}, got {self.attention!r}")
+        if self.attention == "flash":
+            for name in ("attention_block_q", "attention_block_k"):
+                if self.seq_len % self.flash_blocks[name == "attention_block_k"]:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} (capped at seq_len) must divide "
+                        f"seq_len={self.seq_len} for the flash kernel"
+                    )
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.weight_decay < 0 or not self.clip_norm > 0:
@@ -152,6 +169,14 @@ class Config:
     @property
     def hidden(self) -> int:
         return self.mlp_width or 4 * self.d_model
+
+    @property
+    def flash_blocks(self) -> tuple[int, int]:
+        """(block_q, block_k) the flash kernel uses: the configured blocks capped at T."""
+        return (
+            min(self.attention_block_q, self.seq_len),
+            min(self.attention_block_k, self.seq_len),
+        )
 
     def model_config(self, cache: str | None = None) -> transformer.TransformerConfig:
         """The core.lm.transformer config of this model (params float32, compute_dtype
@@ -206,6 +231,51 @@ class Config:
             for name in field_types()
             if name not in RUNTIME_FIELDS and getattr(self, name) != getattr(other, name)
         ]
+
+
+# Named configurations a learner can ask for (``preset(name)``; the TPU scripts'
+# --preset). tpu-v5e: one v5e chip (MXU 128 x 128, bf16 peak 197 TFLOP/s, 15.7 GiB HBM).
+#   - bf16 matmul inputs, float32 parameters, Adam moments and accumulators (the model's
+#     Precision policy); dropout 0 (its random bits and selects are non-matmul work);
+#   - D = 2048 = 16 heads x 128 (each head's q.k^T and p.v contract over the MXU's 128),
+#     F = 4 D = 8192, 6 layers (N = 307 M parameters, 302 M of them in matmuls);
+#   - 8 rows x T = 2048 bytes: every weight matmul is (16384 x 2048) @ (2048 x 2048 or
+#     8192), large multiples of 128 on every side;
+#   - attention by the flash kernel with segment ids (no T x T scores or mask in HBM; its
+#     blocks 512 x 512 until the chip's sweep, tpu_scripts/flash_vs_jax.py, says better);
+#   - no remat: plan.memory.training_memory estimates, in GiB, 3.4 of state in (12 N: f32
+#     params, Adam mu, nu) + 7.7 of saved activations (6 layers x 1.25: the f32 MLP
+#     pre-activation 0.5, GELU output 0.25, q/k/v 0.19, five more b T D bf16 tensors 0.31;
+#     the flash kernel keeps only its log-sum-exp, no T x T) = 11.1 at the peak of
+#     liveness; 15.68 if the 3.4 of new state (not donated) and 1.1 of gradients lived at the
+#     same time too. config_test.py checks both under the chip's 15.7 GiB. The TPU compiler
+#     agrees (plan/compile.py on v5e:2x2 with 8 rows a chip, compiled on a CPU host with
+#     libtpu): arguments 3.44 GiB, outputs 3.43, temporaries 6.86, code 0.28: 13.73 GiB.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tpu-v5e": {
+        "compute_dtype": "bfloat16",
+        "dropout": 0.0,
+        "d_model": 2048,
+        "num_heads": 16,
+        "num_layers": 6,
+        "mlp_width": 8192,
+        "seq_len": 2048,
+        "max_len": 2048,
+        "batch_size": 8,
+        "attention": "flash",
+        "attention_block_q": 512,
+        "attention_block_k": 512,
+        "learning_rate": 3e-4,
+    },
+}
+
+
+def preset(name: str, base: Config | None = None) -> Config:
+    """``base`` (default: the defaults) with the named preset's values; ValueError listing
+    the presets for an unknown name."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    return dataclasses.replace(base or Config(), **PRESETS[name])
 
 
 def field_types() -> dict[str, type]:

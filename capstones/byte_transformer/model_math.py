@@ -106,6 +106,25 @@ def train_flops(
     }
 
 
+CAUSAL_FLOP_FORMULA = (
+    "6 * N_matmul * B * T + 6 * L * B * T^2 * D: the weight matmuls as FLOP_FORMULA; "
+    "attention's QK^T and PV (2 * 2 * B * T^2 * D per layer forward over the full T x T, "
+    "x 3 for forward + backward) HALVED, since a causal row t needs keys 0..t only; the MFU "
+    "the TPU scripts report divides this by the step time and the chip's bf16 peak"
+)
+
+
+def causal_train_flops(config: config_lib.Config, rows: int) -> dict[str, int]:
+    """Model FLOPs of one training step with causal attention counted once (CAUSAL_FLOP_FORMULA):
+    {"weights": 6 N_matmul b T, "attention": 6 L b T^2 D, "total"} for ``rows`` rows."""
+    full = train_flops(config, rows)
+    return {
+        "weights": full["matmul"],
+        "attention": full["attention"] // 2,
+        "total": full["matmul"] + full["attention"] // 2,
+    }
+
+
 def mfu(flops: float, seconds: float, peak_flop_per_s: float) -> float:
     """Model FLOPs utilization: (flops / seconds) / peak_flop_per_s."""
     if seconds <= 0 or peak_flop_per_s <= 0:

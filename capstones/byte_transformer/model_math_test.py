@@ -121,3 +121,36 @@ def test_mfu_arithmetic():
     assert model_math.mfu(2e9, 0.5, 8e9) == pytest.approx(0.5)
     with pytest.raises(ValueError):
         model_math.mfu(1e9, 1.0, 0.0)
+
+
+def test_causal_train_flops_count_one_layer_by_hand():
+    """Every matmul of the model written out (FLOPs = 2 x multiply-adds; training = forward
+    + a backward of twice the forward), causal attention's two T x T products halved."""
+    c = config_lib.Config(d_model=8, num_heads=2, mlp_width=24, num_layers=3, seq_len=32)
+    b, t, d, f, v = 5, 32, 8, 24, 256
+    tokens = b * t
+    per_layer_forward = (
+        2 * tokens * d * d  # q = x wq
+        + 2 * tokens * d * d  # k
+        + 2 * tokens * d * d  # v
+        + 2 * tokens * d * d  # o = attn wo
+        + 2 * tokens * d * f  # MLP in
+        + 2 * tokens * f * d  # MLP out
+        + (2 * b * t * t * d) // 2  # q k^T over every head (H * K = D), lower half
+        + (2 * b * t * t * d) // 2  # p v, lower half
+    )
+    head_forward = 2 * tokens * d * v
+    expected = 3 * (3 * per_layer_forward + head_forward)
+    assert model_math.causal_train_flops(c, b)["total"] == expected
+    # the full-square count of train_flops is larger by exactly the masked half
+    full = model_math.train_flops(c, b)["total"]
+    assert full - expected == 3 * 3 * 2 * b * t * t * d
+
+
+def test_preset_mfu_accounting_at_a_known_step_time():
+    c = config_lib.preset("tpu-v5e")
+    flops = model_math.causal_train_flops(c, c.batch_size)["total"]
+    # 6 N_matmul tokens + 6 L b T^2 D, N_matmul = L (4 D^2 + 2 D F) + D V, by hand
+    n_matmul = 6 * (4 * 2048**2 + 2 * 2048 * 8192) + 2048 * 256
+    assert flops == 6 * n_matmul * 8 * 2048 + 6 * 6 * 8 * 2048**2 * 2048
+    assert model_math.mfu(flops, 0.25, 197e12) == pytest.approx(flops / 0.25 / 197e12)

@@ -51,6 +51,7 @@ from flax import nnx
 from capstones.byte_transformer import args, data, documents, rundir
 from capstones.byte_transformer import config as config_lib
 from core.documents import write_text_atomic
+from core.kernels import flash_attention
 from core.lm import causal_blocked, transformer
 from core.lm import corpus as corpus_lib
 from core.state import checkpoint
@@ -111,22 +112,56 @@ def abstract_state(config: config_lib.Config):
     return checkpoint.abstract_like(init_state(config))
 
 
+def flash_attention_fn(config: config_lib.Config, segment_ids_BT) -> Callable:
+    """The model's attention core (transformer.AttentionFn) as the flash kernel
+    (core.kernels.flash_attention) with the batch's segment ids, causal, config.flash_blocks.
+
+    The mask the model passes is tokenizer.segment_mask_BTS(segment_ids_BT, causal=True),
+    built from these same ids; the kernel rebuilds it block by block in VMEM from the ids, so
+    the (B, 1, T, T) mask is never read (and XLA drops it)."""
+    block_q, block_k = config.flash_blocks
+
+    def attend(q_BTHK, k_BSHK, v_BSHK, mask):
+        del mask  # the same mask, rebuilt in the kernel from segment_ids_BT (see above)
+        to_bhtk = functools.partial(jnp.transpose, axes=(0, 2, 1, 3))
+        out = flash_attention.flash_attention(
+            to_bhtk(q_BTHK),
+            to_bhtk(k_BSHK),
+            to_bhtk(v_BSHK),
+            causal=True,
+            block_q=block_q,
+            block_k=block_k,
+            segment_ids_BT=segment_ids_BT,
+        )
+        return to_bhtk(out)
+
+    return attend
+
+
+def attention_core(config: config_lib.Config, batch: dict, dense_attention: bool = False):
+    """The attention_fn of the training step: config.attention ("blocked" where T allows, else
+    the dense default; "dense"; "flash"), or the dense core with ``dense_attention``."""
+    if dense_attention or config.attention == "dense":
+        return None
+    if config.attention == "flash":
+        return flash_attention_fn(config, batch["segment_ids_BT"])
+    return causal_blocked.training_attention_fn(batch["tokens_BT"].shape[1])
+
+
 def loss_fn(
     config: config_lib.Config, params: dict, batch: dict, dropout_key, dense_attention=False
 ):
     """(mean valid-token loss, valid-token count) with dropout from ``dropout_key``; the
-    attention core skips the key blocks above the diagonal where T allows
-    (core.lm.causal_blocked.training_attention_fn: the same function, measured faster), or
-    with ``dense_attention`` is the dense core (the bench's before/after comparison)."""
+    attention core is config.attention's (attention_core: by default the causal blocked one,
+    which skips the key blocks above the diagonal where T allows), or with
+    ``dense_attention`` the dense core (the bench's before/after comparison)."""
     model = model_from_params(config, params)
-    tokens = batch["tokens_BT"]
-    attention_fn = None if dense_attention else causal_blocked.training_attention_fn
     logits = model(
-        tokens,
+        batch["tokens_BT"],
         batch["segment_ids_BT"],
         batch["positions_BT"],
         dropout_key=dropout_key,
-        attention_fn=attention_fn and attention_fn(tokens.shape[1]),
+        attention_fn=attention_core(config, batch, dense_attention),
     )
     return transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
 

@@ -302,8 +302,9 @@ def test_a_sigterm_late_in_a_step_is_saved_before_the_run_stops(tmp_path):
             os.kill(os.getpid(), signal.SIGTERM)  # the handler sets the flag right here
 
     config = dataclasses.replace(TINY, ckpt_every=100)  # no interval save before the signal
-    result = training.train(config, tmp_path, log_mlflow=False, emit=events.append,
-                            progress=progress)
+    result = training.train(
+        config, tmp_path, log_mlflow=False, emit=events.append, progress=progress
+    )
     assert result.preempted and result.last_step == 2
     committed = [e["step"] for e in events if e["event"] == "committed"]
     assert events[-1] == {"event": "preempted", "step": 2} and committed == [2]
@@ -365,3 +366,47 @@ def test_a_fresh_start_moves_the_earlier_history_aside(tmp_path):
     training.train(dataclasses.replace(TINY, steps=4), run_dir, log_mlflow=False)
     assert len(list((run_dir / rundir.PREVIOUS).iterdir())) == 1
     assert [r["step"] for r in training.read_metrics(run_dir)] == [1, 2, 3, 4]
+
+
+def test_flash_attention_core_gives_the_dense_loss_and_gradients():
+    """attention="flash" (the Pallas kernel with segment ids, interpret mode on CPU) on a
+    packed batch of two documents and padding: the loss and gradients of the dense core."""
+    import numpy as np
+
+    from core import numerics
+
+    flash = config_lib.Config(
+        d_model=32,
+        num_heads=2,
+        num_layers=1,
+        seq_len=32,
+        max_len=32,
+        batch_size=2,
+        dropout=0.0,
+        attention="flash",
+        attention_block_q=16,
+        attention_block_k=16,
+    )
+    dense = dataclasses.replace(flash, attention="dense")
+    rng = np.random.default_rng(0)
+    segment_ids = np.array([[1] * 10 + [2] * 18 + [0] * 4, [5] * 32], np.int32)
+    positions = np.concatenate([np.r_[0:10, 0:18, 0:4][None], np.arange(32)[None]], axis=0).astype(
+        np.int32
+    )
+    tokens = rng.integers(0, 256, (2, 32)).astype(np.int32)
+    batch = {
+        "tokens_BT": tokens,
+        "segment_ids_BT": segment_ids,
+        "positions_BT": positions,
+        "targets_BT": np.roll(tokens, -1, axis=1),
+        "weights_BT": (segment_ids > 0).astype(np.float32),
+    }
+    params = training.init_state(flash)["params"]
+
+    def loss_and_grads(config):
+        return jax.value_and_grad(lambda p: training.loss_fn(config, p, batch, None)[0])(params)
+
+    (flash_loss, flash_grads), (dense_loss, dense_grads) = map(loss_and_grads, (flash, dense))
+    assert abs(float(flash_loss) - float(dense_loss)) <= 1e-5
+    errors = jax.tree.leaves(jax.tree.map(numerics.scaled_max_error, flash_grads, dense_grads))
+    assert max(errors) <= numerics.tolerance("float32")

@@ -15,6 +15,13 @@ them as (N, T, D) with N = B * H. Per-row statistics (log-sum-exp L, delta) are 
   (q blocks the reduction), dQ on grid (N, T/bq, T/bk).
 - ``flash_attention``: a jax.custom_vjp whose backward is those kernels (``backward=
   "kernel"``) or the VJP of ``mha_reference`` (``backward="reference"``).
+- Segment ids (optional, ``segment_ids`` (B, T) int32, self-attention): query t sees key s
+  only when their ids are equal (packed documents; the byte Transformer's training mask with
+  causal=True). Every kernel reads the ids of its q block as (bq, 1) and of its k block as
+  (1, bk) (blocks of (B, T, 1) and (B, 1, T) copies: the last two block dims are whole or
+  multiples of (8, 128)) and masks where they differ. A k block wholly in other segments is
+  still computed (only the causal skip is static); its scores are MASK_VALUE, its weights
+  vanish once the row meets its own diagonal block, which it always does last.
 
 References: ``mha_reference`` (jnp, differentiable: jax.grad of it is a reference for the
 gradients, jax's pallas/ops/tpu pattern), ``attention_numpy`` and ``attention_grad_numpy``
@@ -76,6 +83,17 @@ def _causal_mask(s, i, j, block_q, block_k):
     return jnp.where(cols <= rows, s, MASK_VALUE)
 
 
+def _masked(s, i, j, cfg, seg_refs):
+    """Scores s (bq, bk) with the causal mask (cfg.causal) and the segment mask (seg_refs:
+    () or (q ids (bq, 1), k ids (1, bk)))."""
+    if cfg.causal:
+        s = _causal_mask(s, i, j, cfg.block_q, cfg.block_k)
+    if seg_refs:
+        seg_q, seg_k = seg_refs
+        s = jnp.where(seg_q[...] == seg_k[...], s, MASK_VALUE)
+    return s
+
+
 def _needed(i, j, block_q, block_k):
     """Whether k block j has a key at or below the diagonal of q block i (causal)."""
     return j * block_k <= i * block_q + block_q - 1
@@ -84,7 +102,10 @@ def _needed(i, j, block_q, block_k):
 # --- forward ----------------------------------------------------------------------------------
 
 
-def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, *, cfg, scale):
+def _forward_kernel(*refs, cfg, scale, segmented):
+    q_ref, k_ref, v_ref = refs[:3]
+    seg_refs = refs[3:5] if segmented else ()
+    o_ref, lse_ref, m_ref, l_ref, acc_ref = refs[5:] if segmented else refs[3:]
     i, j = pl.program_id(1), pl.program_id(2)
 
     @pl.when(j == 0)
@@ -96,9 +117,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, 
     def _step():
         q, k, v = q_ref[...], k_ref[...], v_ref[...]
         s = jax.lax.dot_general(q, k, _CONTRACT_LAST, preferred_element_type=jnp.float32)
-        s = s * scale
-        if cfg.causal:
-            s = _causal_mask(s, i, j, cfg.block_q, cfg.block_k)
+        s = _masked(s * scale, i, j, cfg, seg_refs)
         m_prev = m_ref[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
         p = jnp.exp(s - m_new)
@@ -130,20 +149,41 @@ def _kv_index(cfg):
     )
 
 
-def forward_call(n: int, t: int, d: int, dtype, cfg: Config):
-    """The pallas_call of the forward: (q, k, v) (N, T, D) -> (O (N, T, D), L (N, T, 1) f32)."""
+def _segment_specs(heads: int, bq: int, bk: int, q_index, k_index):
+    """BlockSpecs of the q ids (B, T, 1) and k ids (B, 1, T) for flattened (N = B H) grids:
+    program n reads row n // heads; q_index / k_index give the (n, block, 0) of q and k."""
+
+    def q_map(*ids):
+        n_, block, _ = q_index(*ids)
+        return (n_ // heads, block, 0)
+
+    def k_map(*ids):
+        n_, block, _ = k_index(*ids)
+        return (n_ // heads, 0, block)
+
+    return [pl.BlockSpec((None, bq, 1), q_map), pl.BlockSpec((None, 1, bk), k_map)]
+
+
+def forward_call(n: int, t: int, d: int, dtype, cfg: Config, heads: int | None = None):
+    """The pallas_call of the forward: (q, k, v) (N, T, D) -> (O (N, T, D), L (N, T, 1) f32).
+    ``heads``: with segment ids, the call takes (q, k, v, q ids (B, T, 1), k ids (B, 1, T))
+    int32 and N = B * heads."""
     cfg.check_shape(t)
     bq, bk = cfg.block_q, cfg.block_k
-    q_spec = pl.BlockSpec((None, bq, d), lambda n_, i, j: (n_, i, 0))
+    q_index = lambda n_, i, j: (n_, i, 0)  # noqa: E731
+    q_spec = pl.BlockSpec((None, bq, d), q_index)
     kv_spec = pl.BlockSpec((None, bk, d), _kv_index(cfg))
+    segments = [] if heads is None else _segment_specs(heads, bq, bk, q_index, _kv_index(cfg))
     return pl.pallas_call(
-        functools.partial(_forward_kernel, cfg=cfg, scale=1.0 / math.sqrt(d)),
+        functools.partial(
+            _forward_kernel, cfg=cfg, scale=1.0 / math.sqrt(d), segmented=heads is not None
+        ),
         out_shape=(
             jax.ShapeDtypeStruct((n, t, d), dtype),
             jax.ShapeDtypeStruct((n, t, 1), jnp.float32),
         ),
         grid=(n, t // bq, t // bk),
-        in_specs=[q_spec, kv_spec, kv_spec],
+        in_specs=[q_spec, kv_spec, kv_spec, *segments],
         out_specs=(q_spec, pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))),
         scratch_shapes=[
             pltpu.VMEM((bq, 1), jnp.float32),
@@ -160,17 +200,16 @@ def forward_call(n: int, t: int, d: int, dtype, cfg: Config):
 # --- backward ---------------------------------------------------------------------------------
 
 
-def _probabilities(q, k, lse, i, j, cfg, scale):
+def _probabilities(q, k, lse, i, j, cfg, scale, seg_refs):
     """P = exp(S - L) of one (q block i, k block j) pair, recomputed (never stored)."""
     s = jax.lax.dot_general(q, k, _CONTRACT_LAST, preferred_element_type=jnp.float32) * scale
-    if cfg.causal:
-        s = _causal_mask(s, i, j, cfg.block_q, cfg.block_k)
-    return jnp.exp(s - lse)
+    return jnp.exp(_masked(s, i, j, cfg, seg_refs) - lse)
 
 
-def _dkdv_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_acc, dv_acc, *, cfg, scale
-):
+def _dkdv_kernel(*refs, cfg, scale, segmented):
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs[:6]
+    seg_refs = refs[6:8] if segmented else ()
+    dk_ref, dv_ref, dk_acc, dv_acc = refs[8:] if segmented else refs[6:]
     j, i = pl.program_id(1), pl.program_id(2)  # k block j owns the output; q blocks reduce
 
     @pl.when(i == 0)
@@ -180,7 +219,7 @@ def _dkdv_kernel(
 
     def _step():
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_ref[...], i, j, cfg, scale)  # (bq, bk)
+        p = _probabilities(q, k, lse_ref[...], i, j, cfg, scale, seg_refs)  # (bq, bk)
         dv_acc[...] += jax.lax.dot_general(
             p.astype(do.dtype), do, _CONTRACT_FIRST, preferred_element_type=jnp.float32
         )
@@ -201,7 +240,10 @@ def _dkdv_kernel(
         dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_acc, *, cfg, scale):
+def _dq_kernel(*refs, cfg, scale, segmented):
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs[:6]
+    seg_refs = refs[6:8] if segmented else ()
+    dq_ref, dq_acc = refs[8:] if segmented else refs[6:]
     i, j = pl.program_id(1), pl.program_id(2)
 
     @pl.when(j == 0)
@@ -210,7 +252,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_acc, 
 
     def _step():
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_ref[...], i, j, cfg, scale)
+        p = _probabilities(q, k, lse_ref[...], i, j, cfg, scale, seg_refs)
         dp = jax.lax.dot_general(do, v, _CONTRACT_LAST, preferred_element_type=jnp.float32)
         ds = p * (dp - delta_ref[...])
         dq_acc[...] += scale * jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
@@ -225,8 +267,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_acc, 
         dq_ref[...] = dq_acc[...].astype(dq_ref.dtype)
 
 
-def _backward_kernels(q, k, v, o, lse, do, cfg: Config):
-    """dQ, dK, dV (N, T, D) from the two backward kernels."""
+def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
+    """dQ, dK, dV (N, T, D) from the two backward kernels. ``segments``: None, or (heads,
+    q ids (B, T, 1), k ids (B, 1, T)) int32."""
     n, t, d = q.shape
     bq, bk = cfg.block_q, cfg.block_k
     scale = 1.0 / math.sqrt(d)
@@ -241,31 +284,37 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config):
         q_index = lambda n_, j, i: (n_, i, 0)  # noqa: E731
     q_rows = pl.BlockSpec((None, bq, d), q_index)
     q_stats = pl.BlockSpec((None, bq, 1), q_index)
-    k_rows = pl.BlockSpec((None, bk, d), lambda n_, j, i: (n_, j, 0))
+    k_index = lambda n_, j, i: (n_, j, 0)  # noqa: E731
+    k_rows = pl.BlockSpec((None, bk, d), k_index)
+    segmented = segments is not None
+    ids = tuple(segments[1:]) if segmented else ()
+    seg_specs = _segment_specs(segments[0], bq, bk, q_index, k_index) if segmented else []
     dk, dv = pl.pallas_call(
-        functools.partial(_dkdv_kernel, cfg=cfg, scale=scale),
+        functools.partial(_dkdv_kernel, cfg=cfg, scale=scale, segmented=segmented),
         out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
         grid=(n, t // bk, t // bq),
-        in_specs=[q_rows, k_rows, k_rows, q_rows, q_stats, q_stats],
+        in_specs=[q_rows, k_rows, k_rows, q_rows, q_stats, q_stats, *seg_specs],
         out_specs=(k_rows, k_rows),
         scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],
         compiler_params=semantics,
         interpret=cfg.mode,
-    )(q, k, v, do, lse, delta)
+    )(q, k, v, do, lse, delta, *ids)
 
-    q_rows = pl.BlockSpec((None, bq, d), lambda n_, i, j: (n_, i, 0))
+    q_index = lambda n_, i, j: (n_, i, 0)  # noqa: E731
+    q_rows = pl.BlockSpec((None, bq, d), q_index)
     q_stats = pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))
     kv_rows = pl.BlockSpec((None, bk, d), _kv_index(cfg))
+    seg_specs = _segment_specs(segments[0], bq, bk, q_index, _kv_index(cfg)) if segmented else []
     dq = pl.pallas_call(
-        functools.partial(_dq_kernel, cfg=cfg, scale=scale),
+        functools.partial(_dq_kernel, cfg=cfg, scale=scale, segmented=segmented),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         grid=(n, t // bq, t // bk),
-        in_specs=[q_rows, kv_rows, kv_rows, q_rows, q_stats, q_stats],
+        in_specs=[q_rows, kv_rows, kv_rows, q_rows, q_stats, q_stats, *seg_specs],
         out_specs=q_rows,
         scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
         compiler_params=semantics,
         interpret=cfg.mode,
-    )(q, k, v, do, lse, delta)
+    )(q, k, v, do, lse, delta, *ids)
     return dq, dk, dv
 
 
@@ -277,35 +326,51 @@ def _flat(x_BHTD):
     return x_BHTD.reshape(b * h, t, d)
 
 
-def forward(q_BHTD, k_BHTD, v_BHTD, cfg: Config):
-    """The forward kernel: (O (B, H, T, D) in q's dtype, L (B, H, T) f32 log-sum-exp)."""
+def _segment_layouts(segment_ids_BT, shape_BHTD):
+    """(q ids (B, T, 1), k ids (B, 1, T)) int32 of (B, T) segment ids; ValueError on a
+    shape that is not q's (B, T)."""
+    b, _, t, _ = shape_BHTD
+    ids = jnp.asarray(segment_ids_BT)
+    if ids.shape != (b, t):
+        raise ValueError(f"segment_ids must be (B, T) = {(b, t)}, got {tuple(ids.shape)}")
+    ids = ids.astype(jnp.int32)
+    return ids[:, :, None], ids[:, None, :]
+
+
+def forward(q_BHTD, k_BHTD, v_BHTD, cfg: Config, segment_ids_BT=None):
+    """The forward kernel: (O (B, H, T, D) in q's dtype, L (B, H, T) f32 log-sum-exp).
+    ``segment_ids_BT``: (B, T) ints; query t sees key s only where their ids are equal."""
     b, h, t, d = q_BHTD.shape
-    o, lse = forward_call(b * h, t, d, q_BHTD.dtype, cfg)(
-        _flat(q_BHTD), _flat(k_BHTD), _flat(v_BHTD)
-    )
+    ids = () if segment_ids_BT is None else _segment_layouts(segment_ids_BT, q_BHTD.shape)
+    call = forward_call(b * h, t, d, q_BHTD.dtype, cfg, heads=h if ids else None)
+    o, lse = call(_flat(q_BHTD), _flat(k_BHTD), _flat(v_BHTD), *ids)
     return o.reshape(b, h, t, d), lse.reshape(b, h, t)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _attention(q, k, v, cfg):
-    return forward(q, k, v, cfg)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _attention(q, k, v, segment_ids, cfg):
+    return forward(q, k, v, cfg, segment_ids)[0]
 
 
-def _attention_fwd(q, k, v, cfg):
-    o, lse = forward(q, k, v, cfg)
-    return o, (q, k, v, o, lse)
+def _attention_fwd(q, k, v, segment_ids, cfg):
+    o, lse = forward(q, k, v, cfg, segment_ids)
+    return o, (q, k, v, segment_ids, o, lse)
 
 
 def _attention_bwd(cfg, residuals, do):
-    q, k, v, o, lse = residuals
+    q, k, v, segment_ids, o, lse = residuals
     if cfg.backward == "reference":
-        _, vjp = jax.vjp(functools.partial(mha_reference, causal=cfg.causal), q, k, v)
-        return vjp(do)
+        reference = functools.partial(mha_reference, causal=cfg.causal, segment_ids_BT=segment_ids)
+        _, vjp = jax.vjp(reference, q, k, v)
+        return (*vjp(do), None)
     b, h, t, d = q.shape
+    segments = None
+    if segment_ids is not None:
+        segments = (h, *_segment_layouts(segment_ids, q.shape))
     grads = _backward_kernels(
-        _flat(q), _flat(k), _flat(v), _flat(o), lse.reshape(b * h, t, 1), _flat(do), cfg
+        _flat(q), _flat(k), _flat(v), _flat(o), lse.reshape(b * h, t, 1), _flat(do), cfg, segments
     )
-    return tuple(g.reshape(b, h, t, d) for g in grads)
+    return (*(g.reshape(b, h, t, d) for g in grads), None)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -323,10 +388,12 @@ def flash_attention(
     block_k: int = 128,
     backward: str = "kernel",
     interpret=None,
+    segment_ids_BT=None,
 ):
-    """softmax(Q K^T / sqrt(D) + causal mask) V by the flash kernels; differentiable."""
+    """softmax(Q K^T / sqrt(D) + causal mask + segment mask) V by the flash kernels;
+    differentiable in q, k, v. ``segment_ids_BT``: None, or (B, T) ints (see the module)."""
     cfg = Config(block_q, block_k, causal, backward, interpret)
-    return _attention(q_BHTD, k_BHTD, v_BHTD, cfg)
+    return _attention(q_BHTD, k_BHTD, v_BHTD, segment_ids_BT, cfg)
 
 
 # Interpret mode measures semantics, not speed: XLA:CPU compiling the interpreter's loop at its
@@ -356,7 +423,7 @@ def forward_and_grads(
     """
     cfg = Config(block_q, block_k, causal, backward, interpret)
     o, lse = forward(q_BHTD, k_BHTD, v_BHTD, cfg)
-    return o, lse, _attention_bwd(cfg, (q_BHTD, k_BHTD, v_BHTD, o, lse), do_BHTD)
+    return o, lse, _attention_bwd(cfg, (q_BHTD, k_BHTD, v_BHTD, None, o, lse), do_BHTD)[:3]
 
 
 @functools.partial(
@@ -372,7 +439,9 @@ def forward_with_lse(
 # --- references -------------------------------------------------------------------------------
 
 
-def mha_reference(q_BHTD, k_BHTD, v_BHTD, causal: bool = False, precision="highest"):
+def mha_reference(
+    q_BHTD, k_BHTD, v_BHTD, causal: bool = False, precision="highest", segment_ids_BT=None
+):
     """Attention in jnp (differentiable), the whole T x T score matrix at once, f32 math.
 
     ``precision``: of the two matmuls; "highest" by default since a TPU's default f32 matmul
@@ -386,6 +455,9 @@ def mha_reference(q_BHTD, k_BHTD, v_BHTD, causal: bool = False, precision="highe
     if causal:
         t = q_BHTD.shape[2]
         s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, MASK_VALUE)
+    if segment_ids_BT is not None:
+        ids = jnp.asarray(segment_ids_BT)
+        s = jnp.where((ids[:, :, None] == ids[:, None, :])[:, None], s, MASK_VALUE)
     p = jax.nn.softmax(s, axis=-1)
     o = jnp.einsum("bhqk,bhkd->bhqd", p, v_BHTD.astype(jnp.float32), precision=precision)
     return o.astype(q_BHTD.dtype)
@@ -398,12 +470,15 @@ def reference_and_grads(q_BHTD, k_BHTD, v_BHTD, do_BHTD, causal: bool = False):
     return o, vjp(do_BHTD)
 
 
-def _scores_numpy(q, k, causal):
+def _scores_numpy(q, k, causal, segment_ids_BT=None):
     q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
     s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
     if causal:
         t = s.shape[-1]
         s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+    if segment_ids_BT is not None:
+        ids = np.asarray(segment_ids_BT)
+        s = np.where((ids[:, :, None] == ids[:, None, :])[:, None], s, -np.inf)
     return s
 
 
@@ -413,16 +488,19 @@ def _as64(x):
     return numerics.as_float64(x)
 
 
-def attention_numpy(q_BHTD, k_BHTD, v_BHTD, causal: bool = False):
-    """NumPy float64: (O = softmax(Q K^T / sqrt(D) + mask) V, L = logsumexp of the scores)."""
-    s = _scores_numpy(_as64(q_BHTD), _as64(k_BHTD), causal)
+def attention_numpy(q_BHTD, k_BHTD, v_BHTD, causal: bool = False, segment_ids_BT=None):
+    """NumPy float64: (O = softmax(Q K^T / sqrt(D) + mask) V, L = logsumexp of the scores);
+    the mask: causal, and equal segment ids where given."""
+    s = _scores_numpy(_as64(q_BHTD), _as64(k_BHTD), causal, segment_ids_BT)
     m = s.max(axis=-1, keepdims=True)
     e = np.exp(s - m)
     total = e.sum(axis=-1, keepdims=True)
     return (e / total) @ _as64(v_BHTD), (m + np.log(total))[..., 0]
 
 
-def attention_grad_numpy(q_BHTD, k_BHTD, v_BHTD, do_BHTD, causal: bool = False):
+def attention_grad_numpy(
+    q_BHTD, k_BHTD, v_BHTD, do_BHTD, causal: bool = False, segment_ids_BT=None
+):
     """NumPy float64 closed form of attention's gradient: (dQ, dK, dV) for upstream dO.
 
     With P = softmax(S), S = Q K^T / sqrt(D): dV = P^T dO; dP = dO V^T;
@@ -430,7 +508,7 @@ def attention_grad_numpy(q_BHTD, k_BHTD, v_BHTD, do_BHTD, causal: bool = False):
     dK = dS^T Q / sqrt(D).
     """
     q, k, v, do = (_as64(x) for x in (q_BHTD, k_BHTD, v_BHTD, do_BHTD))
-    s = _scores_numpy(q, k, causal)
+    s = _scores_numpy(q, k, causal, segment_ids_BT)
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     p = e / e.sum(axis=-1, keepdims=True)
     scale = 1.0 / math.sqrt(q.shape[-1])

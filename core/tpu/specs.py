@@ -324,3 +324,21 @@ def derived_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
             }
         )
     return rows
+
+
+# jax's device_kind of each generation's chip (a v5e reports "TPU v5 lite")
+DEVICE_KIND_GENERATION = {
+    "TPU v5 lite": "v5e",
+    "TPU v5e": "v5e",
+    "TPU v6 lite": "v6e",
+    "TPU v6e": "v6e",
+    "TPU v5": "v5p",
+    "TPU v5p": "v5p",
+}
+
+
+def bf16_peak_of_device_kind(device_kind: str) -> float | None:
+    """One chip's bf16 peak FLOP/s for a jax device_kind ("TPU v5 lite": 1.97e14), or None
+    for a kind not in DEVICE_KIND_GENERATION (a CPU, an unknown chip)."""
+    generation = DEVICE_KIND_GENERATION.get(device_kind)
+    return None if generation is None else chip(generation).bf16_flops.value

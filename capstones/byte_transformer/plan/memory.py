@@ -82,13 +82,17 @@ def layer_activations(config: config_lib.Config, rows: int) -> list[dict]:
     c = budget.dtype_bytes(config.compute_dtype)
     n = rows * t
     drop = 1 if config.dropout > 0 else 0
+    if config.attention == "flash":  # the kernel saves its log-sum-exp, never P
+        attention_saved = ("flash log-sum-exp (f32)", rows * h * t * 4, "b H T 4")
+    else:
+        attention_saved = ("attention probabilities (f32)", rows * h * t * t * 4, "b H T^2 4")
     return _rows(
         [
             ("block input x (LN1 input)", n * d * c, "b T D c"),
             ("LayerNorm mean and rstd, 2 norms (f32)", n * 2 * 2 * 4, "b T 2 2 4"),
             ("LN1 output (q/k/v matmul input)", n * d * c, "b T D c"),
             ("q, k, v", 3 * n * d * c, "3 b T D c"),
-            ("attention probabilities (f32)", rows * h * t * t * 4, "b H T^2 4"),
+            attention_saved,
             ("attention output (wo input)", n * d * c, "b T D c"),
             ("h = x + attention (LN2 input)", n * d * c, "b T D c"),
             ("LN2 output (w_in input)", n * d * c, "b T D c"),
@@ -105,9 +109,12 @@ def head_activations(config: config_lib.Config, rows: int) -> list[dict]:
     c = budget.dtype_bytes(config.compute_dtype)
     n = rows * t
     drop = 1 if config.dropout > 0 else 0
+    mask = ("attention mask, shared by layers (bool)", rows * t * t, "b T^2")
+    if config.attention == "flash":  # the kernel masks from the segment ids in VMEM
+        mask = ("segment ids (int32; the flash kernel builds its mask)", rows * t * 4, "b T 4")
     return _rows(
         [
-            ("attention mask, shared by layers (bool)", rows * t * t, "b T^2"),
+            mask,
             ("embedding dropout mask (bool)", n * d * drop, "b T D (dropout > 0)"),
             ("final LN input and statistics", n * d * c + n * 8, "b T (D c + 8)"),
             ("final LN output (head input)", n * d * c, "b T D c"),

@@ -1,0 +1,105 @@
+"""The sweep's bookkeeping against closed forms written out here (no timing is asserted)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+
+from core.kernels import attention_sweep
+
+
+def test_causal_flops_count_the_lower_half_of_two_matmuls():
+    b, h, t, d = 2, 3, 8, 4
+    # QK^T: for each (b, h) a (T x D) @ (D x T) product, T*T*D multiply-adds of 2 FLOPs;
+    # PV the same; causal keeps the T*T/2 lower half of both
+    qk = b * h * t * t * d * 2
+    pv = b * h * t * t * d * 2
+    forward = (qk + pv) // 2
+    assert attention_sweep.causal_flops(b, h, t, d) == forward == 3072
+    # backward: dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: four products of that size
+    assert attention_sweep.causal_flops(b, h, t, d, backward=True) == forward + 2 * forward
+
+
+def test_block_pairs_keep_blocks_that_fit_and_divide():
+    assert attention_sweep.block_pairs(256, (128, 256, 512)) == [
+        (128, 128),
+        (128, 256),
+        (256, 128),
+        (256, 256),
+    ]
+    assert attention_sweep.block_pairs(384, (128, 256)) == [(128, 128)]
+
+
+def _row(kernel, pass_, t, blocks, status="ok", seconds=(1.0,)):
+    return attention_sweep.row(
+        kernel,
+        pass_,
+        t,
+        *blocks,
+        status,
+        shape=(1, 8, None, 128),
+        peak_flops=197e12,
+        seconds=seconds if status == "ok" else (),
+        reason="" if status == "ok" else "why",
+    )
+
+
+def test_best_per_kernel_picks_each_fastest_ok_row():
+    rows = [
+        _row("this", "forward", 512, (128, 128), seconds=(3.0, 1.0, 2.0)),  # median 2
+        _row("this", "forward", 512, (256, 256), seconds=(1.5,)),
+        _row("this", "forward", 512, (512, 512), status="error"),
+        _row("splash", "forward", 512, (128, 128), seconds=(1.0,)),
+        _row("splash", "forward", 512, (256, 128), status="skipped"),
+        _row("this", "forward_backward", 512, (256, 256), seconds=(4.0,)),
+        _row("xla", "forward_backward", 512, (0, 0), seconds=(6.0,)),
+    ]
+    best = attention_sweep.best_per_kernel(rows)
+    picked = [(r["pass"], r["kernel"], r["block_q"], r["block_k"], r["median_s"]) for r in best]
+    assert picked == [
+        ("forward", "splash", 128, 128, 1.0),
+        ("forward", "this", 256, 256, 1.5),
+        ("forward_backward", "this", 256, 256, 4.0),
+        ("forward_backward", "xla", 0, 0, 6.0),
+    ]
+    speedups = {(s["pass"], s["rival"]): s["speedup"] for s in attention_sweep.speedups(best)}
+    assert speedups == {("forward", "splash"): 1.0 / 1.5, ("forward_backward", "xla"): 1.5}
+
+
+def test_row_rates_from_the_median():
+    item = _row("this", "forward", 1024, (512, 512), seconds=(0.002, 0.001, 0.004))
+    flops = 2 * 1 * 8 * 1024 * 1024 * 128  # the closed form above at B=1, H=8, T=1024, D=128
+    assert item["median_s"] == 0.002 and item["flops"] == flops
+    assert item["tflops_per_s"] == pytest.approx(flops / 0.002 / 1e12)
+    assert item["fraction_of_peak"] == pytest.approx(flops / 0.002 / 197e12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"kernel": "cudnn"}, "unknown kernel"),
+        ({"status": "ok", "seconds": ()}, "needs its timed calls"),
+    ],
+)
+def test_row_refuses(kwargs, words):
+    base = {"kernel": "this", "pass_": "forward", "t": 128, "block_q": 128, "block_k": 128}
+    base.update({"status": "ok", "seconds": (1.0,)}, **kwargs)
+    with pytest.raises(ValueError, match=words):
+        attention_sweep.row(**base, shape=(1, 1, None, 8))
+
+
+def test_budget_expires_on_its_clock():
+    now = [100.0]
+    budget = attention_sweep.Budget(5.0, clock=lambda: now[0])
+    assert not budget.expired()
+    now[0] = 105.0
+    assert budget.expired() and "5 s spent" in budget.reason()
+    with pytest.raises(ValueError, match="> 0 seconds"):
+        attention_sweep.Budget(0)
+
+
+@pytest.mark.parametrize("kernel", ["this", "splash", "xla"])
+def test_each_kernel_agrees_with_float64_in_interpret_mode(kernel):
+    blocks = (0, 0) if kernel == "xla" else (128, 128)
+    found = attention_sweep.agreement(kernel, (1, 1, 128, 128), jnp.bfloat16, blocks, True)
+    assert found["agrees"], found

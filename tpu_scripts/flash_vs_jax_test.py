@@ -1,0 +1,50 @@
+"""flash_vs_jax in its CPU --tiny mode: the result's schema and bookkeeping (never speed)."""
+
+from __future__ import annotations
+
+import json
+
+from core.kernels import attention_sweep
+from tpu_scripts import flash_vs_jax
+
+
+def test_tiny_run_writes_rows_best_and_agreement(tmp_path):
+    out = tmp_path / "flash.json"
+    argv = ["--tiny", "--out", str(out), "--kernels", "this,xla", "--backward-top", "1"]
+    assert flash_vs_jax.main([*argv, "--record", "flash_vs_jax"]) == 0
+    document = json.loads(out.read_text())
+    assert document["is_tpu_result"] is False and document["kind"].startswith("cpu rehearsal")
+    rows = document["rows"]
+    # T=256, blocks 128 and 256: 4 pairs for the kernel, XLA once; fwd+bwd at the best one
+    assert [(r["kernel"], r["pass"]) for r in rows] == [
+        *[("this", "forward")] * 4,
+        ("this", "forward_backward"),
+        ("xla", "forward"),
+        ("xla", "forward_backward"),
+    ]
+    assert {r["status"] for r in rows} == {"ok"}
+    fastest = min((r for r in rows[:4]), key=lambda r: r["median_s"])
+    assert (rows[4]["block_q"], rows[4]["block_k"]) == (fastest["block_q"], fastest["block_k"])
+    assert len(document["best"]) == 4 and len(document["speedups"]) == 2
+    assert [a["agrees"] for a in document["agreement"]] == [True] * 4
+    assert rows[0]["flops"] == 2 * 1 * 1 * 256 * 256 * 128  # B H T^2 D, causal forward
+    assert "record_error" in document or (tmp_path / "records" / "flash_vs_jax").is_dir()
+
+
+def test_a_spent_budget_skips_with_the_reason(tmp_path):
+    out = tmp_path / "flash.json"
+    argv = ["--tiny", "--out", str(out), "--kernels", "this", "--budget-s", "1e-9"]
+    assert flash_vs_jax.main(argv) == 0
+    document = json.loads(out.read_text())
+    assert {r["status"] for r in document["rows"]} == {"skipped"}
+    assert all("time budget" in r["reason"] for r in document["rows"])
+    assert all("time budget" in a["error"] for a in document["agreement"])
+    assert document["best"] == [] and attention_sweep.best_per_kernel(document["rows"]) == []
+
+
+def test_refuses_bad_arguments(tmp_path, capsys):
+    assert flash_vs_jax.main(["--tiny", "--out", str(tmp_path / "x.json"), "--calls", "0"]) == 2
+    assert (
+        flash_vs_jax.main(["--tiny", "--out", str(tmp_path / "x.json"), "--kernels", "cudnn"]) == 2
+    )
+    assert "unknown kernels" in capsys.readouterr().err
