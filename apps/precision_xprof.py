@@ -57,6 +57,9 @@ def _():
 
     - measure the relative error of bf16 and int8 matmuls against float32 and against NumPy
       float64 as the contraction size K grows;
+    - see what a **float32** matmul gives on a TPU at each `lax.Precision` (DEFAULT is one
+      bfloat16 pass, ~1e-3 off float64, where a CPU gives ~1e-7), emulated here and measured
+      on a TPU v5e chip;
     - compare int8 **per-tensor** and **per-channel** symmetric quantization;
     - capture a **warmed-up** profiler trace (compilation excluded) with `jax.profiler.trace`,
       list what it writes, and learn the exact steps to open it in **XProf** on a TPU VM.
@@ -159,6 +162,89 @@ def _(channel_spread, k_max, rows, seed):
         ]
     )
     return (sweep,)
+
+
+@app.cell
+def _(channel_spread, k_max, rows, seed):
+    # A float32 matmul at each lax.Precision: on this backend, and as a TPU's MXU computes it
+    # (core.perf.precision.mxu_matmul: bfloat16 passes accumulated in float32, emulated here).
+    _k = int(k_max.value)
+    _x, _w = precision_xprof.example_operands(
+        jax.random.key(seed.value + 5), rows.value, _k, rows.value, channel_spread.value
+    )
+    _exact = np.asarray(_x, np.float64) @ np.asarray(_w, np.float64)
+    _record = precision_xprof.tpu_float32_record()
+    _rows, precision_ratios = [], {}
+    for _level, _passes in precision_xprof.MXU_PASSES.items():
+        _precision = jax.lax.Precision[_level]
+        _here = jax.jit(lambda a, b, p=_precision: jax.lax.dot(a, b, precision=p))(_x, _w)
+        _mxu = precision_xprof.mxu_matmul(_x, _w, _level)
+        _unit = precision_xprof.MXU_UNIT_ROUNDOFF[_level]
+        precision_ratios[f"{MACHINE}, {_level}: worst |error| / bound"] = (
+            precision_xprof.bound_ratio(_here, _x, _w, _unit)
+        )
+        precision_ratios[f"MXU emulated, {_level}: worst |error| / bound"] = (
+            precision_xprof.bound_ratio(_mxu, _x, _w, _unit)
+        )
+        _rows.append(
+            {
+                "lax.Precision": _level,
+                "bfloat16 passes": len(_passes),
+                f"{MACHINE} vs float64": numerics.scaled_max_error(_here, _exact),
+                "MXU emulated vs float64": numerics.scaled_max_error(_mxu, _exact),
+                "TPU measured vs float64": _record["figures"].get(f"matmul_{_level.lower()}"),
+            }
+        )
+    _long = pd.DataFrame(_rows).melt(
+        ["lax.Precision", "bfloat16 passes"], var_name="where", value_name="relative error"
+    )
+    _long = _long[_long["relative error"].notna() & (_long["relative error"] > 0)]
+    _chart = (
+        alt.Chart(_long, title="float32 x @ w vs NumPy float64 at each lax.Precision")
+        .mark_point(filled=True, size=80)
+        .encode(
+            x=alt.X("lax.Precision:N", sort=list(precision_xprof.MXU_PASSES)),
+            y=alt.Y("relative error:Q", scale=alt.Scale(type="log"), title="relative error"),
+            color="where:N",
+            shape="where:N",
+            tooltip=["lax.Precision", "where", alt.Tooltip("relative error:Q", format=".2e")],
+        )
+        .properties(width=360, height=220)
+    )
+    precision_check = lab.Check(
+        f"x @ w in float32 at K = {_k}, at each lax.Precision, on {MACHINE} and as a TPU's MXU "
+        "computes it (its bfloat16 passes), within the rounding bound of that many passes vs "
+        "NumPy float64",
+        precision_ratios,
+        dict.fromkeys(precision_ratios, precision_xprof.BOUND_RATIO_LIMIT),
+    )
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## A float32 matmul on a TPU: `lax.Precision`
+
+    A TPU has no float32 multiplier: its MXU multiplies bfloat16. A float32 `x @ w` is split
+    into bfloat16 terms and multiplied in **passes**: `DEFAULT` one pass (each operand rounded
+    to bfloat16: about 4e-3 relative), `HIGH` three (`bf16_3x`), `HIGHEST` six (`bf16_6x`,
+    float32 accuracy at about six times the MXU work). A CPU computes float32 whatever you ask.
+    So the same float32 program is ~1e-7 off float64 on a CPU and ~1e-3 on a TPU unless it asks
+    for more: `jax.lax.dot(..., precision="highest")` or
+    `with jax.default_matmul_precision("highest"):`. This course's float32 checks on a TPU do
+    that, or use `core.numerics.tolerance`, which states DEFAULT's tolerance and why.
+
+    x is ({rows.value}, {_k}), w ({_k}, {rows.value}) with column scales spread
+    {channel_spread.value:g}x. "MXU emulated" runs the passes with bfloat16 products on
+    {MACHINE}; "TPU measured" is {_record["device"]} at 1024 x 1024 x 1024, worst of
+    {_record["figures"].get("seeds", "?")} seeds ({_record["cite"]}).
+    """
+            ),
+            _chart,
+            lab.table(_rows, "Relative error (max |error| / max |float64|):"),
+            precision_check,
+        ]
+    )
+    return (precision_check,)
 
 
 @app.cell
@@ -368,6 +454,12 @@ def _():
 @app.cell
 def test_check_passes(check):
     check.assert_passed()
+    return
+
+
+@app.cell
+def test_precision_check_passes(precision_check):
+    precision_check.assert_passed()
     return
 
 

@@ -122,7 +122,7 @@ def capstone_problem(package: str, argv: list[str]) -> str | None:
 def tpu_scripts_problem(argv: list[str]) -> str | None:
     """Why ``python -m tpu_scripts argv`` would be refused before it runs (None: it parses)."""
     from tpu_scripts import __main__ as tpu_main
-    from tpu_scripts import course_run
+    from tpu_scripts import course_run_cli
 
     argv = argv[: argv.index("--")] if "--" in argv else argv  # after --: the script's own
     parser = tpu_main.build_parser()
@@ -140,8 +140,8 @@ def tpu_scripts_problem(argv: list[str]) -> str | None:
         # The wheel is built by the guide's step 0; everything else is validated as given.
         parsed.wheel, parsed.dry_run = None, True
         try:
-            course_run.options_from_args(parsed)
-        except course_run.UsageError as exc:
+            course_run_cli.options_from_args(parsed)
+        except course_run_cli.UsageError as exc:
             return str(exc)
     return None
 

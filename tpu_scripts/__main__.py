@@ -22,7 +22,7 @@ from tpu_scripts.wheelhouse import local as wheelhouse_local  # standard library
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tpu_scripts import artifacts, compare, course_record, course_run, launch
+    from tpu_scripts import artifacts, compare, course_record, course_run_cli, launch
 
     parser = argparse.ArgumentParser(
         prog="python -m tpu_scripts",
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     rehearse_cmd.add_argument("script_args", nargs="*", help="after --: its args")
     launch.add_parser(commands)
     # A subcommand module gives add_parser(commands) and main(args); it is wired in twice here.
-    course_run.add_parser(commands)
+    course_run_cli.add_parser(commands)
     course_record.add_parser(commands)
     compare.add_parser(commands)
     artifacts.add_parser(commands)  # each artifact's subparser sets its handler
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return wheelhouse_cli.main(argv[1:])
     if wheelhouse_local.wants(argv) and wheelhouse_local.prepare(argv) != 0:
         return 1  # course-run --local --wheelhouse: installed first, on a bare host too
-    from tpu_scripts import compare, course_record, course_run, export, launch
+    from tpu_scripts import compare, course_record, course_run_cli, export, launch
 
     parser = build_parser()
     # Everything after the first "--" belongs to the script (rehearse, launch run), untouched.
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "launch":
         return launch.main(args)
     elif args.command == "course-run":
-        return course_run.main(args, ["python", "-m", "tpu_scripts", *argv])
+        return course_run_cli.main(args, ["python", "-m", "tpu_scripts", *argv])
     elif args.command == "course-record":
         return course_record.main(args)
     elif args.command == "compare":

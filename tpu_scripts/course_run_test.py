@@ -11,7 +11,7 @@ import pytest
 
 from core import curriculum
 from tpu_scripts import __main__ as cli
-from tpu_scripts import compare, course_run, fake_gcloud
+from tpu_scripts import compare, course_run, fake_gcloud, lesson_choice
 from tpu_scripts.wheelhouse import fake_wheels, manifest
 
 VM = ["--name", "lab-vm", "--zone", "us-west4-a", "--accelerator-type", "v5litepod-16"]
@@ -66,7 +66,7 @@ def test_lessons_resolve_from_phases_paths_packages_and_slugs(tmp_path):
         curriculum.app_path(lesson.slug, tmp_path).write_text("")
 
     def resolve(spec):
-        return course_run.resolve_lessons(spec, tmp_path)
+        return lesson_choice.resolve_lessons(spec, tmp_path)
 
     setup = [lesson.slug for lesson in curriculum.PHASES[0].lessons]
     assert resolve("Setup & first steps") == setup

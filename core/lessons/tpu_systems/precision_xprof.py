@@ -38,6 +38,9 @@ INT8_PRODUCT_TOLERANCE = precision.INT8_PRODUCT_TOLERANCE
 MATMUL_KINDS = precision.MATMUL_KINDS
 SCHEMES = precision.SCHEMES
 accumulation_gamma = precision.accumulation_gamma
+MXU_PASSES = precision.MXU_PASSES
+MXU_UNIT_ROUNDOFF = precision.MXU_UNIT_ROUNDOFF
+mxu_matmul = precision.mxu_matmul
 bound_ratio = precision.bound_ratio
 dequantize = precision.dequantize
 example_operands = precision.example_operands
@@ -135,3 +138,23 @@ def fp8_support_rows() -> list[dict]:
             }
         )
     return rows
+
+
+def tpu_float32_record() -> dict:
+    """The newest float32-precision record measured on a TPU (benchmarks/float32_precision.py):
+    {"figures", "device", "cite"}; without one, empty figures and a line saying how to make it."""
+    from core.perf import records
+
+    try:
+        record = records.latest("float32_precision")
+    except FileNotFoundError:
+        return {
+            "figures": {},
+            "device": "no TPU yet",
+            "cite": "run benchmarks/float32_precision.py on a TPU",
+        }
+    return {
+        "figures": record.figures,
+        "device": record.figures.get("device_kind", record.machine.label),
+        "cite": records.cite("float32_precision"),
+    }
