@@ -57,11 +57,18 @@ def parse(
     """Split ``key=value`` items into the command's options and Config overrides."""
     own: dict[str, Any] = {}
     rest: list[str] = []
+    named: dict[str, Any] = {}  # preset=NAME's values; explicit overrides win over them
     for item in argv:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise UsageError(f"expected key=value, got {item!r} (see --help)")
-        if key in options:
+        if config_overrides and key == "preset" and "preset" not in options:
+            if text not in config_lib.PRESETS:
+                raise UsageError(
+                    f"unknown preset {text!r}; presets: {', '.join(config_lib.PRESETS)}"
+                )
+            named = dict(config_lib.PRESETS[text])
+        elif key in options:
             own[key] = _convert(key, text, options[key].kind)
         elif config_overrides and key in config_lib.field_types():
             rest.append(item)
@@ -79,7 +86,7 @@ def parse(
         overrides = config_lib.parse_overrides(rest)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return Parsed(own, overrides)
+    return Parsed(own, named | overrides)
 
 
 def _convert(name: str, text: str, kind: type) -> Any:
@@ -115,7 +122,15 @@ def help_text(
             default = "required" if option.default is REQUIRED else f"default {option.default!r}"
             lines.append(f"  {name:<17} {option.kind.__name__:<6} {default}: {option.help}")
     if config_overrides:
-        lines += ["", "config overrides (key=value):", config_lib.help_table()]
+        presets = ", ".join(config_lib.PRESETS)
+        lines += [
+            "",
+            f"preset=NAME starts from a named config ({presets}; config.PRESETS), and the",
+            "config overrides given with it win over its values.",
+            "",
+            "config overrides (key=value):",
+            config_lib.help_table(),
+        ]
     return "\n".join(lines)
 
 

@@ -240,3 +240,18 @@ def test_train_refuses_another_corpus_without_touching_the_run(run_dir, capsys):
         assert [r["step"] for r in training.read_metrics(run_dir)] == [1, 2, 3, 4, 5, 6]
     finally:
         corpus_file.write_text(saved_corpus)
+
+
+def test_a_preset_is_named_on_the_command_line_and_overrides_win():
+    import dataclasses
+
+    from capstones.byte_transformer import args as cli_args
+
+    parsed = cli_args.parse(["preset=tpu-v5e", "batch_size=4"], {})
+    config = parsed.config()
+    assert config == dataclasses.replace(config_lib.preset("tpu-v5e"), batch_size=4)
+    assert (config.d_model, config.compute_dtype, config.batch_size) == (2048, "bfloat16", 4)
+    with pytest.raises(cli_args.UsageError, match="unknown preset 'tpu-v9'; presets: tpu-v5e"):
+        cli_args.parse(["preset=tpu-v9"], {})
+    text = cli_args.help_text("train", "Train.", {}, config_overrides=True)
+    assert "preset=NAME starts from a named config (tpu-v5e" in text
