@@ -71,8 +71,8 @@ def add_parser(commands) -> None:
     sub.add_argument(
         "--one-process",
         action="store_true",
-        help="--local: run every lesson in this one process (a process that opens a TPU pays "
-        "~15 s to start; each lesson's state is put back after it); rerun failures without it",
+        help="--local: run every lesson in this one process (a process that opens a TPU pays a "
+        "start-up cost; each lesson's state is put back after it); rerun failures without it",
     )
     sub.add_argument(
         "--runs-root",
