@@ -14,8 +14,9 @@ import re
 from core import curriculum, lab
 
 
-def headless_check_line(run_app, app: str, *flags: str) -> str:
-    """The one PASS/FAIL line that `python apps/APP.py FLAGS` prints (asserting it is PASS)."""
+def headless_check_line(run_app, app: str, *flags: str, about: str = "") -> str:
+    """The one PASS/FAIL line that `python apps/APP.py FLAGS` prints whose claim holds
+    ``about`` (an app may have several checks), asserting it is PASS."""
     result = run_app(
         [curriculum.APPS_DIR / f"{app}.py", *flags],
         env=lab.child_env(JAX_NUM_CPU_DEVICES="8", JAX_PLATFORMS="cpu"),
@@ -23,7 +24,11 @@ def headless_check_line(run_app, app: str, *flags: str) -> str:
         timeout=300,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith(("PASS:", "FAIL:"))]
+    lines = [
+        line
+        for line in result.stdout.splitlines()
+        if line.startswith(("PASS:", "FAIL:")) and about in line
+    ]
     assert len(lines) == 1 and lines[0].startswith("PASS:"), result.stdout[-3000:]
     return lines[0]
 
@@ -44,5 +49,8 @@ def test_headless_check_uses_the_chosen_policy(run_app):
 
 
 def test_precision_check_passes_on_two_rows(run_app):
-    line = headless_check_line(run_app, "precision_xprof", "--rows", "2")  # seed 0, K up to 1024
+    # seed 0, K up to 1024; its two checks: the int8/bf16/fp8 products, and lax.Precision's
+    line = headless_check_line(run_app, "precision_xprof", "--rows", "2", about="int8 matmul")
     assert "rounding bound" in line, line
+    line = headless_check_line(run_app, "precision_xprof", "--rows", "2", about="lax.Precision")
+    assert "within the rounding bound of that many passes" in line, line

@@ -44,7 +44,7 @@ class ProcessState:
     """What a lesson may change in the process it runs in, as it was before the lesson."""
 
     jax_config: dict
-    environ: dict
+    environ: tuple[tuple[str, str], ...]  # a snapshot to put back, not a child's environment
     argv: list
     path: list
     cwd: str
@@ -57,7 +57,7 @@ class ProcessState:
 
         return cls(
             jax_config=dict(jax.config.values),
-            environ=dict(os.environ),
+            environ=tuple(os.environ.items()),
             argv=list(sys.argv),
             path=list(sys.path),
             cwd=os.getcwd(),
@@ -80,11 +80,12 @@ class ProcessState:
                 left.append(f"{name}: {before!r} -> {after!r} (could not be put back: {error})")
                 continue
             left.append(f"{name}: {before!r} -> {after!r}")
-        changed = {k for k in set(self.environ) | set(os.environ)
-                   if self.environ.get(k) != os.environ.get(k)}  # fmt: skip
+        before = dict(self.environ)
+        changed = {k for k in set(before) | set(os.environ)
+                   if before.get(k) != os.environ.get(k)}  # fmt: skip
         left += [f"${name}" for name in sorted(changed)]
         os.environ.clear()
-        os.environ.update(self.environ)
+        os.environ.update(before)
         sys.argv[:] = self.argv
         sys.path[:] = self.path
         os.chdir(self.cwd)

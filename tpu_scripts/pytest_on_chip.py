@@ -28,6 +28,8 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+from core import runtime
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The groups of issue 37's first chip run (182 failed, 385 passed, 5 skipped in 496 s).
 DEFAULT_PATHS = (
@@ -41,18 +43,18 @@ DEFAULT_PATHS = (
 BUDGET_SECONDS = 510
 PER_TEST_SECONDS = 120
 GRACE_SECONDS = 30  # after SIGINT, for pytest to write junit.xml and its summary
-SUMMARY_LINE = re.compile(r"^=+ (.*\b(passed|failed|skipped|error|errors|deselected)\b.*) =+$")
+SUMMARY_LINE = re.compile(r"=+ (.*\b(passed|failed|skipped|error|errors|deselected)\b.*) =+")
 
 
-def chip_env(environ=os.environ) -> dict[str, str]:
-    """The child's environment: chip mode, JAX's TPU beside its CPU backend (a caller's
-    platforms are kept where they name the TPU), no compilation cache probe (two extra
-    processes; the chip's run compiles once anyway)."""
-    env = dict(environ)
-    env["JAX_TPU_LAB_TEST_BACKEND"] = "tpu"
-    platforms = [p.strip() for p in env.get("JAX_PLATFORMS", "").split(",")]
-    if "tpu" not in platforms:  # a caller's JAX_PLATFORMS=cpu would leave the chip unused
-        env["JAX_PLATFORMS"] = "tpu,cpu"
+def chip_env() -> dict[str, str]:
+    """The child's environment (``runtime.child_env``: without pytest's markers): chip mode,
+    JAX's TPU beside its CPU backend (a caller's platforms are kept where they name the TPU),
+    no compilation cache probe (two extra processes; the chip's run compiles once anyway)."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    names_tpu = "tpu" in [p.strip() for p in platforms.split(",")]
+    env = runtime.child_env(  # a caller's JAX_PLATFORMS=cpu would leave the chip unused
+        JAX_TPU_LAB_TEST_BACKEND="tpu", JAX_PLATFORMS=platforms if names_tpu else "tpu,cpu"
+    )
     env.setdefault("JAX_LAB_TEST_COMPILATION_CACHE", "0")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -86,7 +88,7 @@ def counts_from_junit(path: pathlib.Path) -> dict[str, int] | None:
 
 def summary_line(log: str) -> str:
     """pytest's last summary line ("3 failed, 120 passed, 8 skipped in 96.20s"), or ""."""
-    found = [m.group(1) for line in log.splitlines() if (m := SUMMARY_LINE.match(line.strip()))]
+    found = [m.group(1) for line in log.splitlines() if (m := SUMMARY_LINE.fullmatch(line.strip()))]
     return found[-1] if found else ""
 
 

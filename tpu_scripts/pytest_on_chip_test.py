@@ -19,11 +19,15 @@ def test_the_command_runs_one_process_and_writes_junit(tmp_path):
     )
 
 
-def test_the_environment_asks_for_chip_mode_and_keeps_the_callers_platforms():
-    env = pytest_on_chip.chip_env({"PATH": "/bin"})
+def test_the_environment_asks_for_chip_mode_and_keeps_the_callers_platforms(monkeypatch):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    env = pytest_on_chip.chip_env()
     assert env["JAX_TPU_LAB_TEST_BACKEND"] == "tpu" and env["JAX_PLATFORMS"] == "tpu,cpu"
-    assert pytest_on_chip.chip_env({"JAX_PLATFORMS": "tpu"})["JAX_PLATFORMS"] == "tpu"
-    assert pytest_on_chip.chip_env({"JAX_PLATFORMS": "cpu"})["JAX_PLATFORMS"] == "tpu,cpu"
+    assert not any(name.startswith("PYTEST_") for name in env)  # marimo's test mode stays off
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    assert pytest_on_chip.chip_env()["JAX_PLATFORMS"] == "tpu"
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert pytest_on_chip.chip_env()["JAX_PLATFORMS"] == "tpu,cpu"
 
 
 def test_summary_line_is_pytests_last():
