@@ -31,13 +31,14 @@ fails) as the explicit next step. Running the same command again resumes: a less
 came back and verifies (``results.load``) is not rerun; a failed one is; ``--force`` reruns all.
 ``--local`` runs the same exported scripts here (``runs/local/<date>/``), the CPU side of
 ``python -m tpu_scripts compare``; ``--local --one-process`` runs them all in this one process
-(one_process.py: a program that opens a TPU pays a start-up cost each time), each lesson's
-state put back after it, and the record says which process gave each result. Without gcloud on PATH (or with
-``--dry-run``) the steps are printed and nothing runs. ``--wheelhouse DIR`` installs the course
-from a wheelhouse (``python -m tpu_scripts wheelhouse``) instead of the network: copied to every
-worker and installed there (wheelhouse/remote.py), or, with ``--local``, here into ``--site``
-before the run starts (wheelhouse/local.py: on a host with nothing of the course installed yet).
-``--record`` ends the run by writing it as the tpu_course record (course_record.py).
+(one_process.py: a program that opens a TPU pays a start-up cost each time), each lesson's state
+put back after it, and the record says which process gave each result. Without gcloud on PATH
+(or with ``--dry-run``) the steps are printed and nothing runs. ``--wheelhouse DIR`` installs
+the course from a wheelhouse (``python -m tpu_scripts wheelhouse``) instead of the network:
+copied to every worker and installed there (wheelhouse/remote.py), or, with ``--local``, here
+into ``--site`` before the run starts (wheelhouse/local.py: on a host with nothing of the course
+installed yet). ``--record`` ends the run by writing it as the tpu_course record
+(course_record.py).
 """
 
 from __future__ import annotations
