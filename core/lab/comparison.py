@@ -128,6 +128,18 @@ def _table_section(title: str, tpu: dict | None, local: dict | None, labels) -> 
     return Section(f"table: {title}", ("row", "column", labels[0], labels[1], "same"), tuple(rows))
 
 
+def _number_rows(numbers: list[dict]) -> list[tuple]:
+    """(name, unit, value per side..., same) for every key number of any side ({name: number}
+    per side); a side without it reads MISSING."""
+    rows = []
+    for name in _ordered(*numbers):
+        found = [side.get(name) for side in numbers]
+        unit = next(f["unit"] for f in found if f is not None)
+        values = [MISSING if f is None else _text(f["value"]) for f in found]
+        rows.append((name, unit, *values, _same(*values)))
+    return rows
+
+
 def compare(tpu_doc: dict | None, local_doc: dict | None) -> Comparison:
     """The two results documents of one lesson side by side (None: that side is missing)."""
     docs = [d for d in (tpu_doc, local_doc) if d is not None]
@@ -168,12 +180,7 @@ def compare(tpu_doc: dict | None, local_doc: dict | None) -> Comparison:
         values = [_check_text(c.get(what)) for c in checks]
         check_rows.append((what, *values))
     numbers = [_by_key(s.get("numbers", []), "name") for s in sides]
-    number_rows = []
-    for name in _ordered(*numbers):
-        found = [n.get(name) for n in numbers]
-        unit = next(f["unit"] for f in found if f is not None)
-        values = [MISSING if f is None else _text(f["value"]) for f in found]
-        number_rows.append((name, unit, *values, _same(*values)))
+    number_rows = _number_rows(numbers)
     sections = [
         Section("flags", ("flag", *labels, "same"), tuple(flag_rows)),
         Section("checks", ("check", *labels), tuple(check_rows)),
@@ -296,12 +303,7 @@ def record_comparison(entry: tpu_record.TpuEntry, local_doc: dict | None) -> Com
         _by_key(lesson["numbers"], "name"),
         _by_key(local_doc["numbers"] if local_doc else [], "name"),
     ]
-    number_rows = []
-    for name in _ordered(*numbers):
-        found = [side.get(name) for side in numbers]
-        unit = next(f["unit"] for f in found if f is not None)
-        values = [MISSING if f is None else _text(f["value"]) for f in found]
-        number_rows.append((name, unit, *values, _same(*values)))
+    number_rows = _number_rows(numbers)
     sections = (
         Section("checks", ("check", tpu_label, local_label), check_rows),
         Section(
