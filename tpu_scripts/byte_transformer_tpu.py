@@ -318,8 +318,11 @@ def mfu_comparison(configs: dict, repeats: int, device_kind: str, on_tpu: bool):
 def profile_step(config, out: pathlib.Path, steps: int = 3) -> dict:
     """The op breakdown of ``steps`` traced train steps (core.perf.trace): top 25 ops by
     time with their share, read from the trace's xplane.pb via jax.profiler.ProfileData."""
+    import jax
+
     from capstones.byte_transformer import data, training
     from core.perf import trace
+    from core.tpu import specs
 
     batch = data.training_stream(config, data.load_corpus(config)).next_batch()
     step = training.make_train_step(config)
@@ -328,12 +331,24 @@ def profile_step(config, out: pathlib.Path, steps: int = 3) -> dict:
     )
     planes = [path for path in capture.files if path.name.endswith(".xplane.pb")]
     events = trace.xplane_op_events(planes[0])  # the TPU plane's ops where there is one
-    return {
+    result = {
         "steps": steps,
         "events": len(events),
         "modules": trace.modules(events),
         "top_ops": trace.op_table(events)[:25],
     }
+    jsons = [path for path in capture.files if path.name.endswith(".trace.json.gz")]
+    peak = specs.bf16_peak_of_device_kind(jax.devices()[0].device_kind)
+    if jsons and peak:  # a TPU's trace: its device "XLA Ops" line gives each op's category
+        from capstones.byte_transformer import model_math
+        from core.perf import profile_categories
+
+        attention = model_math.causal_train_flops(config, config.batch_size)["attention"]
+        result["categories"] = profile_categories.category_table(
+            trace.trace_json_events(jsons[0]), steps, peak,
+            attributed_flops={"custom-call": attention},
+        )  # fmt: skip
+    return result
 
 
 def record_mfu(

@@ -130,7 +130,8 @@ def write(root, relative, doc):
 
 def test_the_app_section_says_how_to_make_results_when_there_are_none(tmp_path):
     write(tmp_path, "local/2026-12-01/vmap", sample())  # a CPU bundle alone compares nothing
-    found = comparison.comparison_section("vmap", tmp_path)
+    empty = tmp_path / "no_records"  # not the checkout's records: they hold a TPU course run
+    found = comparison.comparison_section("vmap", tmp_path, records_root=empty)
     assert found.comparison is None
     assert "course-run --name VM" in found.markdown and "--lessons vmap" in found.markdown
     assert found._mime_()[0] == "text/html"
