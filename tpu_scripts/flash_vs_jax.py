@@ -307,6 +307,13 @@ def record_figures(document: dict) -> dict:
         figures[f"{key}_blocks"] = f"{item['block_q']}x{item['block_k']}"
     for line in document["speedups"]:
         figures[f"speedup_{line['pass']}_t{line['T']}_vs_{line['rival']}"] = line["speedup"]
+    # The square-block curve (bq = bk) of every forward sweep: what the Pallas lessons chart
+    # beside their cost model (kernel_iteration's block-size chart).
+    for row in document["rows"]:
+        if row["pass"] == "forward" and row["status"] == "ok" and row["block_q"] == row["block_k"]:
+            key = f"{row['kernel']}_forward_t{row['T']}_square{row['block_q']}_ms"
+            if row["block_q"]:  # XLA has no blocks
+                figures[key] = row["median_s"] * 1e3
     return figures
 
 

@@ -48,3 +48,23 @@ def test_refuses_bad_arguments(tmp_path, capsys):
         flash_vs_jax.main(["--tiny", "--out", str(tmp_path / "x.json"), "--kernels", "cudnn"]) == 2
     )
     assert "unknown kernels" in capsys.readouterr().err
+
+
+def test_record_figures_keep_the_square_block_curve_of_each_forward_sweep():
+    rows = [
+        {"kernel": "this", "pass": "forward", "T": 4096, "block_q": 256, "block_k": 256,
+         "status": "ok", "median_s": 0.002},
+        {"kernel": "this", "pass": "forward", "T": 4096, "block_q": 256, "block_k": 512,
+         "status": "ok", "median_s": 0.001},
+        {"kernel": "this", "pass": "forward", "T": 4096, "block_q": 512, "block_k": 512,
+         "status": "error", "median_s": None},
+        {"kernel": "this", "pass": "forward_backward", "T": 4096, "block_q": 512,
+         "block_k": 512, "status": "ok", "median_s": 0.004},
+        {"kernel": "xla", "pass": "forward", "T": 4096, "block_q": 0, "block_k": 0,
+         "status": "ok", "median_s": 0.009},
+    ]  # fmt: skip
+    document = {"device_kind": "TPU v5 lite", "dtype": "bfloat16", "best": [], "speedups": [],
+                "rows": rows}  # fmt: skip
+    figures = flash_vs_jax.record_figures(document)
+    squares = {k: v for k, v in figures.items() if "square" in k}
+    assert squares == {"this_forward_t4096_square256_ms": 2.0}

@@ -197,3 +197,41 @@ def block_compile_rows(
             }
         )
     return rows
+
+
+# The chip's square-block sweep (tpu_scripts/flash_vs_jax.py): causal, B = 1, H = 8, D = 128,
+# bfloat16, kept in the benchmark record "flash_vs_jax" as <kernel>_forward_t<T>_square<b>_ms.
+TPU_SWEEP = {"heads": 8, "d": 128, "dtype": "bfloat16", "causal": True}
+TPU_SWEEP_KERNELS = (("this", "this kernel"), ("jax_flash", "JAX Pallas flash"),
+                     ("splash", "splash"))  # fmt: skip
+
+
+def tpu_block_curve(figures: dict, t: int) -> list[dict]:
+    """The measured forward time per square block b = bq = bk at sequence length ``t`` (one row
+    per kernel and block in the record's ``figures``), each beside this module's v5e roofline
+    bound for the same shape and blocks (forward_cost: the work a block size implies).
+
+    Rows: kernel, block, measured (us), roofline (us), measured / roofline. Empty when the
+    record has no sweep at ``t``."""
+    peak, bandwidth = _peaks()
+    rows = []
+    for key, name in TPU_SWEEP_KERNELS:
+        for block in (128, 256, 512, 1024):
+            measured_ms = figures.get(f"{key}_forward_t{t}_square{block}_ms")
+            if measured_ms is None or block > t:
+                continue
+            cost = forward_cost(
+                TPU_SWEEP["heads"], t, TPU_SWEEP["d"], block, block, TPU_SWEEP["dtype"],
+                TPU_SWEEP["causal"],
+            )  # fmt: skip
+            bound_us = 1e6 * max(cost["FLOPs"] / peak, cost["HBM bytes"] / bandwidth)
+            rows.append(
+                {
+                    "kernel": name,
+                    "block (bq = bk)": block,
+                    "measured on v5e (us)": 1e3 * measured_ms,
+                    "v5e roofline (us)": bound_us,
+                    "measured / roofline": 1e3 * measured_ms / bound_us,
+                }
+            )
+    return rows

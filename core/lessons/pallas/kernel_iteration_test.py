@@ -99,3 +99,19 @@ def test_block_compile_rows_per_block_from_the_mosaic_compile():
         assert row["generated code (KiB), compiled"] > 0
     # the block-spec VMEM model grows with the block (double-buffered q, k, v, O blocks)
     assert rows[1]["VMEM (KiB), block-spec model"] > rows[0]["VMEM (KiB), block-spec model"]
+
+
+def test_the_chips_square_block_curve_sits_above_the_roofline_model():
+    """The v5e record's measured forward times, beside the cost model's roofline bound for the
+    same shape: no measured time may beat the bound (a bound it beat would mean the model
+    counts work the kernel does not do), and bigger blocks come closer to it."""
+    from core.perf import records
+
+    figures = records.latest("flash_vs_jax").figures
+    rows = kernel_iteration.tpu_block_curve(figures, 8192)
+    assert {row["kernel"] for row in rows} == {"this kernel", "JAX Pallas flash", "splash"}
+    assert all(row["measured / roofline"] > 1.0 for row in rows)
+    ours = {row["block (bq = bk)"]: row["measured / roofline"] for row in rows
+            if row["kernel"] == "this kernel"}  # fmt: skip
+    assert ours[1024] < ours[128]
+    assert kernel_iteration.tpu_block_curve(figures, 12345) == []
