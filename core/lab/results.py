@@ -265,6 +265,9 @@ def start(lesson: str, flags: dict[str, Any], out: str | None) -> None:
     empty recorder: a process can run several lessons (course-run --one-process)."""
     for field in dataclasses.fields(Recorder):
         setattr(RECORDER, field.name, getattr(Recorder(), field.name))
+    topology_compile = sys.modules.get("core.tpu.topology_compile")
+    if topology_compile is not None:  # the receipt names this lesson's compiles, not a former's
+        topology_compile.TOPOLOGIES_USED.clear()
     RECORDER.active = True
     RECORDER.lesson = lesson
     RECORDER.flags = {k: cell_value(v) for k, v in flags.items()}

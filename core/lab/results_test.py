@@ -124,3 +124,16 @@ def test_a_bare_value_as_a_cell_output_is_stray():
     stray = results.stray_outputs([mo.md("a"), 8, "text", (1, 2), np.zeros(3)])
     assert [s.split(" shows ")[0] for s in stray] == ["cell 2", "cell 3", "cell 4", "cell 5"]
     assert stray[0] == "cell 2 shows int 8"
+
+
+def test_a_new_recording_forgets_the_topologies_a_former_lesson_compiled(monkeypatch):
+    """One process, several lessons (course-run --one-process): a lesson's receipt names only
+    the TPU topologies it compiled, not those an earlier lesson in the process did."""
+    from core.tpu import topology_compile
+
+    monkeypatch.setattr(topology_compile, "TOPOLOGIES_USED", {"v5p:2x2x1"})
+    monkeypatch.setattr(results, "RECORDER", results.Recorder())
+    assert "v5p:2x2x1" in results.receipt()["note"] or results.receipt()["backend"] == "tpu"
+    results.start("jit", {}, None)
+    assert topology_compile.TOPOLOGIES_USED == set()
+    assert "v5p:2x2x1" not in results.receipt()["note"]
