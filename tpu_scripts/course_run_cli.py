@@ -29,7 +29,8 @@ def add_parser(commands) -> None:
     sub.add_argument(
         "--lessons",
         default="",
-        help="phase titles, learning-path titles, phase packages or lesson slugs, comma-separated",
+        help="phase titles, learning-path titles, phase packages, lesson slugs, or the other "
+        "apps by kind (capstones, assessments, keras) or slug; comma-separated",
     )
     sub.add_argument(
         "--phases",

@@ -29,7 +29,28 @@ def lesson_names() -> dict[str, tuple[str, ...]]:
         )
     for lesson in curriculum.all_lessons():
         names[lesson.slug] = (lesson.slug,)
+    # The course's other apps: each by its slug, and each kind by one name, so a chip run can
+    # cover every app the course map names (--lessons capstones,assessments,keras).
+    extra = other_apps()
+    for group, slugs in extra.items():
+        names[group] = slugs
+        for slug in slugs:
+            names[slug] = (slug,)
     return names
+
+
+def other_apps() -> dict[str, tuple[str, ...]]:
+    """The apps beside the phases' lessons, by kind: capstones, assessments and each track
+    with apps of its own (its title, and its first word: "keras")."""
+    groups = {
+        "capstones": tuple(capstone.slug for capstone in curriculum.CAPSTONES),
+        "assessments": tuple(assessment.slug for assessment in curriculum.ASSESSMENTS),
+    }
+    for track in curriculum.TRACKS:
+        if track.slugs:
+            groups[track.title.lower()] = tuple(track.slugs)
+            groups[track.title.split()[0].lower()] = tuple(track.slugs)
+    return groups
 
 
 def resolve_lessons(spec: str, apps_dir: pathlib.Path = curriculum.APPS_DIR) -> list[str]:
@@ -60,8 +81,12 @@ def resolve_lessons(spec: str, apps_dir: pathlib.Path = curriculum.APPS_DIR) -> 
             + "; ".join(f"{p.title!r} ({p.package})" for p in curriculum.PHASES)
             + "; the learning paths "
             + "; ".join(repr(p.title) for p in curriculum.LEARNING_PATHS)
-            + "; or a lesson slug: "
+            + "; the other apps' kinds "
+            + ", ".join(map(repr, other_apps()))
+            + "; or an app's slug: "
             + ", ".join(lesson.slug for lesson in curriculum.all_lessons())
+            + ", "
+            + ", ".join(slug for slugs in other_apps().values() for slug in slugs)
         )
     return require_apps(list(dict.fromkeys(slugs)), apps_dir)
 

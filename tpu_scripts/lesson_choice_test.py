@@ -35,3 +35,15 @@ def test_bad_phases_are_refused_with_the_numbered_phases(spec, words):
     assert words in str(refused.value)
     if "empty" not in words:
         assert f"1 {curriculum.PHASES[0].title}" in str(refused.value)
+
+
+def test_the_course_s_other_apps_are_named_by_slug_and_by_kind():
+    """A chip run covers every app the course map names: capstones, assessments and the Keras
+    track by kind or by slug, beside the phases' lessons."""
+    kinds = lesson_choice.resolve_lessons("capstones, assessments, keras")
+    others = set(curriculum.named_app_slugs()) - {curriculum.HOME_APP}
+    others -= {lesson.slug for lesson in curriculum.all_lessons()}
+    assert set(kinds) == others and len(kinds) == len(others) == 13
+    assert lesson_choice.resolve_lessons("keras_saving,jit") == ["keras_saving", "jit"]
+    with pytest.raises(lesson_choice.UsageError, match="capstones"):
+        lesson_choice.resolve_lessons("capstone")
