@@ -11,7 +11,6 @@ every array of IN.npz, writing the probabilities and labels to OUT.npz (no pickl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import pathlib
@@ -86,33 +85,21 @@ def export_platforms() -> tuple[str, ...]:
     return (here, "cpu") if runtime.holds_tpu() and here != "cpu" else (here,)
 
 
-def reference_device():
-    """Where the in-process model runs: JAX's default device, or this host's CPU while this
-    process holds a TPU, so that it runs on the backend the fresh process runs on (a TPU's
-    and a CPU's results differ in the last bits; the bit-for-bit comparison needs one)."""
-    return runtime.cpu_device() if runtime.holds_tpu() else None
-
-
 def backends_note() -> str:
-    """For the check line: "" when both sides run on JAX's default backend, else where."""
-    if not runtime.holds_tpu():
-        return ""
-    return (
-        " (both on the CPU: this process holds the TPU and a chip serves one process, so the "
-        "fresh process runs on the CPU, and the in-process model runs there too)"
-    )
+    """For the check line: where the fresh process and the in-process model ran, while this
+    process holds a TPU; "" otherwise."""
+    return runtime.child_backend_note("the in-process model")
 
 
 def in_process(weights: dict, x_BF: np.ndarray, buckets: list[int]):
     """The model in this process (jax.jit of the function that was exported) on the same
-    padded batch the artifact runs, on ``reference_device()``: (labels, probabilities) of the
-    real rows."""
+    padded batch the artifact runs, on the backend the fresh process runs on (this host's CPU
+    while this process holds a TPU): (labels, probabilities) of the real rows."""
     rows = x_BF.shape[0]
     size = next(s for s in buckets if s >= rows)
     padded = np.zeros((size, x_BF.shape[1]), x_BF.dtype)
     padded[:rows] = x_BF
-    device = reference_device()
-    with contextlib.nullcontext() if device is None else jax.default_device(device):
+    with runtime.on_child_backend():  # the fresh process's backend: bit for bit needs one
         labels, probabilities = jax.jit(export.predict_fn)(weights, padded)
     return np.asarray(labels)[:rows], np.asarray(probabilities)[:rows]
 

@@ -110,7 +110,7 @@ def test_a_tpu_holder_exports_for_the_cpu_its_fresh_process_runs_on(monkeypatch,
     monkeypatch.setattr(lesson.runtime, "holds_tpu", lambda: True)
     monkeypatch.setattr(lesson.jax, "default_backend", lambda: "tpu")
     assert lesson.export_platforms() == ("tpu", "cpu")
-    assert lesson.reference_device().platform == "cpu"
+    assert lesson.runtime.child_device().platform == "cpu"
     assert "both on the CPU" in lesson.backends_note()
     result = lesson.run(0, 30, "float32", 8, [3], tmp_path / "both")
     assert result.manifest["exported"]["platforms"] == ["tpu", "cpu"]
