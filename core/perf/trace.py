@@ -270,9 +270,9 @@ def json_op_totals(events: Iterable[dict], module: str | None = None) -> dict[st
 
 # jax.profiler.ProfileData gives an event's start and duration in whole nanoseconds: it
 # truncates the xplane's picoseconds (2,172 ps reads as 2 ns), where the trace JSON keeps them
-# (0.002172 us). A TPU times its ops in picoseconds, so per event the xplane reader is short of
-# the JSON by less than 1 ns (on a v5e one op's 3 events came to 2.17 ns); the CPU's events
-# are whole nanoseconds and the two agree exactly.
+# (0.002172 us). A TPU times its ops in picoseconds, so per event the xplane reader falls short
+# of the JSON by under a nanosecond, its resolution (a v5e's capture failed a relative 1e-3
+# this way); the CPU's events are whole nanoseconds and the two agree exactly.
 PROFILE_DATA_RESOLUTION_US = 1e-3
 
 
