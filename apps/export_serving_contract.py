@@ -53,7 +53,10 @@ def _():
     output, the platforms it was lowered for and the calling-convention version. Here the
     function is the course's digits classifier (the one the model service serves), exported
     with a **symbolic batch dimension** `b` (`jax.export.symbolic_shape("b")`): one artifact
-    serves every batch size, and the weights are an argument, not constants.
+    serves every batch size, and the weights are an argument, not constants. An artifact
+    loads only on a platform it was lowered for: on a TPU host the fresh process runs on the
+    CPU (a chip serves one process), so there the artifact is exported for `("tpu", "cpu")`
+    and the in-process model runs on the CPU too, for a bit-for-bit comparison on one backend.
 
     You will
 
@@ -185,8 +188,8 @@ def _(dtype, refusal, result):
         )
     check = lab.Check(
         f"{dtype.value} artifact reloaded in a fresh process: probabilities and labels vs the "
-        "in-process model (bit for bit) and vs NumPy float64 (dtype tolerance); the chosen "
-        "violation refused",
+        f"in-process model (bit for bit){lesson.backends_note()} and vs NumPy float64 (dtype "
+        "tolerance); the chosen violation refused",
         {**_bitwise, **_reference},
         {
             **dict.fromkeys(_bitwise, 0.0),

@@ -15,6 +15,9 @@ with app.setup:
     from core.lessons.control_flow import random_keys
 
     lab.use_cpu_devices()
+    # The default is what this host has, up to 8 (a one-chip TPU host has 1), so the
+    # defaults run anywhere; a --devices above the count is still refused, with the reason.
+    DEFAULT_DEVICES = min(8, jax.device_count())
     FLAGS = lab.Flags(
         lab.Flag("seed", 0, "PRNG seed: jax.random.key(seed)", lo=0, hi=9999),
         lab.Flag("fanout", 2, "keys per split in the key tree", lo=2, hi=4),
@@ -22,7 +25,7 @@ with app.setup:
         lab.Flag("steps", 4, "training steps that fold_in their step number", lo=1, hi=16),
         lab.Flag(
             "devices",
-            8,
+            DEFAULT_DEVICES,
             "devices that each draw their own stream (at most jax.device_count())",
             lo=1,
             hi=64,

@@ -287,6 +287,36 @@ def child_note() -> str:
     return " (run on the CPU: this process holds the TPU, and a chip serves one process)"
 
 
+def child_device():
+    """The device to compute a child process's reference on here: this host's CPU while this
+    process holds a TPU (``child_env`` puts the child on the CPU), else None (JAX's default
+    device, the backend the child gets too). A TPU's and a CPU's results differ in the last
+    bits, so a bit-for-bit comparison with a child holds only on the child's backend."""
+    return cpu_device() if holds_tpu() else None
+
+
+@contextlib.contextmanager
+def on_child_backend():
+    """Run what is inside on ``child_device()`` (jax.default_device): a reference computed
+    here lands on the backend a child process of this one runs on."""
+    import jax
+
+    device = child_device()
+    with contextlib.nullcontext() if device is None else jax.default_device(device):
+        yield device
+
+
+def child_backend_note(reference: str) -> str:
+    """For a check line comparing a child's results with ``reference`` computed here under
+    ``on_child_backend``: where both ran while this process holds a TPU, "" otherwise."""
+    if not holds_tpu():
+        return ""
+    return (
+        " (both on the CPU: this process holds the TPU and a chip serves one process, so the "
+        f"fresh process runs on the CPU, and {reference} runs there too)"
+    )
+
+
 # The course's files outside its packages that lessons read at run time travel in the wheel
 # under core/_course/, at their checkout paths (wheel_contents.COURSE_FILES).
 CHECKOUT_ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -212,3 +212,25 @@ def test_the_probes_on_this_host():
     assert runtime.has_module("numpy") and not runtime.has_module("no_such_module_here")
     assert not runtime.has_module("no_such_package.sub")
     assert runtime.can_open_loopback_socket()  # the suite's own servers need one here
+
+
+def test_a_reference_for_a_child_runs_on_the_childs_backend(monkeypatch):
+    """Issue 37's chip run: a fresh child's losses (on the CPU: its parent held the TPU) vs the
+    parent's own run (on the TPU) differed by 1e-3 where bit for bit was claimed. While this
+    process holds a TPU, a reference for a child runs on this host's CPU, and the check says so;
+    otherwise on JAX's default device, with nothing to say."""
+    assert runtime.child_device() is None and runtime.child_backend_note("x") == ""
+    with runtime.on_child_backend() as device:
+        assert device is None
+    real_devices = jax.devices
+    # the CPU handed out is not JAX's default device here: placement must follow it
+    monkeypatch.setattr(jax, "devices", lambda backend=None: real_devices(backend)[2:])
+    monkeypatch.setattr(runtime, "_started_platforms", lambda: {"tpu", "cpu"})
+    with runtime.on_child_backend() as device:
+        assert device.platform == "cpu" and device != jax.local_devices()[0]
+        y = jax.jit(lambda v: v * 2)(np.arange(3.0, dtype=np.float32))
+    assert y.devices() == {device}
+    assert "both on the CPU" in runtime.child_backend_note("the uninterrupted run")
+    assert "the uninterrupted run runs there too" in runtime.child_backend_note(
+        "the uninterrupted run"
+    )

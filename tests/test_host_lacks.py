@@ -134,3 +134,20 @@ def test_each_app_requires_what_it_needs(stem):
     needed_modules, needs_sockets = REQUIRES[stem]
     assert needed_modules <= modules, f"{stem} needs lab.require({sorted(needed_modules)})"
     assert sockets or not needs_sockets, f"{stem} needs lab.require(sockets=True)"
+
+
+def test_a_lesson_runs_its_defaults_on_a_one_device_host(run_app):
+    """A one-chip TPU host has one JAX device: random_keys' defaults once asked for 8 and
+    stopped there ("--devices 8 asks for more devices than JAX sees (1)"). Its default is
+    now the host's count (at most 8); asking for more is still refused. One CPU device here
+    stands in for the chip."""
+    env = lab.child_env(JAX_NUM_CPU_DEVICES="1", JAX_PLATFORMS="cpu")
+    app = curriculum.APPS_DIR / "random_keys.py"
+    for flags, said in (([], "PASS: "), (["--devices", "2"], "STOPPED: --devices 2 asks for")):
+        result = run_app([app, *flags], env=env, cwd=curriculum.REPO_ROOT, timeout=LIMIT_S)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0 and "Traceback" not in output, output[-4000:]
+        verdicts = [
+            line for line in result.stdout.splitlines() if line.startswith(("PASS", "FAIL", "STOP"))
+        ]
+        assert verdicts and all(line.startswith(said) for line in verdicts), output[-4000:]

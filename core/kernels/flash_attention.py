@@ -17,11 +17,14 @@ them as (N, T, D) with N = B * H. Per-row statistics (log-sum-exp L, delta) are 
   "kernel"``) or the VJP of ``mha_reference`` (``backward="reference"``).
 - Segment ids (optional, ``segment_ids`` (B, T) int32, self-attention): query t sees key s
   only when their ids are equal (packed documents; the byte Transformer's training mask with
-  causal=True). Every kernel reads the ids of its q block as (bq, 1) and of its k block as
-  (1, bk) (blocks of (B, T, 1) and (B, 1, T) copies: the last two block dims are whole or
-  multiples of (8, 128)) and masks where they differ. A k block wholly in other segments is
-  still computed (only the causal skip is static); its scores are MASK_VALUE, its weights
-  vanish once the row meets its own diagonal block, which it always does last.
+  causal=True). Every kernel reads the ids of its q block as (bq, 1), a block of a (B, T, 1)
+  copy, and those of its k block as (1, bk), row j of a (B, T/bk, bk) copy held whole per
+  batch row, and masks where they differ. Mosaic wants the last two dims of a block whole or
+  multiples of (8, 128): a (1, bk) block of a (B, 1, T) copy is neither when bk < 128 and
+  bk < T (it failed to lower on a v5e with bk = 8), a whole (T/bk, bk) slab always is. A k
+  block wholly in other segments is still computed (only the causal skip is static); its
+  scores are MASK_VALUE, its weights vanish once the row meets its own diagonal block, which
+  it always does last.
 
 References: ``mha_reference`` (jnp, differentiable: jax.grad of it is a reference for the
 gradients, jax's pallas/ops/tpu pattern), ``attention_numpy`` and ``attention_grad_numpy``
@@ -84,13 +87,13 @@ def _causal_mask(s, i, j, block_q, block_k):
 
 
 def _masked(s, i, j, cfg, seg_refs):
-    """Scores s (bq, bk) with the causal mask (cfg.causal) and the segment mask (seg_refs:
-    () or (q ids (bq, 1), k ids (1, bk)))."""
+    """Scores s (bq, bk) of q block i and k block j with the causal mask (cfg.causal) and the
+    segment mask (seg_refs: () or (q ids (bq, 1), k ids (T/bk, bk): row j is k block j's))."""
     if cfg.causal:
         s = _causal_mask(s, i, j, cfg.block_q, cfg.block_k)
     if seg_refs:
         seg_q, seg_k = seg_refs
-        s = jnp.where(seg_q[...] == seg_k[...], s, MASK_VALUE)
+        s = jnp.where(seg_q[...] == seg_k[pl.ds(j, 1), :], s, MASK_VALUE)
     return s
 
 
@@ -149,31 +152,32 @@ def _kv_index(cfg):
     )
 
 
-def _segment_specs(heads: int, bq: int, bk: int, q_index, k_index):
-    """BlockSpecs of the q ids (B, T, 1) and k ids (B, 1, T) for flattened (N = B H) grids:
-    program n reads row n // heads; q_index / k_index give the (n, block, 0) of q and k."""
+def _segment_specs(heads: int, t: int, bq: int, bk: int, q_index):
+    """BlockSpecs of the q ids (B, T, 1) and k ids (B, T/bk, bk) for flattened (N = B H) grids:
+    program n reads row n // heads; q_index gives the (n, block, 0) of q. The k ids come
+    whole per row (the kernel picks its k block's row), so the block is valid for Mosaic
+    whatever bk is."""
 
     def q_map(*ids):
         n_, block, _ = q_index(*ids)
         return (n_ // heads, block, 0)
 
-    def k_map(*ids):
-        n_, block, _ = k_index(*ids)
-        return (n_ // heads, 0, block)
+    def k_map(n_, *_):
+        return (n_ // heads, 0, 0)
 
-    return [pl.BlockSpec((None, bq, 1), q_map), pl.BlockSpec((None, 1, bk), k_map)]
+    return [pl.BlockSpec((None, bq, 1), q_map), pl.BlockSpec((None, t // bk, bk), k_map)]
 
 
 def forward_call(n: int, t: int, d: int, dtype, cfg: Config, heads: int | None = None):
     """The pallas_call of the forward: (q, k, v) (N, T, D) -> (O (N, T, D), L (N, T, 1) f32).
-    ``heads``: with segment ids, the call takes (q, k, v, q ids (B, T, 1), k ids (B, 1, T))
-    int32 and N = B * heads."""
+    ``heads``: with segment ids, the call takes (q, k, v, q ids (B, T, 1), k ids (B, T/bk,
+    bk)) int32 and N = B * heads."""
     cfg.check_shape(t)
     bq, bk = cfg.block_q, cfg.block_k
     q_index = lambda n_, i, j: (n_, i, 0)  # noqa: E731
     q_spec = pl.BlockSpec((None, bq, d), q_index)
     kv_spec = pl.BlockSpec((None, bk, d), _kv_index(cfg))
-    segments = [] if heads is None else _segment_specs(heads, bq, bk, q_index, _kv_index(cfg))
+    segments = [] if heads is None else _segment_specs(heads, t, bq, bk, q_index)
     return pl.pallas_call(
         functools.partial(
             _forward_kernel, cfg=cfg, scale=1.0 / math.sqrt(d), segmented=heads is not None
@@ -269,7 +273,7 @@ def _dq_kernel(*refs, cfg, scale, segmented):
 
 def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
     """dQ, dK, dV (N, T, D) from the two backward kernels. ``segments``: None, or (heads,
-    q ids (B, T, 1), k ids (B, 1, T)) int32."""
+    q ids (B, T, 1), k ids (B, T/bk, bk)) int32."""
     n, t, d = q.shape
     bq, bk = cfg.block_q, cfg.block_k
     scale = 1.0 / math.sqrt(d)
@@ -288,7 +292,7 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
     k_rows = pl.BlockSpec((None, bk, d), k_index)
     segmented = segments is not None
     ids = tuple(segments[1:]) if segmented else ()
-    seg_specs = _segment_specs(segments[0], bq, bk, q_index, k_index) if segmented else []
+    seg_specs = _segment_specs(segments[0], t, bq, bk, q_index) if segmented else []
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, cfg=cfg, scale=scale, segmented=segmented),
         out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
@@ -304,7 +308,7 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
     q_rows = pl.BlockSpec((None, bq, d), q_index)
     q_stats = pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))
     kv_rows = pl.BlockSpec((None, bk, d), _kv_index(cfg))
-    seg_specs = _segment_specs(segments[0], bq, bk, q_index, _kv_index(cfg)) if segmented else []
+    seg_specs = _segment_specs(segments[0], t, bq, bk, q_index) if segmented else []
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, cfg=cfg, scale=scale, segmented=segmented),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
@@ -326,22 +330,27 @@ def _flat(x_BHTD):
     return x_BHTD.reshape(b * h, t, d)
 
 
-def _segment_layouts(segment_ids_BT, shape_BHTD):
-    """(q ids (B, T, 1), k ids (B, 1, T)) int32 of (B, T) segment ids; ValueError on a
-    shape that is not q's (B, T)."""
+def _segment_layouts(segment_ids_BT, shape_BHTD, block_k: int):
+    """(q ids (B, T, 1), k ids (B, T/block_k, block_k)) int32 of (B, T) segment ids (row j of
+    the k ids: k block j's); ValueError on a shape that is not q's (B, T)."""
     b, _, t, _ = shape_BHTD
     ids = jnp.asarray(segment_ids_BT)
     if ids.shape != (b, t):
         raise ValueError(f"segment_ids must be (B, T) = {(b, t)}, got {tuple(ids.shape)}")
     ids = ids.astype(jnp.int32)
-    return ids[:, :, None], ids[:, None, :]
+    return ids[:, :, None], ids.reshape(b, t // block_k, block_k)
 
 
 def forward(q_BHTD, k_BHTD, v_BHTD, cfg: Config, segment_ids_BT=None):
     """The forward kernel: (O (B, H, T, D) in q's dtype, L (B, H, T) f32 log-sum-exp).
     ``segment_ids_BT``: (B, T) ints; query t sees key s only where their ids are equal."""
     b, h, t, d = q_BHTD.shape
-    ids = () if segment_ids_BT is None else _segment_layouts(segment_ids_BT, q_BHTD.shape)
+    cfg.check_shape(t)  # before the k ids are cut into blocks of block_k
+    ids = (
+        ()
+        if segment_ids_BT is None
+        else _segment_layouts(segment_ids_BT, q_BHTD.shape, cfg.block_k)
+    )
     call = forward_call(b * h, t, d, q_BHTD.dtype, cfg, heads=h if ids else None)
     o, lse = call(_flat(q_BHTD), _flat(k_BHTD), _flat(v_BHTD), *ids)
     return o.reshape(b, h, t, d), lse.reshape(b, h, t)
@@ -366,7 +375,7 @@ def _attention_bwd(cfg, residuals, do):
     b, h, t, d = q.shape
     segments = None
     if segment_ids is not None:
-        segments = (h, *_segment_layouts(segment_ids, q.shape))
+        segments = (h, *_segment_layouts(segment_ids, q.shape, cfg.block_k))
     grads = _backward_kernels(
         _flat(q), _flat(k), _flat(v), _flat(o), lse.reshape(b * h, t, 1), _flat(do), cfg, segments
     )
@@ -550,4 +559,25 @@ def compile_for_topology(
         fn = functools.partial(mha_reference, causal=cfg.causal, precision=None)
     shapes = (jax.ShapeDtypeStruct(tuple(shape_BHTD), dtype),) * 3
     report, compiled = _compile_replicated(fn, shapes, topology_name)
+    return report, matmul.TPU_CUSTOM_CALL in compiled.as_text()
+
+
+def compile_gradients_for_topology(topology_name: str, shape_BHTD, cfg: Config):
+    """Compile the forward and the kernel backward with segment ids ((B, T) int32) for a TPU
+    topology: every kernel through Mosaic, which checks each block shape against the TPU's
+    tiling (needs libtpu). Returns (CompileReport, whether the HLO holds the TPU custom call).
+    """
+    cfg = dataclasses.replace(cfg, interpret=False, backward="kernel")
+    cfg.check_shape(shape_BHTD[2])
+
+    def gradients(q, k, v, segment_ids_BT):
+        def loss(q, k, v):
+            return jnp.sum(_attention(q, k, v, segment_ids_BT, cfg).astype(jnp.float32))
+
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    b, _, t, _ = shape_BHTD
+    shapes = (jax.ShapeDtypeStruct(tuple(shape_BHTD), jnp.float32),) * 3
+    shapes += (jax.ShapeDtypeStruct((b, t), jnp.int32),)
+    report, compiled = _compile_replicated(gradients, shapes, topology_name)
     return report, matmul.TPU_CUSTOM_CALL in compiled.as_text()

@@ -37,6 +37,7 @@ from core.lab.tables import (  # noqa: F401 (re-exported; marimo-free, the resul
 # The process helpers live in core.runtime (no marimo); lessons reach them as lab.*.
 from core.runtime import (  # noqa: F401 (re-exported)
     DEFAULT_CPU_DEVICES,
+    child_backend_note,
     child_env,
     child_note,
     cpu_device,
@@ -44,6 +45,7 @@ from core.runtime import (  # noqa: F401 (re-exported)
     float64_note,
     holds_tpu,
     host_has_tpu,
+    on_child_backend,
     use_cpu_devices,
 )
 

@@ -130,15 +130,28 @@ def fp8_quantize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return (x / scale).astype(FP8), scale
 
 
-@jax.jit
 def fp8_matmul(x_MK: jax.Array, w_KN: jax.Array) -> jax.Array:
     """x @ w with both inputs in scaled float8 e4m3, products summed in float32.
 
     A product of two 4-bit significands is exact in float32, so besides the inputs' rounding
-    only the float32 sum and the final rescale round (checked against NumPy float64)."""
-    qx, sx = fp8_quantize(x_MK)
-    qw, sw = fp8_quantize(w_KN)
-    return jax.lax.dot(qx, qw, preferred_element_type=jnp.float32) * (sx * sw)
+    only the float32 sum and the final rescale round (checked against NumPy float64).
+
+    The codes are made by one compiled call and multiplied by another, so they exist as
+    float8 arrays: in a single jit a TPU's fusion may drop the convert to float8 when the
+    dot converts the codes on to bfloat16 (XLA's excess precision; seen on a v5e, where a
+    subnormal code came back unrounded)."""
+    qx, sx, qw, sw = _fp8_codes(x_MK, w_KN)
+    return _fp8_dot(qx, qw, sx * sw)
+
+
+@jax.jit
+def _fp8_codes(x_MK, w_KN):
+    return (*fp8_quantize(x_MK), *fp8_quantize(w_KN))
+
+
+@jax.jit
+def _fp8_dot(qx_MK, qw_KN, scale):
+    return jax.lax.dot(qx_MK, qw_KN, preferred_element_type=jnp.float32) * scale
 
 
 # Below e4m3's normal range (2^-6 in code units) values are subnormal: a fixed step of 2^-9,
@@ -221,12 +234,18 @@ MXU_UNIT_ROUNDOFF = {"DEFAULT": BF16_UNIT_ROUNDOFF, "HIGH": 2.0**-15, "HIGHEST":
 
 
 def bfloat16_terms(x: jax.Array, count: int) -> list[jax.Array]:
-    """``x`` (float32) as ``count`` bfloat16 terms, largest first: x ~ sum of the terms."""
+    """``x`` (float32) as ``count`` bfloat16 terms, largest first: x ~ sum of the terms.
+
+    Each term is rounded by ``lax.reduce_precision`` (8 exponent, 7 mantissa bits: bfloat16's
+    values, kept in float32), not by a float32 -> bfloat16 -> float32 round trip: under jit a
+    TPU may skip such a round trip inside a fusion (XLA's excess precision), which left the
+    remainder x - hi at 0 and made the HIGH and HIGHEST emulations one pass on a v5e. XLA
+    keeps a reduce_precision on every backend."""
     terms, rest = [], x.astype(jnp.float32)
     for _ in range(count):
-        term = rest.astype(jnp.bfloat16)
-        terms.append(term)
-        rest = rest - term.astype(jnp.float32)
+        term = jax.lax.reduce_precision(rest, exponent_bits=8, mantissa_bits=7)
+        terms.append(term.astype(jnp.bfloat16))  # exact: term holds a bfloat16 value
+        rest = rest - term
     return terms
 
 
@@ -234,7 +253,10 @@ def bfloat16_terms(x: jax.Array, count: int) -> list[jax.Array]:
 def mxu_matmul(x_MK: jax.Array, w_KN: jax.Array, precision: str = "DEFAULT") -> jax.Array:
     """x @ w (float32, (M, N)) as a TPU's MXU computes it at lax.Precision ``precision``
     ("DEFAULT", "HIGH", "HIGHEST"), emulated with bfloat16 products accumulated in float32,
-    on any backend: what a TPU gives, shown on a CPU."""
+    on any backend: what a TPU gives, shown on a CPU.
+
+    A product of two bfloat16 terms (8 significant bits each) is exact in float32 whatever
+    the backend's matmul precision, so only the float32 accumulation rounds, as on an MXU."""
     pairs = MXU_PASSES[precision]
     count = 1 + max(max(pair) for pair in pairs)
     xs, ws = bfloat16_terms(x_MK, count), bfloat16_terms(w_KN, count)

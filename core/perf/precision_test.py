@@ -1,6 +1,9 @@
 """core.perf.precision: each product against NumPy float64 and its worst-case bound."""
 
+import functools
+
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -184,3 +187,93 @@ def test_the_bfloat16_terms_add_up_to_the_operand():
         terms = q.bfloat16_terms(x, count)
         total = sum(np.asarray(t, np.float64) for t in terms)
         assert np.max(np.abs(total - np.float64(x)) / np.abs(np.float64(x))) <= limit
+
+
+def _eval_with_excess_precision(fn, *args):
+    """Run ``fn`` op by op as a TPU's fusion may under XLA's excess precision: a value
+    converted to a narrower float and straight back to float32 keeps its float32 bits (the
+    round trip is skipped); every other op runs as written. A CPU stand-in for the chip."""
+    closed = jax.make_jaxpr(fn)(*args)
+    return _run_jaxpr(closed.jaxpr, closed.consts, args)[0]
+
+
+def _run_jaxpr(jaxpr, consts, args):
+    env, wider = {}, {}  # wider: a narrowed value -> the float32 it was made from
+
+    def read(var):
+        return var.val if isinstance(var, jax.extend.core.Literal) else env[var]
+
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = value
+    for var, value in zip(jaxpr.invars, args, strict=True):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        inputs = [read(v) for v in eqn.invars]
+        if eqn.primitive.name in ("pjit", "jit"):
+            inner = eqn.params["jaxpr"]
+            outputs = _run_jaxpr(inner.jaxpr, inner.consts, inputs)
+        elif eqn.primitive.name == "convert_element_type":
+            source, target = eqn.invars[0], eqn.params["new_dtype"]
+            outputs = [eqn.primitive.bind(*inputs, **eqn.params)]
+            if target == jnp.float32 and not isinstance(source, jax.extend.core.Literal):
+                outputs = [wider.get(source, outputs[0])]
+            elif jnp.dtype(target).itemsize < 4 and jnp.issubdtype(target, jnp.floating):
+                wider[eqn.outvars[0]] = inputs[0]
+        else:
+            outputs = eqn.primitive.bind(*inputs, **eqn.params)
+            outputs = outputs if eqn.primitive.multiple_results else [outputs]
+        for var, value in zip(eqn.outvars, outputs, strict=True):
+            env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _round_trip_terms(x, count):
+    """The emulation's old splitting (a float32 -> bfloat16 -> float32 round trip): the
+    planted bug the excess-precision stand-in must catch."""
+    terms, rest = [], x.astype(jnp.float32)
+    for _ in range(count):
+        term = rest.astype(jnp.bfloat16)
+        terms.append(term)
+        rest = rest - term.astype(jnp.float32)
+    return terms
+
+
+@pytest.mark.parametrize("level", ["HIGH", "HIGHEST"])
+def test_the_mxu_emulation_holds_its_bound_when_round_trips_are_skipped(level, monkeypatch):
+    """On a v5e the HIGH and HIGHEST emulations failed their bounds (2-1400x) because a fused
+    bf16 round trip was skipped; the emulation's terms now come from reduce_precision, so
+    skipping round trips changes nothing. The old splitting fails under the same stand-in."""
+    x, w = q.example_operands(jax.random.key(5), 8, 1024, 12, channel_spread=30.0)
+    bound = q.MXU_UNIT_ROUNDOFF[level]
+    emulate = functools.partial(q.mxu_matmul.__wrapped__, precision=level)
+    emulated = _eval_with_excess_precision(emulate, x, w)
+    assert q.bound_ratio(emulated, x, w, bound) <= q.BOUND_RATIO_LIMIT
+    np.testing.assert_array_equal(emulated, q.mxu_matmul(x, w, level))
+    monkeypatch.setattr(q, "bfloat16_terms", _round_trip_terms)
+    emulate = functools.partial(q.mxu_matmul.__wrapped__, precision=level)  # traced anew
+    planted = _eval_with_excess_precision(emulate, x, w)
+    assert q.bound_ratio(planted, x, w, bound) > q.BOUND_RATIO_LIMIT
+
+
+def test_the_mxu_emulation_ignores_the_default_matmul_precision():
+    """What DEFAULT means on a TPU (one bfloat16 pass) set process-wide: the emulation's
+    products of bfloat16 terms are exact at any matmul precision, so its result stands."""
+    x, w = q.example_operands(jax.random.key(6), 8, 256, 12, channel_spread=30.0)
+    with jax.default_matmul_precision("bfloat16"):
+        products = {level: q.mxu_matmul(x, w, level) for level in q.MXU_PASSES}
+    for level, product in products.items():
+        np.testing.assert_array_equal(product, q.mxu_matmul(x, w, level))
+        assert q.bound_ratio(product, x, w, q.MXU_UNIT_ROUNDOFF[level]) <= q.BOUND_RATIO_LIMIT
+
+
+def test_fp8_codes_cross_a_compiled_call_boundary_as_float8_arrays():
+    """The subnormal code of test_the_fp8_bound_needs_its_subnormal_term came back unrounded
+    on a v5e (0.0029, not 2^-9): in one jit the TPU's fusion skipped the convert to float8.
+    fp8_matmul now makes the codes in one compiled call and multiplies them in another, so
+    the codes are float8 buffers no fusion can skip."""
+    x = jnp.array([[448.0, 0.0029]])
+    w = jnp.array([[0.0], [1.0]])
+    calls = [e for e in jax.make_jaxpr(q.fp8_matmul)(x, w).jaxpr.eqns if e.primitive.name == "jit"]
+    assert [c.params["name"] for c in calls] == ["_fp8_codes", "_fp8_dot"]
+    assert [v.aval.dtype for v in calls[1].invars[:2]] == [q.FP8, q.FP8]
+    assert float(q.fp8_matmul(x, w)[0, 0]) == 2.0**-9

@@ -232,10 +232,10 @@ def trace_json_events(path: str | pathlib.Path) -> list[dict]:
     ]
 
 
-def json_op_totals(events: Iterable[dict], module: str | None = None) -> dict[str, float]:
-    """Total duration (us) per op, from trace-event dicts (``trace_json_events``): a device's
-    "XLA Ops" events (a TPU's; the op is the event's name, its program the "XLA Modules"
-    event it falls in) or, with none, the events with an ``hlo_op`` arg (the CPU's)."""
+def json_op_durations(events: Iterable[dict], module: str | None = None) -> dict[str, list[float]]:
+    """Each op's event durations (us), from trace-event dicts (``trace_json_events``): a
+    device's "XLA Ops" events (a TPU's; the op is the event's name, its program the "XLA
+    Modules" event it falls in) or, with none, the events with an ``hlo_op`` arg (the CPU's)."""
     events = list(events)
     on_device = [
         e
@@ -249,7 +249,7 @@ def json_op_totals(events: Iterable[dict], module: str | None = None) -> dict[st
             spans[e.get("pid")].append(
                 (start, start + float(e.get("dur", 0.0)), module_name(e.get("name", "")))
             )
-    totals: dict[str, float] = collections.defaultdict(float)
+    durations: dict[str, list[float]] = collections.defaultdict(list)
     for event in on_device or events:
         args = event.get("args") or {}
         if not on_device and "hlo_op" not in args:
@@ -259,8 +259,46 @@ def json_op_totals(events: Iterable[dict], module: str | None = None) -> dict[st
         end = start + float(event.get("dur", 0.0))
         program = args.get("hlo_module") or _containing(spans[event.get("pid")], start, end)
         if module is None or module_name(program) == module:
-            totals[op_name(name)] += float(event.get("dur", 0.0))
-    return dict(totals)
+            durations[op_name(name)].append(float(event.get("dur", 0.0)))
+    return dict(durations)
+
+
+def json_op_totals(events: Iterable[dict], module: str | None = None) -> dict[str, float]:
+    """Total duration (us) per op, from trace-event dicts (``json_op_durations``)."""
+    return {op: sum(d) for op, d in json_op_durations(events, module).items()}
+
+
+# jax.profiler.ProfileData gives an event's start and duration in whole nanoseconds: it
+# truncates the xplane's picoseconds (2,172 ps reads as 2 ns), where the trace JSON keeps them
+# (0.002172 us). A TPU times its ops in picoseconds, so per event the xplane reader falls short
+# of the JSON by under a nanosecond, its resolution (a v5e's capture failed a relative 1e-3
+# this way); the CPU's events are whole nanoseconds and the two agree exactly.
+PROFILE_DATA_RESOLUTION_US = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaderAgreement:
+    """The xplane reader's op table against the trace JSON of the same capture."""
+
+    ops: int
+    gap_per_event_us: float  # max over ops of |json total - xplane total| / the op's events
+    same_ops: bool
+    same_counts: bool  # every op ran as many times in both
+    json_never_shorter: bool  # truncation only shortens the xplane reader's durations
+
+
+def compare_readers(table: list[dict], json_durations: dict[str, list[float]]) -> ReaderAgreement:
+    """``table`` (``op_table`` of the xplane's events) against ``json_op_durations`` of the
+    trace JSON: agreement is a gap per event within PROFILE_DATA_RESOLUTION_US, the same ops
+    and event counts, and no op shorter in the JSON (beyond float summation)."""
+    gaps = [(sum(json_durations.get(r["op"], [])) - r["total (us)"]) / r["count"] for r in table]
+    return ReaderAgreement(
+        ops=len(table),
+        gap_per_event_us=max((abs(g) for g in gaps), default=float("inf")),
+        same_ops=bool(table) and set(json_durations) == {r["op"] for r in table},
+        same_counts=all(len(json_durations.get(r["op"], [])) == r["count"] for r in table),
+        json_never_shorter=all(g >= -1e-9 for g in gaps),
+    )
 
 
 def hlo_definitions(

@@ -1,7 +1,10 @@
+import copy
+
 import jax
 import jax.numpy as jnp
 import pytest
 
+from core import numerics
 from core.perf import trace
 
 
@@ -39,15 +42,17 @@ def test_capture_writes_xplane_json_and_perfetto(captured):
 
 
 def test_two_independent_readers_agree_on_op_times(captured):
+    """On the CPU the events are whole nanoseconds: the readers agree within ProfileData's
+    resolution (measured: exactly)."""
     capture, _, _ = captured
     events = trace.xplane_op_events(capture.find(".xplane.pb"))
     table = trace.op_table(events, "jit_train_step")
-    json_totals = trace.json_op_totals(
+    durations = trace.json_op_durations(
         trace.trace_json_events(capture.find(".trace.json.gz")), "jit_train_step"
     )
-    assert {r["op"] for r in table} == set(json_totals)
-    for row in table:
-        assert row["total (us)"] == pytest.approx(json_totals[row["op"]], rel=1e-3, abs=1e-2)
+    readers = trace.compare_readers(table, durations)
+    assert readers.same_ops and readers.same_counts and readers.json_never_shorter
+    assert readers.gap_per_event_us <= trace.PROFILE_DATA_RESOLUTION_US
 
 
 def test_warmup_keeps_compilation_out_and_each_step_runs_every_op(captured):
@@ -123,9 +128,10 @@ TPU_OPS = (  # (event name, display name, stats) per op of one run of jit_train_
 )
 
 
-def _tpu_xspace(steps: int = 2) -> str:
+def _tpu_xspace(steps: int = 2, extra_ps: int = 0) -> str:
     """A text-format XSpace of `steps` runs of jit_train_step (and one of jit_init) on a TPU,
-    beside a host plane whose events carry no hlo_op."""
+    beside a host plane whose events carry no hlo_op; each op lasts ``extra_ps`` picoseconds
+    past a whole nanosecond (a TPU times its ops in picoseconds)."""
     names = ["jit_init(11)", "jit_train_step(12)", *(name for name, _, _ in TPU_OPS)]
     metadata = {name: i + 1 for i, name in enumerate(names)}
     stat_ids = {"hlo_op": 1, "hlo_module": 2}
@@ -141,7 +147,7 @@ def _tpu_xspace(steps: int = 2) -> str:
             )
             ops.append(
                 f"events {{ metadata_id: {metadata[name]} offset_ps: {(t + 100) * 1000} "
-                f"duration_ps: {(400 + 100 * len(ops)) * 1000} {fields} }}"
+                f"duration_ps: {(400 + 100 * len(ops)) * 1000 + extra_ps} {fields} }}"
             )
             t += 100 + 400 + 100 * (len(ops) - 1)
         modules.append(
@@ -182,19 +188,23 @@ planes {{
 """
 
 
-@pytest.fixture(scope="module")
-def tpu_profile(tmp_path_factory):
-    """(xplane.pb, trace.json.gz) of the TPU-shaped XSpace, written by jaxlib's exporter."""
+def _export(xspace_text: str, logdir) -> tuple:
+    """(xplane.pb, trace.json.gz) of a text-format XSpace, written by jaxlib's exporter."""
     from jax._src.lib import _profiler
 
-    serialized = jax.profiler.ProfileData.text_proto_to_serialized_xspace(_tpu_xspace())
+    serialized = jax.profiler.ProfileData.text_proto_to_serialized_xspace(xspace_text)
     session = _profiler.ProfilerSession()
     session.stop()
-    logdir = tmp_path_factory.mktemp("tpu_trace")
     session.export(serialized, str(logdir))
     (xplane,) = logdir.rglob("*.xplane.pb")
     (json_trace,) = logdir.rglob("*.trace.json.gz")
     return xplane, json_trace
+
+
+@pytest.fixture(scope="module")
+def tpu_profile(tmp_path_factory):
+    """(xplane.pb, trace.json.gz) of the TPU-shaped XSpace, written by jaxlib's exporter."""
+    return _export(_tpu_xspace(), tmp_path_factory.mktemp("tpu_trace"))
 
 
 def test_a_tpu_profile_is_read_from_its_device_plane(tpu_profile):
@@ -218,3 +228,57 @@ def test_both_readers_agree_on_a_tpu_profile(tpu_profile):
     for row in table:
         assert row["total (us)"] == pytest.approx(totals[row["op"]], rel=1e-3, abs=1e-2)
     assert set(trace.json_op_totals(trace.trace_json_events(json_trace))) == set(totals)
+
+
+def test_profile_data_truncates_picoseconds_that_the_json_keeps(tmp_path):
+    """read_xprof_trace on a v5e: the readers' per-op totals differed by 2.17 ns (0.00217 of
+    1 us): ProfileData reads 500,999 ps as 500 ns, the JSON as 0.500999 us. Each event is up
+    to 1 ns short in the xplane reader, never longer: the bound the check uses holds at the
+    worst case (999 ps past every nanosecond), and the old relative 1e-3 did not."""
+    xplane, json_trace = _export(_tpu_xspace(extra_ps=999), tmp_path)
+    table = trace.op_table(trace.xplane_op_events(xplane), "jit_train_step")
+    events = trace.trace_json_events(json_trace)
+    durations = trace.json_op_durations(events, "jit_train_step")
+    totals = {r["op"]: r["total (us)"] for r in table}  # whole nanoseconds: 999 ps dropped
+    assert totals == {"copy.3": 1.7, "convolution.2": 1.5, "fusion.1": 1.3}
+    assert durations["fusion.1"] == [0.500999, 0.800999]  # picoseconds kept
+    readers = trace.compare_readers(table, durations)
+    assert readers.same_ops and readers.same_counts and readers.json_never_shorter
+    assert 0.99 * trace.PROFILE_DATA_RESOLUTION_US < readers.gap_per_event_us
+    assert readers.gap_per_event_us <= trace.PROFILE_DATA_RESOLUTION_US
+    old_measure = numerics.elementwise_relative_error(
+        [sum(durations[r["op"]]) for r in table], [r["total (us)"] for r in table]
+    )
+    assert old_measure > 1e-3  # the tolerance that failed on the chip
+
+
+def test_reader_disagreements_beyond_the_resolution_are_caught(tpu_profile):
+    """Planted bugs: an op dropped, one event dropped, a duration doubled, a JSON event cut
+    short; each fails the comparison the check makes."""
+    xplane, json_trace = tpu_profile
+    table = trace.op_table(trace.xplane_op_events(xplane), "jit_train_step")
+    events = trace.trace_json_events(json_trace)
+
+    def compared(edit):
+        return trace.compare_readers(
+            table, trace.json_op_durations(edit(copy.deepcopy(events)), "jit_train_step")
+        )
+
+    def is_op(event, name):
+        return event.get("thread") == "XLA Ops" and trace.op_name(event["name"]) == name
+
+    good = compared(lambda es: es)
+    assert good.same_ops and good.same_counts and good.gap_per_event_us == 0
+    assert not compared(lambda es: [e for e in es if not is_op(e, "copy.3")]).same_ops
+    first = next(i for i, e in enumerate(events) if is_op(e, "convolution.2"))
+    assert not compared(lambda es: es[:first] + es[first + 1 :]).same_counts
+
+    def scaled(factor):
+        def edit(es):
+            es[first]["dur"] *= factor
+            return es
+
+        return edit
+
+    assert compared(scaled(2.0)).gap_per_event_us > trace.PROFILE_DATA_RESOLUTION_US
+    assert not compared(scaled(0.999)).json_never_shorter

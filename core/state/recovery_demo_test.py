@@ -1,10 +1,11 @@
+import shutil
 import subprocess
 
 import jax
 import numpy as np
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, lab, runtime
 from core.state import checkpoint, recovery_demo
 
 
@@ -135,3 +136,37 @@ def test_command_line_run_in_a_fresh_process_continues_the_in_process_run(tmp_pa
         s: full.losses[s] for s in range(5, 9)
     }
     assert [e["step"] for e in events if e["event"] == "committed"] == [8]
+
+
+def test_a_tpu_holders_uninterrupted_run_runs_where_its_fresh_process_does(tmp_path, monkeypatch):
+    """On the chip resume_data_position's losses differed by 1e-3 from the fresh process's:
+    the uninterrupted run ran on the TPU, the fresh process (child_env) on the CPU. Simulated
+    here (this process "holds a TPU"; the CPU handed out is not the default device): under
+    lab.on_child_backend the uninterrupted run lands on the child's CPU device, and the fresh
+    process continues it bit for bit."""
+    real_devices = jax.devices
+    monkeypatch.setattr(jax, "devices", lambda backend=None: real_devices(backend)[1:])
+    monkeypatch.setattr(runtime, "_started_platforms", lambda: {"tpu", "cpu"})
+    config = recovery_demo.TrainConfig(seed=2, dropout=0.2)
+    with lab.on_child_backend() as device:
+        full = recovery_demo.train(config, tmp_path / "full", 8, save_every=4, max_to_keep=None)
+    assert device.platform == "cpu" and device != jax.local_devices()[0]
+    assert {d for leaf in jax.tree.leaves(full.state) for d in leaf.devices()} == {device}
+    run = tmp_path / "run"  # only the step-4 checkpoint, as the lesson gives its child
+    shutil.copytree(tmp_path / "full" / "4", run / "4")
+    overrides = [f"{k}={v}" for k, v in config.to_dict().items()]
+    env = lab.child_env()
+    assert env["JAX_PLATFORMS"] == "cpu"  # the fresh process's backend
+    child = subprocess.run(
+        recovery_demo.command(run, 8, "--save-every", "4", *overrides),
+        capture_output=True,
+        text=True,
+        cwd=curriculum.REPO_ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    events = recovery_demo.parse_events(child.stdout)
+    assert {e["step"]: e["loss"] for e in events if e["event"] == "step"} == {
+        s: full.losses[s] for s in range(5, 9)
+    }

@@ -23,8 +23,6 @@ from tpu_scripts.artifacts import common
 
 NAME = "decision-dossier"
 PRESET = "tiny"
-# Two readers of one capture (xplane protobuf, trace JSON) round microseconds differently.
-TRACE_TOLERANCE = 1e-3
 
 
 class Document(common.Envelope):
@@ -184,7 +182,6 @@ def precision_section(batch: int, seq: int, topology: str, budget_error: float, 
 def xprof_section(trace_dir, seed: int = 0) -> tuple[dict, list[dict], dict]:
     import jax
 
-    from core import numerics
     from core.perf import trace
 
     step, params = trace.example_training_step(jax.random.key(seed), batch=64, width=128)
@@ -192,8 +189,9 @@ def xprof_section(trace_dir, seed: int = 0) -> tuple[dict, list[dict], dict]:
     events = trace.xplane_op_events(capture.find(".xplane.pb"))
     module = "jit_train_step"
     table = trace.op_table(events, module)
-    json_totals = trace.json_op_totals(
-        trace.trace_json_events(capture.find(".trace.json.gz")), module
+    readers = trace.compare_readers(
+        table,
+        trace.json_op_durations(trace.trace_json_events(capture.find(".trace.json.gz")), module),
     )
     hlo = trace.hlo_definitions(step.lower(params).compile().as_text(), [r["op"] for r in table])
     top = [
@@ -206,18 +204,15 @@ def xprof_section(trace_dir, seed: int = 0) -> tuple[dict, list[dict], dict]:
         }
         for r in table[:8]
     ]
-    error = (
-        numerics.elementwise_relative_error(
-            [json_totals.get(r["op"], 0.0) for r in table], [r["total (us)"] for r in table]
-        )
-        if table
-        else float("inf")
-    )
+    resolution = trace.PROFILE_DATA_RESOLUTION_US
     check = common.check(
         "top ops: the xplane and the trace JSON agree",
-        bool(table) and set(json_totals) == {r["op"] for r in table} and error <= TRACE_TOLERANCE,
-        f"{len(table)} ops of {module}, per-op totals differ by {error:.2g} "
-        f"(tolerance {TRACE_TOLERANCE:g})",
+        readers.same_ops
+        and readers.same_counts
+        and readers.json_never_shorter
+        and readers.gap_per_event_us <= resolution,
+        f"{len(table)} ops of {module}, per-op totals differ by {readers.gap_per_event_us:.2g} us "
+        f"per event (tolerance {resolution:g} us: ProfileData truncates picoseconds to whole ns)",
     )
     xprof = {
         "program": "SGD step of a 2-layer MLP, batch 64, width 128 (core.perf.trace)",

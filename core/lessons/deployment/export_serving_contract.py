@@ -76,14 +76,31 @@ def probe_inputs(seed: int, batch_sizes: list[int], dtype: str) -> dict[int, np.
     return {b: rows[:b].astype(jax.numpy.dtype(dtype)) for b in batch_sizes}
 
 
+def export_platforms() -> tuple[str, ...]:
+    """The platforms the artifact is exported for: this process's backend, and the CPU too
+    while this process holds a TPU, since the fresh process that reloads it then runs on the
+    CPU (runtime.child_env: one process per chip). jax.export lowers for each platform named,
+    no chip needed; a loader refuses a platform the artifact was not exported for."""
+    here = jax.default_backend()
+    return (here, "cpu") if runtime.holds_tpu() and here != "cpu" else (here,)
+
+
+def backends_note() -> str:
+    """For the check line: where the fresh process and the in-process model ran, while this
+    process holds a TPU; "" otherwise."""
+    return runtime.child_backend_note("the in-process model")
+
+
 def in_process(weights: dict, x_BF: np.ndarray, buckets: list[int]):
     """The model in this process (jax.jit of the function that was exported) on the same
-    padded batch the artifact runs: (labels, probabilities) of the real rows."""
+    padded batch the artifact runs, on the backend the fresh process runs on (this host's CPU
+    while this process holds a TPU): (labels, probabilities) of the real rows."""
     rows = x_BF.shape[0]
     size = next(s for s in buckets if s >= rows)
     padded = np.zeros((size, x_BF.shape[1]), x_BF.dtype)
     padded[:rows] = x_BF
-    labels, probabilities = jax.jit(export.predict_fn)(weights, padded)
+    with runtime.on_child_backend():  # the fresh process's backend: bit for bit needs one
+        labels, probabilities = jax.jit(export.predict_fn)(weights, padded)
     return np.asarray(labels)[:rows], np.asarray(probabilities)[:rows]
 
 
@@ -252,7 +269,9 @@ def run(seed: int, steps: int, dtype: str, max_batch: int, batch_sizes: list[int
     directory = workdir / "artifact"
     trained = export.train(seed, steps)
     start = time.perf_counter()
-    manifest = export.write_artifacts(trained, directory, max_batch, dtype=dtype)
+    manifest = export.write_artifacts(
+        trained, directory, max_batch, platforms=export_platforms(), dtype=dtype
+    )
     export_seconds = time.perf_counter() - start
     artifacts = export.load_artifacts(directory)
     inputs = probe_inputs(seed, batch_sizes, dtype)

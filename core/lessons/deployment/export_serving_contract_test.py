@@ -99,3 +99,22 @@ def test_bfloat16_stays_inside_its_tolerance_over_seeds(steps):
         _, probs = lesson.in_process(weights, x, export.bucket_sizes(256))
         _, reference = export.reference_forward(weights, x)
         assert numerics.scaled_max_error(probs, reference) <= numerics.tolerance("bfloat16")
+
+
+def test_a_tpu_holder_exports_for_the_cpu_its_fresh_process_runs_on(monkeypatch, tmp_path):
+    """On the chip the reload failed ("exported for ['tpu'], this process runs cpu"): the fresh
+    process runs on the CPU while its parent holds the TPU. Simulated here (holds_tpu and the
+    default backend patched): the artifact is exported for tpu and cpu (lowering for a TPU
+    needs no chip), reloads in the fresh CPU process, and equals the in-process model, which
+    runs on the CPU too; an artifact exported for the TPU alone is refused there."""
+    monkeypatch.setattr(lesson.runtime, "holds_tpu", lambda: True)
+    monkeypatch.setattr(lesson.jax, "default_backend", lambda: "tpu")
+    assert lesson.export_platforms() == ("tpu", "cpu")
+    assert lesson.runtime.child_device().platform == "cpu"
+    assert "both on the CPU" in lesson.backends_note()
+    result = lesson.run(0, 30, "float32", 8, [3], tmp_path / "both")
+    assert result.manifest["exported"]["platforms"] == ["tpu", "cpu"]
+    assert result.reloaded.outputs[3][1].tobytes() == result.here[3][1].tobytes()
+    monkeypatch.setattr(lesson, "export_platforms", lambda: ("tpu",))
+    with pytest.raises(RuntimeError, match=r"exported for \['tpu'\], this process runs cpu"):
+        lesson.run(0, 30, "float32", 8, [3], tmp_path / "tpu-only")
