@@ -278,6 +278,16 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def python_path(*first: str | os.PathLike) -> str:
+    """A child's PYTHONPATH: ``first`` (the project root), then this process's own PYTHONPATH
+    entries in their order, without repeats. A TPU host's JAX, libtpu and site folders live on
+    its PYTHONPATH (DESIGN.md "Tried on a TPU"): a child given only the project root cannot
+    import what its parent could (the Keras workers lost safetensors on the chip's host)."""
+    entries = [str(p) for p in first]
+    entries += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
 def child_note() -> str:
     """For a line about a child's results: " (run on the CPU: this process holds the TPU, one
     process per chip)" while this process holds a TPU (``child_env`` put the child on the
