@@ -322,12 +322,16 @@ OPTIONAL_MODULES = {
     "keras": "keras",
     "gymnasium": "gymnasium",
     "onnx": "onnx",
+    "onnxscript": "onnxscript",  # torch.onnx.export's dynamo exporter
     "onnxruntime": "onnxruntime",
     "ai_edge_litert": "ai-edge-litert",
     "mlflow": "mlflow",
     "optuna": "optuna",
     "locust": "locust",
     "schemathesis": "schemathesis",
+    "kubernetes_validate": "kubernetes-validate",
+    "pandera": "pandera",
+    "opentelemetry.sdk": "opentelemetry-sdk",
 }
 # Where a host without internet gets them: the course's wheelhouse (tpu_scripts/wheelhouse).
 OFFLINE_INSTALL = "on a host without internet, from the course's wheelhouse (`make wheelhouse`)"

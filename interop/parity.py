@@ -57,7 +57,8 @@ FORMATS: tuple[str, ...] = (
 MODULES: dict[str, tuple[str, ...]] = {
     "jax": (),
     "torch": ("torch",),
-    "onnx": ("torch", "onnx", "onnxruntime"),  # torch.onnx.export, run by ONNX Runtime
+    # torch.onnx.export (its dynamo exporter imports onnxscript), run by ONNX Runtime
+    "onnx": ("torch", "onnx", "onnxscript", "onnxruntime"),
     "tf_savedmodel": ("tensorflow",),
     "tflite_float": ("tensorflow", "ai_edge_litert"),
     "tflite_int8": ("tensorflow", "ai_edge_litert"),

@@ -3,6 +3,8 @@ an unavailable runner shows as "not run", and int8 pairs are judged on their own
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,18 @@ def test_every_format_names_the_frameworks_it_needs():
 
     assert set(parity.MODULES) == set(parity.FORMATS)
     assert {m for ms in parity.MODULES.values() for m in ms} <= set(runtime.OPTIONAL_MODULES)
+
+
+def test_a_format_names_the_package_it_fails_without(monkeypatch, tmp_path):
+    """On the chip's host onnx came back "not run: No module named 'onnxscript'" and the
+    lesson's "every chosen format ran" failed: MODULES["onnx"] left onnxscript out, so
+    lab.require let the format start. Without it the export fails, and the refusal names it."""
+    from core import runtime
+
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # import onnxscript raises
+    run = parity.run_format("onnx", parity.models(0)[0], np.zeros((2, 8, 8, 1), "f4"), tmp_path)
+    assert run.logits is None and "onnxscript" in run.status, run.status
+    assert "onnxscript" in parity.MODULES["onnx"]
+    lacks = runtime.host_lacks(parity.MODULES["onnx"])
+    assert lacks is not None and "`onnxscript` is not installed here" in lacks
+    assert "pip install onnxscript" in lacks
