@@ -22,7 +22,7 @@ from core import curriculum, lab
 
 HOST_LACKS = pathlib.Path(__file__).resolve().parent / "fixtures" / "host_lacks"
 OPTIONAL = "torch,tensorflow,keras,gymnasium,onnx,onnxruntime,ai_edge_litert,mlflow,optuna"
-OPTIONAL += ",locust,schemathesis"
+OPTIONAL += ",locust,schemathesis,onnxscript,kubernetes_validate,pandera,opentelemetry"
 LIMIT_S = 180  # a hang guard, not a speed assertion
 
 
@@ -83,13 +83,14 @@ REQUIRES: dict[str, tuple[set[str], bool]] = {
     "adam_clipping_schedules": ({"torch"}, False),
     "attention": ({"torch"}, False),
     "batched_rollouts": ({"gymnasium"}, False),
+    "accelerator_jobs": ({"kubernetes_validate"}, False),
     "capacity_cost": ({"optuna"}, False),
     "containerize_service": ({"schemathesis"}, True),
     "edge_deploy": ({"tensorflow", "ai_edge_litert"}, False),
     "failure_runbooks": (set(), True),  # a storage emulator on 127.0.0.1
     "framework_interop": (set(), False),  # per chosen format: interop.parity.MODULES
     "functional_env": ({"gymnasium"}, False),
-    "inference_capacity": ({"locust"}, True),
+    "inference_capacity": ({"locust", "kubernetes_validate"}, True),
     "llmops": (set(), True),
     "losses_value_and_grad": ({"torch"}, False),
     "mlflow_tracking": ({"mlflow"}, False),
