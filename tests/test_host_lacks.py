@@ -60,6 +60,8 @@ def test_the_made_up_host_lacks_what_it_says(run_app, tmp_path):
 CASES = [
     ("attention", lacking_env(OPTIONAL), ["`torch` is not installed", "pip install torch"]),
     ("pod_slices", lacking_env(sockets=True), ["loopback socket", "Errno 97"]),
+    # an optional package core imports lazily (core/state/tracking.py), not at the app's top
+    ("capacity_cost", lacking_env("mlflow"), ["`mlflow` is not installed", "pip install mlflow"]),
 ]
 
 
@@ -84,7 +86,7 @@ REQUIRES: dict[str, tuple[set[str], bool]] = {
     "attention": ({"torch"}, False),
     "batched_rollouts": ({"gymnasium"}, False),
     "accelerator_jobs": ({"kubernetes_validate"}, False),
-    "capacity_cost": ({"optuna"}, False),
+    "capacity_cost": ({"optuna", "mlflow"}, False),
     "containerize_service": ({"schemathesis"}, True),
     "edge_deploy": ({"tensorflow", "ai_edge_litert"}, False),
     "failure_runbooks": (set(), True),  # a storage emulator on 127.0.0.1
