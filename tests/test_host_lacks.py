@@ -18,11 +18,11 @@ import pathlib
 
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, lab, runtime
 
 HOST_LACKS = pathlib.Path(__file__).resolve().parent / "fixtures" / "host_lacks"
 OPTIONAL = "torch,tensorflow,keras,gymnasium,onnx,onnxruntime,ai_edge_litert,mlflow,optuna"
-OPTIONAL += ",locust,schemathesis,onnxscript,kubernetes_validate,pandera,opentelemetry"
+OPTIONAL += ",locust,schemathesis,onnxscript,kubernetes_validate,pandera"
 LIMIT_S = 180  # a hang guard, not a speed assertion
 
 
@@ -31,7 +31,8 @@ def lacking_env(modules: str = "", sockets: bool = False) -> dict[str, str]:
     return lab.child_env(
         JAX_NUM_CPU_DEVICES="8",
         JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(HOST_LACKS),
+        # this checkout's core, not an installed copy's (runtime.python_path keeps the rest)
+        PYTHONPATH=runtime.python_path(HOST_LACKS, curriculum.REPO_ROOT),
         LAB_BLOCK_MODULES=modules,
         LAB_BLOCK_SOCKETS="1" if sockets else "0",
     )
@@ -62,6 +63,8 @@ CASES = [
     ("pod_slices", lacking_env(sockets=True), ["loopback socket", "Errno 97"]),
     # an optional package core imports lazily (core/state/tracking.py), not at the app's top
     ("capacity_cost", lacking_env("mlflow"), ["`mlflow` is not installed", "pip install mlflow"]),
+    # an optional package a lesson module imported at its top, so the app's setup failed
+    ("mlops", lacking_env("pandera"), ["`pandera` is not installed", "pip install pandera"]),
 ]
 
 
@@ -96,6 +99,7 @@ REQUIRES: dict[str, tuple[set[str], bool]] = {
     "llmops": (set(), True),
     "losses_value_and_grad": ({"torch"}, False),
     "mlflow_tracking": ({"mlflow"}, False),
+    "mlops": ({"pandera"}, False),
     "modelops": ({"mlflow"}, False),
     "observability": (set(), True),  # the job's metrics endpoint
     "pod_slices": (set(), True),  # jax.distributed's coordinator
