@@ -23,6 +23,7 @@ from core import curriculum, lab, runtime
 HOST_LACKS = pathlib.Path(__file__).resolve().parent / "fixtures" / "host_lacks"
 OPTIONAL = "torch,tensorflow,keras,gymnasium,onnx,onnxruntime,ai_edge_litert,mlflow,optuna"
 OPTIONAL += ",locust,schemathesis,onnxscript,kubernetes_validate,pandera"
+OPTIONAL += ",opentelemetry.sdk"
 LIMIT_S = 180  # a hang guard, not a speed assertion
 
 
@@ -96,7 +97,7 @@ REQUIRES: dict[str, tuple[set[str], bool]] = {
     "framework_interop": (set(), False),  # per chosen format: interop.parity.MODULES
     "functional_env": ({"gymnasium"}, False),
     "inference_capacity": ({"locust", "kubernetes_validate"}, True),
-    "llmops": (set(), True),
+    "llmops": ({"opentelemetry.sdk"}, True),
     "losses_value_and_grad": ({"torch"}, False),
     "mlflow_tracking": ({"mlflow"}, False),
     "mlops": ({"pandera"}, False),
