@@ -78,6 +78,7 @@ def _():
 
 @app.cell
 def _():
+    lab.require(programs=("hadolint",), why="hadolint reads the Dockerfile")
     image = container.read()
     findings = container.hadolint()
     pins = envlock.pins(container.LOCK.read_text())

@@ -142,3 +142,21 @@ def test_each_app_requires_what_it_needs(stem):
     needed_modules, needs_sockets = REQUIRES[stem]
     assert needed_modules <= modules, f"{stem} needs lab.require({sorted(needed_modules)})"
     assert sockets or not needs_sockets, f"{stem} needs lab.require(sockets=True)"
+
+
+def test_apps_that_run_hadolint_require_it():
+    """containerize_service ran container.hadolint() on the chip's host, which had no hadolint
+    (a FileNotFoundError traceback): an app that runs it asks lab.require(programs=...) first
+    (core/serving/container_test.py checks the refusal's words on a PATH without it)."""
+    users = [p for p in curriculum.APPS_DIR.glob("*.py") if "container.hadolint(" in p.read_text()]
+    assert users
+    for path in users:
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "lab.require"
+        ]
+        programs = {
+            ast.literal_eval(k.value) for c in calls for k in c.keywords if k.arg == "programs"
+        }
+        assert any("hadolint" in p for p in programs), f"{path.name}: lab.require(programs=...)"
