@@ -163,6 +163,7 @@ def _(fuzz_examples, max_batch, rows, rows_fit, seed, serve_button, steps):
     )
     lab.require(
         "schemathesis",
+        "hypothesis",
         sockets=True,
         why="the service listens on 127.0.0.1 and schemathesis fuzzes it over HTTP",
     )

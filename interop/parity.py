@@ -62,9 +62,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     "tf_savedmodel": ("tensorflow",),
     "tflite_float": ("tensorflow", "ai_edge_litert"),
     "tflite_int8": ("tensorflow", "ai_edge_litert"),
-    "keras_jax": ("keras",),
-    "keras_torch": ("keras", "torch"),
-    "keras_tensorflow": ("keras", "tensorflow"),
+    # the weights travel to the Keras worker as a safetensors file (keras_bridge)
+    "keras_jax": ("keras", "safetensors"),
+    "keras_torch": ("keras", "safetensors", "torch"),
+    "keras_tensorflow": ("keras", "safetensors", "tensorflow"),
 }
 # Cheap enough for a headless run at the app's defaults (no subprocess, no TensorFlow).
 CHEAP: tuple[str, ...] = ("jax", "torch", "onnx")
