@@ -120,6 +120,7 @@ def _(chosen):
 def _(chosen, steps):
     _g, _t = chosen["generation"], chosen["topology"]
     jobset = lesson.jobset_manifest("train-mlp", IMAGE, _g, _t, steps.value)
+    lab.require("kubernetes_validate", why="the JobSet's Job is checked against Kubernetes' schema")
     jobset_problems = lesson.validate_jobset(jobset)
     _chips, _hosts = lesson.slice_hosts(_g, _t)
     mo.vstack([

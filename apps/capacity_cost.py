@@ -164,7 +164,9 @@ def _(bucket, budget_usd, labels):
 @app.cell
 def _(run_button, seed, trials_control):
     _trials = BUTTON_TRIALS if lab.interactive() and run_button.value else trials_control.value
-    lab.require("optuna", why="the sweep is an Optuna study (TPE)")
+    lab.require(
+        "optuna", "mlflow", why="the sweep is an Optuna study (TPE), its trials tracked in MLflow"
+    )
     run_dir = tempfile.TemporaryDirectory(prefix="capacity-cost-sweep-")
     problem = sweep.make_problem(0)
     trials = sweep.run_sweep(run_dir.name, problem, _trials, seed=seed.value)

@@ -78,6 +78,7 @@ def _():
 
 @app.cell
 def _():
+    lab.require(programs=("hadolint",), why="hadolint reads the Dockerfile")
     image = container.read()
     findings = container.hadolint()
     pins = envlock.pins(container.LOCK.read_text())
@@ -162,6 +163,7 @@ def _(fuzz_examples, max_batch, rows, rows_fit, seed, serve_button, steps):
     )
     lab.require(
         "schemathesis",
+        "hypothesis",
         sockets=True,
         why="the service listens on 127.0.0.1 and schemathesis fuzzes it over HTTP",
     )

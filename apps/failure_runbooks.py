@@ -176,7 +176,11 @@ def _(spot_button):
 @app.cell
 def _():
     lab.require(
-        sockets=True, why="the checkpoint round trip goes through a storage emulator on 127.0.0.1"
+        "gcp_storage_emulator",
+        "gcsfs",
+        "google.cloud.storage",
+        sockets=True,
+        why="the checkpoint round trip goes through a storage emulator on 127.0.0.1",
     )
     _state = {"w": jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4) / 7,
               "step": jnp.asarray(3, jnp.int32)}  # fmt: skip

@@ -359,6 +359,7 @@ def _(p95_budget_ms, policy, replayed):
     _target = p95_budget_ms.value if _metric == "p95_ms" else 4.0
     _hpa = kubernetes.Hpa(_metric, _target, 1, max(1, min(1000, int(replayed.ready.max()))))
     manifests = kubernetes.gke_manifests(IMAGE, hpa=_hpa)
+    lab.require("kubernetes_validate", why="the manifests are checked against Kubernetes' schemas")
     manifest_problems = kubernetes.validate(manifests)
     mo.vstack(
         [

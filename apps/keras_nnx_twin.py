@@ -120,6 +120,7 @@ def _(backends, mistake):
     lab.guard(twin.problem(chosen, mistake.value), headline="Nothing to compare.")
     lab.require(
         "keras",
+        "safetensors",  # the weights travel to each backend's process as a safetensors file
         *[b for b in chosen if b != "jax"],
         why="Keras runs each chosen backend in its own process",
     )

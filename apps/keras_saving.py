@@ -95,6 +95,7 @@ def _(loaders, saved_by):
     lab.guard(saving.problem(saved_by.value, chosen), headline="Nothing to move.")
     lab.require(
         "keras",
+        "safetensors",  # the weights travel to each backend's process as a safetensors file
         *sorted({saved_by.value, *chosen} - {"jax"}),
         why="Keras saves and loads under each backend in its own process",
     )

@@ -87,6 +87,7 @@ def _(backends):
     lab.guard(_problem, headline="These backends cannot be run.")
     lab.require(
         "keras",
+        "safetensors",  # the weights travel to each backend's process as a safetensors file
         *[b for b in chosen if b != "jax"],
         why="Keras runs each chosen backend in its own process",
     )

@@ -99,6 +99,7 @@ def _(backends, jit_compile):
     lab.guard(_problem, headline="This combination is not run here.")
     lab.require(
         "keras",
+        "safetensors",  # the weights travel to each backend's process as a safetensors file
         *[b for b in chosen if b != "jax"],
         why="Keras runs each chosen backend in its own process",
     )

@@ -81,6 +81,7 @@ def _(backends, heads, seq_len, width):
     lab.guard(_problem, headline="This block cannot be built.")
     lab.require(
         "keras",
+        "safetensors",  # the weights travel to each backend's process as a safetensors file
         *[b for b in chosen if b != "jax"],
         why="Keras runs each chosen backend in its own process",
     )

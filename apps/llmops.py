@@ -146,7 +146,11 @@ def _(cases, min_exact_match, model, seed, v_bare, v_candidate):
 
 @app.cell
 def _(max_new_tokens, model, requests, seed, v_candidate):
-    lab.require(sockets=True, why="the model is served on 127.0.0.1 and its requests traced")
+    lab.require(
+        "opentelemetry.sdk",
+        sockets=True,
+        why="the model is served on 127.0.0.1 and its requests traced (OpenTelemetry's SDK)",
+    )
     _patterns = lesson.patterns(requests.value, 7 + seed.value)
     traced = lesson.serve_and_trace(
         model, [v_candidate.template.replace(lesson.SLOT, p * 2) for p in _patterns],

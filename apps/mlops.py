@@ -101,6 +101,7 @@ def _():
 
 @app.cell
 def _(plant, rows, seed):
+    lab.require("pandera", why="the ingestion contract is a pandera schema")
     batch = lesson.raw_rows(rows.value)
     planted = []
     if plant.value:
@@ -179,6 +180,7 @@ def _(drift_rows, psi_bins, seed, shift):
 @app.cell
 def _(min_accuracy, pipeline_rows, seed):
     lab.guard(lesson.kfp_missing(), headline="The kfp environment is missing.")
+    lab.require("pandera", why="the pipeline's batch is checked by the pandera contract first")
     workdir = tempfile.TemporaryDirectory(prefix="mlops-kfp-")
     _clean = lesson.raw_rows(pipeline_rows.value)
     assert lesson.check_contract(_clean) == [], "the pipeline ingests only a clean batch"

@@ -80,7 +80,12 @@ def _():
 
 @app.cell
 def _(batch, mistake, seed, tolerance_dtype):
-    lab.require("torch", why="the weights come from a torch model, run beside its NNX twin")
+    lab.require(
+        "torch",
+        "safetensors",
+        why="the weights come from a torch model, run beside its NNX twin, and go through a "
+        "safetensors file",
+    )
     tolerance = numerics.tolerance(tolerance_dtype.value)
     correct = torch_flax.parity(seed.value, batch.value, "none", tolerance)
     injected = torch_flax.parity(seed.value, batch.value, mistake.value, tolerance)

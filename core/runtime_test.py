@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import jax
@@ -234,3 +235,29 @@ def test_a_reference_for_a_child_runs_on_the_childs_backend(monkeypatch):
     assert "the uninterrupted run runs there too" in runtime.child_backend_note(
         "the uninterrupted run"
     )
+
+
+def test_a_childs_python_path_keeps_the_parents_after_the_project(monkeypatch, tmp_path):
+    """Kind 7 of issue 37: every Keras worker on the chip's host failed with "No module named
+    'safetensors'", installed in a folder on the parent's PYTHONPATH that the child's
+    PYTHONPATH=<project> dropped. A module found only through the parent's PYTHONPATH must
+    import in a child started with python_path(project)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "only_on_the_parents_path.py").write_text("VALUE = 7\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}/x{os.pathsep}{tmp_path}")
+    path = runtime.python_path("/project")
+    assert path.split(os.pathsep) == ["/project", str(tmp_path), "/x"]  # in order, no repeat
+    probe = [sys.executable, "-c", "import only_on_the_parents_path as m; print(m.VALUE)"]
+    done = subprocess.run(
+        probe, env=runtime.child_env(PYTHONPATH=path), capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "7", done.stderr
+    # what the fix replaced: the project root alone does not find it
+    lost = subprocess.run(
+        probe, env=runtime.child_env(PYTHONPATH="/project"), capture_output=True, timeout=60
+    )
+    assert lost.returncode != 0
+    monkeypatch.delenv("PYTHONPATH")
+    assert runtime.python_path("/project") == "/project"

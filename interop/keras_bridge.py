@@ -467,7 +467,7 @@ def run_backend(
         JAX_PLATFORMS="cpu",
         TF_CPP_MIN_LOG_LEVEL="3",
         CUDA_VISIBLE_DEVICES="",
-        PYTHONPATH=str(_ROOT),
+        PYTHONPATH=runtime.python_path(_ROOT),
     )
     start = time.perf_counter()
     try:

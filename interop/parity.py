@@ -57,13 +57,15 @@ FORMATS: tuple[str, ...] = (
 MODULES: dict[str, tuple[str, ...]] = {
     "jax": (),
     "torch": ("torch",),
-    "onnx": ("torch", "onnx", "onnxruntime"),  # torch.onnx.export, run by ONNX Runtime
+    # torch.onnx.export (its dynamo exporter imports onnxscript), run by ONNX Runtime
+    "onnx": ("torch", "onnx", "onnxscript", "onnxruntime"),
     "tf_savedmodel": ("tensorflow",),
     "tflite_float": ("tensorflow", "ai_edge_litert"),
     "tflite_int8": ("tensorflow", "ai_edge_litert"),
-    "keras_jax": ("keras",),
-    "keras_torch": ("keras", "torch"),
-    "keras_tensorflow": ("keras", "tensorflow"),
+    # the weights travel to the Keras worker as a safetensors file (keras_bridge)
+    "keras_jax": ("keras", "safetensors"),
+    "keras_torch": ("keras", "safetensors", "torch"),
+    "keras_tensorflow": ("keras", "safetensors", "tensorflow"),
 }
 # Cheap enough for a headless run at the app's defaults (no subprocess, no TensorFlow).
 CHEAP: tuple[str, ...] = ("jax", "torch", "onnx")

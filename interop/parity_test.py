@@ -3,6 +3,10 @@ an unavailable runner shows as "not run", and int8 pairs are judged on their own
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -178,3 +182,39 @@ def test_every_format_names_the_frameworks_it_needs():
 
     assert set(parity.MODULES) == set(parity.FORMATS)
     assert {m for ms in parity.MODULES.values() for m in ms} <= set(runtime.OPTIONAL_MODULES)
+
+
+def test_a_format_names_the_package_it_fails_without(monkeypatch, tmp_path):
+    """On the chip's host onnx came back "not run: No module named 'onnxscript'" and the
+    lesson's "every chosen format ran" failed: MODULES["onnx"] left onnxscript out, so
+    lab.require let the format start. Without it (a fresh process: once imported, torch.onnx
+    keeps it) the export fails, and the refusal names it."""
+    from core import runtime
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    probe = (
+        "import sys, numpy as np\n"
+        "from interop import parity\n"
+        "model = parity.models(0)[0]\n"
+        "print(parity.run_format('onnx', model, np.zeros((2, 8, 8, 1), 'f4'), sys.argv[1]).status)"
+    )
+    env = runtime.child_env(
+        JAX_PLATFORMS="cpu",
+        LAB_BLOCK_MODULES="onnxscript",  # tests/fixtures/host_lacks/sitecustomize.py
+        PYTHONPATH=runtime.python_path(root / "tests" / "fixtures" / "host_lacks", root),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    status = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr
+    assert status.startswith("not run") and "onnxscript" in status, status
+    assert "onnxscript" in parity.MODULES["onnx"]
+    monkeypatch.setattr(runtime, "has_module", lambda name: name != "onnxscript")
+    lacks = runtime.host_lacks(parity.MODULES["onnx"])
+    assert lacks is not None and "`onnxscript` is not installed here" in lacks
+    assert "pip install onnxscript" in lacks

@@ -18,11 +18,12 @@ import pathlib
 
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, lab, runtime
 
 HOST_LACKS = pathlib.Path(__file__).resolve().parent / "fixtures" / "host_lacks"
 OPTIONAL = "torch,tensorflow,keras,gymnasium,onnx,onnxruntime,ai_edge_litert,mlflow,optuna"
-OPTIONAL += ",locust,schemathesis"
+OPTIONAL += ",locust,schemathesis,onnxscript,kubernetes_validate,pandera"
+OPTIONAL += ",opentelemetry.sdk"
 LIMIT_S = 180  # a hang guard, not a speed assertion
 
 
@@ -31,7 +32,8 @@ def lacking_env(modules: str = "", sockets: bool = False) -> dict[str, str]:
     return lab.child_env(
         JAX_NUM_CPU_DEVICES="8",
         JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(HOST_LACKS),
+        # this checkout's core, not an installed copy's (runtime.python_path keeps the rest)
+        PYTHONPATH=runtime.python_path(HOST_LACKS, curriculum.REPO_ROOT),
         LAB_BLOCK_MODULES=modules,
         LAB_BLOCK_SOCKETS="1" if sockets else "0",
     )
@@ -60,6 +62,10 @@ def test_the_made_up_host_lacks_what_it_says(run_app, tmp_path):
 CASES = [
     ("attention", lacking_env(OPTIONAL), ["`torch` is not installed", "pip install torch"]),
     ("pod_slices", lacking_env(sockets=True), ["loopback socket", "Errno 97"]),
+    # an optional package core imports lazily (core/state/tracking.py), not at the app's top
+    ("capacity_cost", lacking_env("mlflow"), ["`mlflow` is not installed", "pip install mlflow"]),
+    # an optional package a lesson module imported at its top, so the app's setup failed
+    ("mlops", lacking_env("pandera"), ["`pandera` is not installed", "pip install pandera"]),
 ]
 
 
@@ -83,28 +89,32 @@ REQUIRES: dict[str, tuple[set[str], bool]] = {
     "adam_clipping_schedules": ({"torch"}, False),
     "attention": ({"torch"}, False),
     "batched_rollouts": ({"gymnasium"}, False),
-    "capacity_cost": ({"optuna"}, False),
-    "containerize_service": ({"schemathesis"}, True),
+    "accelerator_jobs": ({"kubernetes_validate"}, False),
+    "capacity_cost": ({"optuna", "mlflow"}, False),
+    "containerize_service": ({"schemathesis", "hypothesis"}, True),
     "edge_deploy": ({"tensorflow", "ai_edge_litert"}, False),
-    "failure_runbooks": (set(), True),  # a storage emulator on 127.0.0.1
+    # a storage emulator on 127.0.0.1, written to through gcsfs and google-cloud-storage
+    "failure_runbooks": ({"gcp_storage_emulator", "gcsfs", "google.cloud.storage"}, True),
     "framework_interop": (set(), False),  # per chosen format: interop.parity.MODULES
     "functional_env": ({"gymnasium"}, False),
-    "inference_capacity": ({"locust"}, True),
-    "llmops": (set(), True),
+    "inference_capacity": ({"locust", "kubernetes_validate"}, True),
+    "llmops": ({"opentelemetry.sdk"}, True),
     "losses_value_and_grad": ({"torch"}, False),
     "mlflow_tracking": ({"mlflow"}, False),
+    "mlops": ({"pandera"}, False),
     "modelops": ({"mlflow"}, False),
     "observability": (set(), True),  # the job's metrics endpoint
     "pod_slices": (set(), True),  # jax.distributed's coordinator
-    "torch_to_flax": ({"torch"}, False),
-    # the Keras track: keras, and torch / tensorflow per chosen backend (each in its process)
+    "torch_to_flax": ({"torch", "safetensors"}, False),
+    # the Keras track: keras, and torch / tensorflow per chosen backend (each in its process);
+    # safetensors where the weights travel to the backends' processes as a file
+    "keras_custom_loop": ({"keras"}, False),
+    "keras_distribution": ({"keras"}, False),
     **{
-        f"keras_{name}": ({"keras"}, False)
+        f"keras_{name}": ({"keras", "safetensors"}, False)
         for name in (
             "cnn_digits",
-            "custom_loop",
             "debug_unstable",
-            "distribution",
             "nnx_twin",
             "saving",
             "tiny_mlp",
@@ -151,3 +161,92 @@ def test_a_lesson_runs_its_defaults_on_a_one_device_host(run_app):
             line for line in result.stdout.splitlines() if line.startswith(("PASS", "FAIL", "STOP"))
         ]
         assert verdicts and all(line.startswith(said) for line in verdicts), output[-4000:]
+
+
+def test_apps_that_run_hadolint_require_it():
+    """containerize_service ran container.hadolint() on the chip's host, which had no hadolint
+    (a FileNotFoundError traceback): an app that runs it asks lab.require(programs=...) first
+    (core/serving/container_test.py checks the refusal's words on a PATH without it)."""
+    users = [p for p in curriculum.APPS_DIR.glob("*.py") if "container.hadolint(" in p.read_text()]
+    assert users
+    for path in users:
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "lab.require"
+        ]
+        programs = {
+            ast.literal_eval(k.value) for c in calls for k in c.keywords if k.arg == "programs"
+        }
+        assert any("hadolint" in p for p in programs), f"{path.name}: lab.require(programs=...)"
+
+
+# The modules core, interop and capstones import from the wheelhouse's optional profiles (what a
+# TPU host's install may leave out: tpu_scripts/wheelhouse/profiles.py), plus kubernetes-validate
+# (in its core profile, yet missing on the chip's host).
+MAY_BE_MISSING = {"kubernetes-validate"}
+RUN_BY_ITS_TOOL = {"core/serving/locustfile.py"}  # locust imports it; no lesson does
+
+
+def test_a_package_a_host_may_lack_is_imported_where_used_and_named():
+    """mlops and llmops imported pandera and OpenTelemetry's SDK at their modules' tops, so the
+    apps' setup failed before any lab.require; kubernetes_validate, mlflow and onnxscript were
+    imported lazily but runtime.OPTIONAL_MODULES did not know them, so no refusal could name
+    their packages. Every import of such a package sits inside a function, and an entry of
+    runtime.OPTIONAL_MODULES covers it (lab.require names it with its pip package)."""
+    import importlib.metadata
+
+    from tpu_scripts.wheelhouse import profiles
+
+    def normal(name: str) -> str:
+        return name.lower().replace("_", "-")
+
+    optional = {normal(r) for p in profiles.PROFILES if p.name not in ("core", "tests")
+                for r in p.roots} | MAY_BE_MISSING  # fmt: skip
+    providers = importlib.metadata.packages_distributions()
+    keys = set(runtime.OPTIONAL_MODULES)
+    found = []
+    for folder in ("core", "interop", "capstones"):
+        for path in sorted((curriculum.REPO_ROOT / folder).rglob("*.py")):
+            where = str(path.relative_to(curriculum.REPO_ROOT))
+            if path.name.endswith("_test.py") or where in RUN_BY_ITS_TOOL:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            top = {id(node) for node in tree.body}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    if not {normal(d) for d in _providers(name, providers)} & optional:
+                        continue
+                    if id(node) in top:
+                        found.append(f"{where}:{node.lineno}: {name} imported at the top")
+                    if not any(
+                        name == k or name.startswith(k + ".") or k.startswith(name + ".")
+                        for k in keys
+                    ):
+                        found.append(f"{where}:{node.lineno}: {name} not in OPTIONAL_MODULES")
+    assert not found, "\n".join(found)
+
+
+def _providers(name: str, by_top: dict[str, list[str]]) -> list[str]:
+    """The distributions that provide module ``name``: by its top-level package, or, for a
+    namespace several share (google: protobuf, google-auth, google-cloud-storage...), the one
+    whose files hold the module."""
+    import importlib.metadata
+    import importlib.util
+
+    candidates = by_top.get(name.split(".")[0], [])
+    if len(candidates) <= 1:
+        return list(candidates)
+    spec = importlib.util.find_spec(name)
+    origin = pathlib.Path(spec.origin).resolve() if spec and spec.origin else None
+    for dist in dict.fromkeys(candidates):
+        files = importlib.metadata.distribution(dist).files or ()
+        if origin is not None and any(origin == pathlib.Path(f.locate()).resolve() for f in files):
+            return [dist]
+    return list(candidates)

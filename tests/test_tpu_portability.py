@@ -168,3 +168,27 @@ def _starts_python(call: ast.Call) -> bool:
     return (
         isinstance(argv, ast.List) and bool(argv.elts) and _dotted(argv.elts[0]) == "sys.executable"
     )
+
+
+def test_a_childs_pythonpath_keeps_the_parents():
+    """Kind 7: on the chip's host the Keras workers got PYTHONPATH=<project> and lost the
+    host's own folders (safetensors, and there JAX itself, live on its PYTHONPATH). A child's
+    PYTHONPATH is built by runtime.python_path(first, ...), which keeps the parent's after it
+    (core/runtime_test.py runs a child with it)."""
+    found = []
+    for path, tree in _sources():
+        where = str(path.relative_to(REPO))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == "PYTHONPATH":
+                value = node.value
+            elif isinstance(node, ast.Dict):
+                pairs = zip(node.keys, node.values, strict=True)
+                value = next((v for k, v in pairs if getattr(k, "value", 0) == "PYTHONPATH"), 0)
+                if value == 0:
+                    continue
+            else:
+                continue
+            built = isinstance(value, ast.Call) and _dotted(value.func).endswith("python_path")
+            if not built:
+                found.append(f"{where}:{node.lineno}")
+    assert not found, "a child's PYTHONPATH set without runtime.python_path:\n" + "\n".join(found)

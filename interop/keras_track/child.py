@@ -65,7 +65,7 @@ def child_env(backend: str, fast_compile: bool = False) -> dict[str, str]:
         JAX_NUM_CPU_DEVICES=os.environ.get("JAX_NUM_CPU_DEVICES", str(runtime.DEFAULT_CPU_DEVICES)),
         TF_CPP_MIN_LOG_LEVEL="3",
         CUDA_VISIBLE_DEVICES="",
-        PYTHONPATH=str(_ROOT),
+        PYTHONPATH=runtime.python_path(_ROOT),
     )
 
 

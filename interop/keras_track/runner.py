@@ -124,7 +124,7 @@ def start_worker(document: worker.JobFile, folder: pathlib.Path, env_backend: st
         JAX_PLATFORMS="cpu",
         TF_CPP_MIN_LOG_LEVEL="3",
         CUDA_VISIBLE_DEVICES="",
-        PYTHONPATH=str(_ROOT),
+        PYTHONPATH=runtime.python_path(_ROOT),
         OMP_NUM_THREADS="1",
     )
     stderr = open(folder / f"stderr_{document.backend}.txt", "w")  # noqa: SIM115 (closed later)

@@ -78,7 +78,7 @@ def run(stem: str) -> tuple[int | None, str]:
     env = runtime.child_env(
         JAX_PLATFORMS="cpu",
         JAX_NUM_CPU_DEVICES="8",
-        PYTHONPATH=str(ROOT / "tests" / "fixtures" / "host_lacks"),
+        PYTHONPATH=runtime.python_path(ROOT / "tests" / "fixtures" / "host_lacks", ROOT),
         LAB_BLOCK_MODULES=",".join(runtime.OPTIONAL_MODULES),
         LAB_BLOCK_SOCKETS="1",
     )

@@ -25,10 +25,6 @@ import jax
 import numpy as np
 import pydantic
 from flax import nnx
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from core import documents
 from core.lm import tokenizer, transformer
@@ -336,6 +332,8 @@ class TraceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        from opentelemetry import trace  # imported where it traces: a host may lack OpenTelemetry
+
         name = "request"
         with self.tracer.start_as_current_span(name, kind=trace.SpanKind.SERVER) as span:
             span.set_attribute("http.method", scope["method"])
@@ -371,6 +369,10 @@ ACCESS_LINE = re.compile(
 def serve_and_trace(model, prompts: list[str], max_new_tokens: int) -> Traced:
     """Serve the model on 127.0.0.1 (port 0), send one /generate per prompt with its own
     request id, stop the server; the spans (in-memory exporter) and the access log."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -16,15 +16,18 @@ import os
 import pathlib
 import re
 import subprocess
+import typing
 
 import numpy as np
 import pandas as pd
-import pandera.pandas as pa
 import pydantic
 import yaml
 
 from core import documents
 from core.data import digits
+
+if typing.TYPE_CHECKING:  # pandera is imported where the contract is used: a host may lack it
+    import pandera.pandas as pa
 
 PIXELS = digits.IMAGE_SIZE * digits.IMAGE_SIZE
 PIXEL_COLUMNS = [f"p{i}" for i in range(PIXELS)]
@@ -52,9 +55,11 @@ def raw_rows(rows: int) -> pd.DataFrame:
     return frame
 
 
-def contract() -> pa.DataFrameSchema:
+def contract() -> "pa.DataFrameSchema":
     """The ingestion contract: exact columns and dtypes, no nulls, pixels in [0, 16], labels
     0..9, ids unique, no image twice (a duplicate image leaks between train and test)."""
+    import pandera.pandas as pa
+
     pixel = pa.Column(int, pa.Check.in_range(0, MAX_PIXEL), nullable=False)
     return pa.DataFrameSchema(
         {
@@ -105,6 +110,8 @@ def plant(frame: pd.DataFrame, kinds, seed: int) -> tuple[pd.DataFrame, list[dic
 
 def check_contract(frame: pd.DataFrame) -> list[dict]:
     """Every breach of the contract as {row, id, column, rule, value} (empty: accepted)."""
+    import pandera.pandas as pa
+
     try:
         contract().validate(frame, lazy=True)
     except pa.errors.SchemaErrors as exc:
