@@ -392,6 +392,31 @@ def accumulated_grads(params, batch, microbatches: int):
     return jax.tree.map(lambda g: g / microbatches, total)
 
 
+# Accumulated gradient vs the NumPy float64 big-batch gradient, absolute: float32 backprop of
+# up to 16 microbatches in a lax.scan stays well inside 1e-4 on a CPU.
+ACCUMULATION_TOLERANCE = 1e-4
+
+
+def big_batch_and_accumulated_grads(params, batch, microbatches: int) -> tuple[dict, dict]:
+    """The whole batch's gradient and ``accumulated_grads``, both jitted with their matmuls at
+    HIGHEST precision, for the comparison with NumPy float64: a TPU's DEFAULT runs them as one
+    bfloat16 pass (the accumulated gradient was 4.75e-4 off on a v5e chip). A CPU computes
+    float32 either way."""
+    with jax.default_matmul_precision("highest"):
+        big = jax.jit(jax.grad(loss_fn))(params, batch)
+        accumulated = jax.jit(accumulated_grads, static_argnums=2)(params, batch, microbatches)
+    return big, accumulated
+
+
+def accumulation_tolerance(backend: str | None = None) -> float:
+    """ACCUMULATION_TOLERANCE, or on a TPU numerics' float32 bound at HIGHEST if larger (its
+    log-softmax and tanh set a floor of their own there), with the reason."""
+    return max(
+        ACCUMULATION_TOLERANCE,
+        numerics.tolerance("float32", backend=backend, precision="HIGHEST"),
+    )
+
+
 def strategy_bytes(n: int, devices: int, microbatches: int, itemsize: int = 4) -> list[dict]:
     """Ring bytes each device sends per optimizer step for an N-parameter gradient, by strategy."""
     full = n * itemsize

@@ -11,7 +11,7 @@ emulates the MXU, not a TPU's elementwise approximations.
 
 Function calls (jit, custom_jvp/vjp, remat) are evaluated inline; scan, while and cond get
 their bodies rewritten. A primitive with any other sub-program (shard_map, pallas_call) is
-refused rather than run unemulated.
+refused rather than run unemulated if it holds a matmul.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _run(jaxpr, consts, args, default: str):
                     else _emulated_closed(value, default)
                 )
             outs = _as_list(eqn, eqn.primitive.bind(*invals, **params))
-        elif any(_holds_program(p) for p in eqn.params.values()):
+        elif any(_holds_dot(p) for p in eqn.params.values()):
             raise NotImplementedError(f"no MXU emulation inside {name!r}")
         else:
             outs = _as_list(eqn, eqn.primitive.bind(*invals, **eqn.params))
@@ -129,10 +129,19 @@ def _as_list(eqn, outs) -> list:
     return list(outs) if eqn.primitive.multiple_results else [outs]
 
 
-def _holds_program(param) -> bool:
+def _holds_dot(param) -> bool:
+    """Whether ``param`` is or holds a sub-program with a dot_general (scatter's combiner, say,
+    holds none: it runs as it is)."""
     if isinstance(param, (tuple, list)):
-        return any(_holds_program(p) for p in param)
-    return isinstance(param, (jex_core.Jaxpr, jex_core.ClosedJaxpr))
+        return any(_holds_dot(p) for p in param)
+    if isinstance(param, jex_core.ClosedJaxpr):
+        param = param.jaxpr
+    if not isinstance(param, jex_core.Jaxpr):
+        return False
+    return any(
+        eqn.primitive.name == "dot_general" or any(_holds_dot(p) for p in eqn.params.values())
+        for eqn in param.eqns
+    )
 
 
 def _emulated_closed(closed, default: str):
