@@ -7,7 +7,8 @@ computes it in float32 whatever the precision says. ``emulate(fn)`` traces ``fn`
 ``jax.default_matmul_precision`` in force) and evaluates it with every float32 dot_general
 replaced by those bfloat16 passes, on any backend: a check that must hold on a TPU can be
 tried on a CPU. Everything else (tanh, exp, reductions) runs as this backend runs it, so this
-emulates the MXU, not a TPU's elementwise approximations.
+emulates the MXU, not a TPU's elementwise approximations. Matrix-vector products are emulated
+in bfloat16 passes too, where a TPU may run them in float32 (jax#16349): the cautious side.
 
 Function calls (jit, custom_jvp/vjp, remat) are evaluated inline; scan, while and cond get
 their bodies rewritten. A primitive with any other sub-program (shard_map, pallas_call) is
@@ -70,9 +71,20 @@ def mxu_dot_general(x, y, *, dimension_numbers, precision: str, preferred_elemen
     count = 1 + max(max(pair) for pair in pairs)
     xs = precision_lib.bfloat16_terms(x, count)
     ys = precision_lib.bfloat16_terms(y, count)
+    # The terms go back to float32 (exactly: a bfloat16 value is a float32 value, and the
+    # product of two 8-bit significands fits float32's 24): XLA:CPU has no bfloat16 x bfloat16
+    # -> float32 kernel for every dot shape (matrix-vector products raise UNIMPLEMENTED).
+    xs = [t.astype(jnp.float32) for t in xs]
+    ys = [t.astype(jnp.float32) for t in ys]
     out = None
     for i, j in reversed(pairs):
-        term = lax.dot_general(xs[i], ys[j], dimension_numbers, preferred_element_type=jnp.float32)
+        term = lax.dot_general(
+            xs[i],
+            ys[j],
+            dimension_numbers,
+            precision=lax.Precision.HIGHEST,
+            preferred_element_type=jnp.float32,
+        )
         out = term if out is None else out + term
     return out.astype(preferred_element_type or jnp.float32)
 
