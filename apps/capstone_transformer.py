@@ -317,6 +317,8 @@ def _(causality, digest_rows, loss_frame, loss_vs_numpy):
       {loss_vs_numpy["jax_loss"]:.6f}, numpy {loss_vs_numpy["numpy_float64_loss"]:.6f}
       (a forward pass and loss written out separately, counting only placed file bytes:
       {loss_vs_numpy["numpy_valid_tokens"]} targets, JAX counted {loss_vs_numpy["valid_tokens"]}).
+      The JAX side runs its matmuls at HIGHEST precision: at a TPU's DEFAULT, one bfloat16
+      pass per float32 matmul, this loss differs from numpy's in its fourth digit.
     - **Recovery**: every step's loss equal bit for bit: {losses_equal}; every restored piece
       equal: {digests_equal}.
     """

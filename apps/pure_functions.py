@@ -268,7 +268,9 @@ def _(new_scale, old_scale, seed, size):
                 f"retraces and uses {stale.new_scale} (first element "
                 f"{stale.new_shape_after_change[0]:.4f}). Two shapes, two different scales, one "
                 f"function: `scaled_tanh` traced **{stale.impure_traces}** times. The pure "
-                f"version traced **{stale.pure_traces}** time for both scales."
+                f"version traced **{stale.pure_traces}** time for both scales. On a TPU "
+                "these values agree with NumPy's float64 to about 5 digits, not 7: no matmul "
+                "runs here, but a TPU computes float32 tanh by an approximation."
             ),
         ]
     )
@@ -337,11 +339,13 @@ def test_trace_count_is_one_per_shape(calls, distinct_shapes, effects):
 @app.cell
 def test_stale_value_is_the_old_global(stale, x_N):
     np.testing.assert_allclose(stale.after_change, stale.first, rtol=0)
+    _rtol, _atol, _why = pure_functions.tanh_tolerances(jax.default_backend())
     np.testing.assert_allclose(
         stale.after_change,
         pure_functions.scaled_tanh_reference(x_N, stale.old_scale),
-        rtol=1e-6,
-        atol=1e-7,
+        rtol=_rtol,
+        atol=_atol,
+        err_msg=_why,
     )
     assert not np.allclose(stale.after_change, stale.pure_new)
     return

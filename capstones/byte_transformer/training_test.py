@@ -226,6 +226,52 @@ def test_valid_token_loss_equals_numpy_reference_on_packed_rows(corpus):
     assert abs(float(loss) - reference) <= 1e-5 * abs(reference)
 
 
+def test_valid_token_loss_holds_on_an_emulated_tpu_only_at_highest(corpus):
+    """live_checks.loss_check on a TPU's MXU, emulated: at DEFAULT (one bfloat16 pass per
+    float32 matmul) the loss misses the CPU's 1e-4 (the v5e chip: 2.53e-4), through
+    valid_token_loss (HIGHEST) it holds, and the TPU's bound still fails planted bugs."""
+    from capstones.byte_transformer import live_checks
+    from core.perf import tpu_emulation
+
+    config = dataclasses.replace(TINY, dropout=0.0)
+    # weights doubled: larger logits, as after training, where rounding weighs more
+    params = jax.tree.map(lambda p: 2 * p, training.init_state(config)["params"])
+    model = training.model_from_params(config, params)
+    packed = data.training_stream(TINY, corpus).next_packed()
+    batch = transformer.batch_from_packed(packed)
+    reference, reference_count = transformer.token_loss_reference(
+        transformer.lm_reference(
+            model, packed.tokens_BT, packed.segment_ids_BT, packed.positions_BT
+        ),
+        packed,
+    )
+
+    def relative(loss):
+        return abs(float(loss) - reference) / reference
+
+    def at_default(model, batch):
+        logits = transformer.forward(
+            model, batch["tokens_BT"], batch["segment_ids_BT"], batch["positions_BT"]
+        )
+        return transformer.token_loss(logits, batch["targets_BT"], batch["weights_BT"])
+
+    cpu = live_checks.LOSS_TOLERANCE["float32"]
+    with jax.default_matmul_precision("default"):
+        one_pass, _ = tpu_emulation.emulate(at_default)(model, batch)
+    pinned, count = tpu_emulation.emulate(live_checks.valid_token_loss)(model, batch)
+    assert relative(one_pass) > cpu and int(count) == reference_count
+    assert relative(pinned) <= cpu
+    assert live_checks.loss_tolerance("float32", "cpu") == cpu
+    tpu = live_checks.loss_tolerance("float32", "tpu")
+    assert tpu > cpu and "HIGHEST" in tpu.reason
+    # planted bugs: targets not shifted (predicting the byte it reads); padding counted
+    for wrong in (
+        dict(batch, targets_BT=batch["tokens_BT"]),
+        dict(batch, weights_BT=1.0 + 0 * batch["weights_BT"]),
+    ):
+        assert relative(live_checks.valid_token_loss(model, wrong)[0]) > 10 * tpu
+
+
 def test_loss_fn_can_be_jitted_before_anything_else(corpus):
     """issue 12.8: jit(loss_fn) before make_train_step had run raised
     TracerArrayConversionError (the model structure was first built inside the trace)."""

@@ -3,6 +3,7 @@
 The public surface of core.distributed.collectives is re-exported here."""
 
 from core.distributed.collectives import (  # noqa: F401 (the package's public surface)
+    ACCUMULATION_TOLERANCE,
     AXIS,
     HLO_COLLECTIVES,
     OPTIMIZERS,
@@ -13,8 +14,10 @@ from core.distributed.collectives import (  # noqa: F401 (the package's public s
     StepResult,
     abstract_on_mesh,
     accumulated_grads,
+    accumulation_tolerance,
     allreduce_fn,
     batch_specs,
+    big_batch_and_accumulated_grads,
     bitwise_equal,
     collective_counts,
     compiled_hlo,

@@ -211,13 +211,23 @@ def opt_shardings(opt_state, params):
     return jax.tree.map(lambda leaf: by_shape.get(leaf.shape, replicated), opt_state)
 
 
-def make_train_step(tx):
+def make_train_step(tx, matmul_precision: str | None = None):
     """``step(params, opt_state, batch) -> (params, opt_state, loss)``, jitted; shardings
-    follow the inputs (out_shardings equal to the parameters')."""
+    follow the inputs (out_shardings equal to the parameters'). ``matmul_precision``
+    ("highest", ...): the step's matmuls run at it whatever precision is in force (for a run
+    compared with NumPy float64: a TPU's DEFAULT is one bfloat16 pass); None: the one in
+    force."""
+    import contextlib
+
     import optax
 
     def step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        with (
+            jax.default_matmul_precision(matmul_precision)
+            if matmul_precision
+            else contextlib.nullcontext()
+        ):
+            loss, grads = jax.value_and_grad(loss_fn)(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -392,6 +402,31 @@ def accumulated_grads(params, batch, microbatches: int):
     return jax.tree.map(lambda g: g / microbatches, total)
 
 
+# Accumulated gradient vs the NumPy float64 big-batch gradient, absolute: float32 backprop of
+# up to 16 microbatches in a lax.scan stays well inside 1e-4 on a CPU.
+ACCUMULATION_TOLERANCE = 1e-4
+
+
+def big_batch_and_accumulated_grads(params, batch, microbatches: int) -> tuple[dict, dict]:
+    """The whole batch's gradient and ``accumulated_grads``, both jitted with their matmuls at
+    HIGHEST precision, for the comparison with NumPy float64: a TPU's DEFAULT runs them as one
+    bfloat16 pass (the accumulated gradient was 4.75e-4 off on a v5e chip). A CPU computes
+    float32 either way."""
+    with jax.default_matmul_precision("highest"):
+        big = jax.jit(jax.grad(loss_fn))(params, batch)
+        accumulated = jax.jit(accumulated_grads, static_argnums=2)(params, batch, microbatches)
+    return big, accumulated
+
+
+def accumulation_tolerance(backend: str | None = None) -> float:
+    """ACCUMULATION_TOLERANCE, or on a TPU numerics' float32 bound at HIGHEST if larger (its
+    log-softmax and tanh set a floor of their own there), with the reason."""
+    return max(
+        ACCUMULATION_TOLERANCE,
+        numerics.tolerance("float32", backend=backend, precision="HIGHEST"),
+    )
+
+
 def strategy_bytes(n: int, devices: int, microbatches: int, itemsize: int = 4) -> list[dict]:
     """Ring bytes each device sends per optimizer step for an N-parameter gradient, by strategy."""
     full = n * itemsize
@@ -499,10 +534,12 @@ def resume_on_other_mesh(
     devices_after: int,
     optimizer: str = "adam",
     learning_rate: float = 0.05,
+    matmul_precision: str | None = None,
 ) -> ResumeRun:
     """Train ``steps`` steps straight on ``devices_before`` devices; again, but stop at
     ``stop_at``, save with core/state/checkpoint (state + Grain iterator state), restore onto
-    ``devices_after`` devices and continue. Both use the same seeded data and init."""
+    ``devices_after`` devices and continue. Both use the same seeded data and init, and the
+    same step (its matmuls at ``matmul_precision``, see :func:`make_train_step`)."""
     from core import data
     from core.state import checkpoint
 
@@ -515,7 +552,7 @@ def resume_on_other_mesh(
                 f"pick a batch divisible by {devices}"
             )
     tx = make_optimizer(optimizer, learning_rate)
-    step = make_train_step(tx)  # one jitted step for both runs and both meshes
+    step = make_train_step(tx, matmul_precision)  # one jitted step for both runs and meshes
     source = data.ColumnSource(data.make_columns(seed, examples, features, classes))
     contract = data.classification_contract(features, classes)
     params = init_mlp(jax.random.key(seed), features, hidden, classes)

@@ -224,3 +224,75 @@ def test_abstract_on_mesh_keeps_specs():
         for k in params
     )
     assert not distributed.bitwise_equal(params, {**params, "b2": params["b2"] + 1})
+
+
+def test_accumulation_check_holds_on_an_emulated_tpu_and_catches_bugs():
+    # communication_algorithms' defaults (seed 0): on a v5e chip, at DEFAULT matmul precision,
+    # the accumulated gradient was 4.75e-4 from NumPy float64. The emulated MXU gives the same;
+    # at HIGHEST (big_batch_and_accumulated_grads) it is within the CPU's bound, and the TPU's
+    # bound still fails a planted bug.
+    from core.perf import tpu_emulation
+
+    params = distributed.init_mlp(jax.random.key(0), 8, 16, 4)
+    data = distributed.example_batch(jax.random.fold_in(jax.random.key(0), 1), 16, 8, 4)
+    _, reference = distributed.reference_loss_and_grads(params, data)
+    with jax.default_matmul_precision("default"):
+        one_pass = tpu_emulation.emulate(lambda p, b: distributed.accumulated_grads(p, b, 4))(
+            params, data
+        )
+    assert distributed.max_tree_error(one_pass, reference) > distributed.ACCUMULATION_TOLERANCE
+    big, accumulated = tpu_emulation.emulate(
+        lambda p, b: distributed.big_batch_and_accumulated_grads(p, b, 4)
+    )(params, data)
+    tpu = distributed.accumulation_tolerance("tpu")
+    assert distributed.accumulation_tolerance("cpu") == distributed.ACCUMULATION_TOLERANCE
+    assert tpu == numerics.tolerance("float32", backend="tpu", precision="HIGHEST")
+    assert "HIGHEST" in tpu.reason
+    for grads in (big, accumulated):
+        assert distributed.max_tree_error(grads, reference) <= distributed.ACCUMULATION_TOLERANCE
+    # planted bugs: the sum of the microbatch gradients (not their mean); one microbatch lost
+    # (its rows' labels moved); a sign
+    summed = jax.tree.map(lambda g: 4 * g, accumulated)
+    relabelled = dict(data, y=(data["y"] + 1) % 4)
+    _, wrong = distributed.big_batch_and_accumulated_grads(params, relabelled, 4)
+    negated = jax.tree.map(lambda g: -g, accumulated)
+    for bug in (summed, wrong, negated):
+        assert distributed.max_tree_error(bug, reference) > 10 * tpu
+
+
+def test_training_vs_float64_holds_on_an_emulated_tpu_at_highest():
+    # resilient_training's check "uninterrupted losses vs NumPy float64" (5 adam steps, its
+    # model and data): on a TPU's MXU, emulated, DEFAULT misses the CPU's 1e-4 (the v5e chip:
+    # 6.67e-4); a step made with matmul_precision="highest" keeps it, and a bug still fails.
+    from core import data
+    from core.perf import tpu_emulation
+
+    seed, examples, features, hidden, classes = 0, 20, 4, 8, 3
+    columns = data.make_columns(seed, examples, features, classes)
+    ids = [[(s * 8 + i) % examples for i in range(8)] for s in range(5)]
+    config = dict(seed=seed, examples=examples, features=features, hidden=hidden, classes=classes)
+    reference = distributed.reference_losses(
+        **config, batch_ids=ids, optimizer="adam", learning_rate=0.05
+    )
+
+    def losses(matmul_precision):
+        tx = distributed.make_optimizer("adam", 0.05)
+        step = distributed.make_train_step(tx, matmul_precision).__wrapped__
+        step = tpu_emulation.emulate(step)
+        params = distributed.init_mlp(jax.random.key(seed), features, hidden, classes)
+        opt_state, out = tx.init(params), []
+        for rows in map(np.asarray, ids):
+            batch = {"x": columns["x"][rows], "y": columns["y"][rows], "mask": rows >= 0}
+            params, opt_state, loss = step(params, opt_state, batch)
+            out.append(float(loss))
+        return out
+
+    cpu_bound = 1e-4  # apps/resilient_training.py's TRAINING_TOLERANCE
+    with jax.default_matmul_precision("default"):
+        one_pass, pinned = losses(None), losses("highest")
+    assert numerics.max_abs_error(one_pass, reference) > cpu_bound
+    assert numerics.max_abs_error(pinned, reference) <= cpu_bound
+    tpu = max(cpu_bound, numerics.tolerance("float32", backend="tpu", precision="HIGHEST"))
+    sgd = distributed.reference_losses(**config, batch_ids=ids, optimizer="sgd", learning_rate=0.05)
+    for bug in (pinned[:-1], sgd[1:]):  # the losses a step late; the wrong optimizer
+        assert numerics.max_abs_error(bug, reference[1:]) > 10 * tpu

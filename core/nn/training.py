@@ -115,6 +115,16 @@ train_step = make_train_step()
 eval_step = make_eval_step()
 
 
+def eval_at_highest(eval_fn: Callable, model: nnx.Module, x, y_B) -> dict[str, jax.Array]:
+    """``eval_fn(model, x, y_B)`` with its matmuls at HIGHEST precision: for a comparison with
+    a float64 reference. On a TPU a float32 matmul at DEFAULT is one bfloat16 pass, which moved
+    this course's eval loss by 0.3%; at HIGHEST (6 passes) it is a float32 product, and the
+    loss is judged at numerics.tolerance("float32", precision="HIGHEST"). A CPU computes in
+    float32 either way. (A jit caches one program per precision: this compiles once more.)"""
+    with jax.default_matmul_precision("highest"):
+        return eval_fn(model, x, y_B)
+
+
 @nnx.jit
 def train_epoch(model: nnx.Module, optimizer: nnx.Optimizer, x_SB, y_SB) -> dict[str, jax.Array]:
     """``S`` training steps, one per leading slice of x_SB / y_SB, in one ``lax.scan``.

@@ -124,6 +124,20 @@ def merge(params: dict, adapters: dict, scale: float) -> tuple[dict, dict]:
     return merged, patch
 
 
+def merged_and_adapter_logits(merged: dict, base: dict, adapters: dict, scale: float, tokens_BT):
+    """(the merged model's logits, base + adapter logits), both with every matmul at HIGHEST
+    precision. They are two float32 expressions of one function (x (W + s A B) vs x W +
+    s (x A) B), so they agree to float32 rounding at the precision they run at: on a TPU at
+    DEFAULT each matmul is one bfloat16 pass, and the two differed by 0.0217 of the logits'
+    scale on a v5e, past even the bfloat16 bound. At HIGHEST they are judged at
+    numerics.tolerance("float32", precision="HIGHEST") on any backend."""
+    with jax.default_matmul_precision("highest"):
+        return (
+            model.logits_BTV(merged, tokens_BT),
+            model.logits_BTV(base, tokens_BT, adapters, scale),
+        )
+
+
 def unmerge(merged: dict, adapters: dict, scale: float, patch: dict | None = None) -> dict:
     """W' - scale * A B in every adapted kernel; with ``patch`` (from merge) the weights
     that subtraction rounds differently are put back, so the base returns bit for bit."""

@@ -95,3 +95,30 @@ def test_training_moves_the_adapters_not_the_base(params):
     assert model.content_hash(params) == before
     assert losses_S[-5:].mean() < losses_S[:5].mean()
     assert model.content_hash(trained) != model.content_hash(adapters)
+
+
+def test_merged_vs_adapter_logits_hold_on_an_emulated_tpu_only_at_highest(params):
+    # The lesson's check "merged vs base + adapter logits" on a TPU's MXU, emulated: two float32
+    # expressions of one function, each matmul one bfloat16 pass at DEFAULT, differ far past
+    # the CPU's float32 bound (the v5e chip: 0.0217); at HIGHEST they meet it, and the TPU's
+    # HIGHEST bound still fails a wrong scale.
+    from core.perf import tpu_emulation
+
+    adapters = _random_adapters(params, 2, lora.ATTENTION + lora.MLP)
+    merged, _ = lora.merge(params, adapters, 4.0)
+    tokens = np.asarray(jax.random.randint(jax.random.key(2), (3, 9), 0, 256))
+
+    def at_default(merged, base, adapters, tokens):
+        return model.logits_BTV(merged, tokens), model.logits_BTV(base, tokens, adapters, 4.0)
+
+    with jax.default_matmul_precision("default"):
+        one_pass = tpu_emulation.emulate(at_default)(merged, params, adapters, tokens)
+    pinned = tpu_emulation.emulate(
+        lambda m, b, a, t: lora.merged_and_adapter_logits(m, b, a, 4.0, t)
+    )(merged, params, adapters, tokens)
+    cpu = numerics.tolerance("float32", backend="cpu", precision="HIGHEST")
+    tpu = numerics.tolerance("float32", backend="tpu", precision="HIGHEST")
+    assert numerics.scaled_max_error(*one_pass) > 10 * cpu
+    assert numerics.scaled_max_error(*pinned) <= cpu < tpu
+    wrong_scale = lora.merged_and_adapter_logits(merged, params, adapters, 2.0, tokens)
+    assert numerics.scaled_max_error(*wrong_scale) > 10 * tpu

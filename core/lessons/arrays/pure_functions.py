@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
+
 PYTHON_PRINT = "python print"
 DEBUG_PRINT = "jax.debug.print"
 
@@ -172,3 +174,21 @@ def stale_global_demo(x_N: jax.Array, old_scale: float, new_scale: float) -> Sta
 def scaled_tanh_reference(x_N, scale: float) -> np.ndarray:
     """numpy float64: scale * tanh(x), the independent reference."""
     return float(scale) * np.tanh(np.asarray(x_N, dtype=np.float64))
+
+
+# scale * tanh(x) in float32 vs float64, element by element, on a CPU: tanh is correctly
+# rounded to within a few float32 units (1e-6 relative), 1e-7 absolute near zero.
+TANH_RTOL_CPU, TANH_ATOL_CPU = 1e-6, 1e-7
+
+
+def tanh_tolerances(backend: str) -> tuple[float, float, str]:
+    """(rtol, atol, reason) for float32 ``scale * tanh(x)`` against NumPy float64 on
+    ``backend``. No matmul runs here, but a TPU's float32 tanh is an approximation: measured at
+    4.4e-5 on a v5e, and 1.8e-5 relative in this lesson's test on the chip. It takes the course's
+    float32 floor for elementwise functions on a TPU (core.numerics.TPU_FLOAT32, 5e-4, the
+    bound at HIGHEST, where the elementwise functions set it); a CPU keeps 1e-6."""
+    if backend != "tpu":
+        return TANH_RTOL_CPU, TANH_ATOL_CPU, ""
+    rtol = numerics.tolerance("float32", backend="tpu", precision="HIGHEST")
+    atol = rtol * TANH_ATOL_CPU / TANH_RTOL_CPU
+    return float(rtol), atol, "a TPU's float32 tanh (an approximation): " + rtol.reason

@@ -103,3 +103,34 @@ def test_bad_inputs_name_the_problem():
         pure_functions.stale_global_demo(jnp.ones(1), 1.0, 2.0)
     with pytest.raises(ValueError, match="vector"):
         pure_functions.stale_global_demo(jnp.ones((2, 2)), 1.0, 2.0)
+
+
+# What the TPU v5e chip returned for the stale 2.0 * tanh(x) (2026-12-06, float32) and NumPy
+# float64's value on the same x: 1.8e-5 relative apart, a TPU's tanh, not a bug.
+CHIP_FLOAT32 = np.array(
+    [1.8499928712844849, 1.9315372705459595, -0.8166534304618835, -0.15691432356834412], np.float32
+)
+CHIP_FLOAT64 = np.array(
+    [1.8500158490274619, 1.9315411402693572, -0.8166411001116682, -0.15691154307615032]
+)
+
+
+def test_tanh_tolerance_admits_the_tpu_tanh_and_not_a_bug():
+    def close(result, backend):
+        rtol, atol, _ = pure_functions.tanh_tolerances(backend)
+        return np.allclose(result, CHIP_FLOAT64, rtol=rtol, atol=atol)
+
+    assert pure_functions.tanh_tolerances("cpu")[:2] == (1e-6, 1e-7)  # the CPU's, unchanged
+    assert not close(CHIP_FLOAT32, "cpu")  # the chip's tanh fails the CPU's bound...
+    rtol, _, why = pure_functions.tanh_tolerances("tpu")
+    assert close(CHIP_FLOAT32, "tpu") and "tanh" in why and "TPU" in why  # ...and holds here
+    assert close(CHIP_FLOAT32.astype(np.float64) * (1 + 0.2 * rtol), "tpu")
+    # planted bugs still fail at the TPU's bound: the new scale (2.5) instead of the stale one,
+    # a sign, two elements swapped, a float32 tanh off by 10x the TPU's error
+    for wrong in (
+        CHIP_FLOAT32 * 1.25,
+        -CHIP_FLOAT32,
+        CHIP_FLOAT32[[1, 0, 2, 3]],
+        CHIP_FLOAT64 * (1 + 10 * rtol),
+    ):
+        assert not close(wrong, "tpu")

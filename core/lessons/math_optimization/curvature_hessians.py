@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core import numerics
 from core.optim import linalg
 
 OVERFLOW = 1e30  # a loss gap past this is called overflowed: the trajectory is cut there
@@ -229,14 +230,32 @@ def network_hessian_reference(w_P, x_ED, y_E) -> np.ndarray:
 @jax.jit
 def network_hessians(w_P, x_ED, y_E, key):
     """(jax.hessian, Hessian from HVPs, its eigenvalues largest first, power-iteration
-    eigenvalue of largest magnitude), float32."""
+    eigenvalue of largest magnitude), float32, every matmul at HIGHEST precision: they are
+    compared with NumPy float64 and H with its transpose, and a TPU's DEFAULT (one bfloat16
+    pass per matmul) makes H[i, j] and H[j, i], reached by different products, differ."""
 
     def loss(w):
         return network_loss(w, x_ED, y_E)
 
-    hessian = jax.hessian(loss)(w_P)
-    eigenvalues = jnp.linalg.eigvalsh(hessian)[::-1]
-    return hessian, hessian_from_hvps(loss, w_P), eigenvalues, power_iteration(loss, w_P, key)
+    with jax.default_matmul_precision("highest"):
+        hessian = jax.hessian(loss)(w_P)
+        eigenvalues = jnp.linalg.eigvalsh(hessian)[::-1]
+        from_hvps = hessian_from_hvps(loss, w_P)
+        return hessian, from_hvps, eigenvalues, power_iteration(loss, w_P, key)
+
+
+# np.allclose's default atol (1e-8) over its rtol (1e-5): asymmetry's floor, relative to rtol.
+ASYMMETRY_FLOOR = 1e-3
+
+
+def asymmetry(h_PP) -> float:
+    """max over entries of |H - H^T| / (ASYMMETRY_FLOOR + |H^T|): the smallest rtol at which
+    np.allclose(H, H.T, rtol, atol=rtol * ASYMMETRY_FLOOR) holds. At most 1e-5 is exactly
+    np.allclose(H, H.T) with its defaults; inf if H holds a NaN or an inf."""
+    h = numerics.as_float64(h_PP)
+    if not np.all(np.isfinite(h)):
+        return float("inf")
+    return float(np.max(np.abs(h - h.T) / (ASYMMETRY_FLOOR + np.abs(h.T)), initial=0.0))
 
 
 @jax.jit

@@ -82,3 +82,38 @@ def test_spectrum_problems():
         ch.quadratic(jax.random.key(0), 3, -1.0, 2.0)
     assert ch.claim_applies(0.3, 0.5, 100) and not ch.claim_applies(0.49, 0.5, 100)
     assert not ch.claim_applies(0.3, 0.5, 50)
+
+
+def test_asymmetry_is_np_allclose_in_one_number():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(6, 6))
+    h = a + a.T
+    assert ch.asymmetry(h) == 0.0
+    for size in (3e-6, 3e-5):  # entries moved by this relative amount, plus one near zero
+        moved = h.copy()
+        moved[0, 1] *= 1 + size
+        moved[2, 3], moved[3, 2] = 0.0, size * 1e-3
+        assert (ch.asymmetry(moved) <= 1e-5) == np.allclose(moved, moved.T)
+    assert ch.asymmetry(np.full((2, 2), np.nan)) == float("inf")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_network_hessian_is_symmetric_on_an_emulated_tpu_only_at_highest(seed):
+    # The lesson's "H vs its transpose" on a TPU's MXU, emulated: at DEFAULT (one bfloat16 pass
+    # per matmul) H[i, j] and H[j, i] come from different products and np.allclose(H, H.T)
+    # fails (it did on the v5e chip); network_hessians pins HIGHEST, where it holds at the CPU's
+    # bound, and the TPU's bound still fails a Hessian with one entry's sign flipped.
+    from core.perf import tpu_emulation
+
+    k_data, k_power = jax.random.split(jax.random.split(jax.random.key(seed))[1])
+    w, x, y = ch.network(k_data, 4)
+    with jax.default_matmul_precision("default"):
+        one_pass = tpu_emulation.emulate(jax.hessian(ch.network_loss))(w, x, y)
+    pinned = tpu_emulation.emulate(lambda *a: ch.network_hessians(*a)[0])(w, x, y, k_power)
+    cpu = numerics.tolerance("float32", backend="cpu", precision="HIGHEST")
+    tpu = numerics.tolerance("float32", backend="tpu", precision="HIGHEST")
+    assert ch.asymmetry(one_pass) > tpu > cpu == 1e-5  # 1e-5: np.allclose's default rtol
+    assert ch.asymmetry(pinned) <= cpu
+    flipped = np.array(pinned)
+    flipped[0, 1] = -flipped[0, 1]
+    assert ch.asymmetry(flipped) > 10 * tpu
