@@ -239,7 +239,7 @@ def test_the_command_check_catches_a_wrong_command():
         ("capstones.byte_transformer", ["cache_report", "run_dir=x"]),
         ("capstones.byte_transformer", ["eval", "rundir=x"]),
         ("capstones.pallas_kernel", ["agreement", "quick=maybe"]),
-        ("tpu_scripts", ["course-run", "--local", "--lessons", "capstone_transformer"]),
+        ("tpu_scripts", ["course-run", "--local", "--lessons", "capstone_transformr"]),  # a typo
         ("tpu_scripts", ["launch", "fetch", "--name", "x", "--accelerator-type", "v9-8", "a"]),
         ("tpu_scripts", ["launch", "teardown", "--name", "x"]),
         ("tpu_scripts/byte_transformer_tpu.py", ["--steps", "3"]),  # --out is required
