@@ -186,49 +186,44 @@ def open_app(browser, gallery_url: str, file_name: str):
     return page
 
 
-@pytest.fixture(scope="module")
-def course_home(browser, gallery_url):
-    """The course home opened once, its last phase drawn: both tests below only read it."""
+def test_course_home_lists_every_phase(browser, gallery_url):
     page = open_app(browser, gallery_url, "index.py")
     try:
         page.locator('section[data-phase="Workload operations"]').wait_for(
             timeout=STARTUP_TIMEOUT_MS
         )
-        yield page
+        listed = page.locator("section[data-phase]").evaluate_all(
+            "nodes => nodes.map(n => n.getAttribute('data-phase'))"
+        )
+        assert listed == [phase.title for phase in curriculum.PHASES]
+        # Every present lesson is a link that opens it in the gallery.
+        present = [
+            lesson
+            for lesson in curriculum.all_lessons()
+            if curriculum.status(lesson.slug) == "present"
+        ]
+        assert present, "the course has lesson apps"
+        for lesson in present:
+            link = page.locator(f'a[data-lesson="{lesson.slug}.py"]')
+            assert link.count() == 1, lesson.slug
+            assert link.get_attribute("href") == f"/?file={lesson.slug}.py"
+        # Each built track app is linked beside the lesson it mirrors.
+        for track in curriculum.TRACKS:
+            for twin, lesson_slug in track.mirrors:
+                if curriculum.status(twin) != "present":
+                    continue
+                item = page.locator("li", has=page.locator(f'a[data-lesson="{lesson_slug}.py"]'))
+                link = item.locator(f'a[data-twin="{twin}.py"]')
+                assert link.count() == 1, (twin, lesson_slug)
+                assert link.get_attribute("href") == f"/?file={twin}.py"
+        # Each path ends with its portfolio guide and its synthesis assessment, with progress.
+        for assessment in curriculum.ASSESSMENTS:
+            link = page.locator(f'a[data-assessment="{assessment.slug}"]')
+            assert link.count() == 1, assessment.slug
+            assert link.get_attribute("href") == f"/?file={assessment.slug}.py"
+            assert page.locator(f'[data-progress="{assessment.paper}"]').count() == 1
     finally:
         page.close()
-
-
-def test_course_home_lists_every_phase(course_home):
-    page = course_home
-    listed = page.locator("section[data-phase]").evaluate_all(
-        "nodes => nodes.map(n => n.getAttribute('data-phase'))"
-    )
-    assert listed == [phase.title for phase in curriculum.PHASES]
-    # Every present lesson is a link that opens it in the gallery.
-    present = [
-        lesson for lesson in curriculum.all_lessons() if curriculum.status(lesson.slug) == "present"
-    ]
-    assert present, "the course has lesson apps"
-    for lesson in present:
-        link = page.locator(f'a[data-lesson="{lesson.slug}.py"]')
-        assert link.count() == 1, lesson.slug
-        assert link.get_attribute("href") == f"/?file={lesson.slug}.py"
-    # Each built track app is linked beside the lesson it mirrors.
-    for track in curriculum.TRACKS:
-        for twin, lesson_slug in track.mirrors:
-            if curriculum.status(twin) != "present":
-                continue
-            item = page.locator("li", has=page.locator(f'a[data-lesson="{lesson_slug}.py"]'))
-            link = item.locator(f'a[data-twin="{twin}.py"]')
-            assert link.count() == 1, (twin, lesson_slug)
-            assert link.get_attribute("href") == f"/?file={twin}.py"
-    # Each path ends with its portfolio guide and its synthesis assessment, with progress.
-    for assessment in curriculum.ASSESSMENTS:
-        link = page.locator(f'a[data-assessment="{assessment.slug}"]')
-        assert link.count() == 1, assessment.slug
-        assert link.get_attribute("href") == f"/?file={assessment.slug}.py"
-        assert page.locator(f'[data-progress="{assessment.paper}"]').count() == 1
 
 
 # Computed styles of the course home, read in the page (the values a learner's browser uses).
@@ -250,27 +245,32 @@ HOME_STYLES = """() => {
 }"""
 
 
-def test_course_home_reads_as_a_page(course_home):
-    page = course_home
-    styles = page.evaluate(HOME_STYLES)
-    # Links look like links: their own colour and an underline.
-    assert styles["linkColor"] != styles["textColor"], styles
-    assert "underline" in styles["linkDecoration"], styles
-    # Phase titles are headings, visibly bigger than body text.
-    assert styles["headingTag"] == "H3", styles
-    assert styles["headingPx"] >= 1.15 * styles["bodyPx"], styles
-    # A lesson's state is a word in a badge, never an emoji alone (no emoji font: a box).
-    states = curriculum.course_map()
-    expected = [
-        "built" if lesson["status"] == "present" else "planned"
-        for phase in states
-        for lesson in phase["lessons"]
-    ]
-    assert [(status, badge) for status, badge, _text in styles["items"]] == [
-        (word, word) for word in expected
-    ]
-    emoji = re.compile("[\u2600-\u27bf\u2b00-\u2bff\U0001f300-\U0001faff]")
-    assert not [text for *_, text in styles["items"] if emoji.search(text)]
+def test_course_home_reads_as_a_page(browser, gallery_url):
+    page = open_app(browser, gallery_url, "index.py")
+    try:
+        last_phase = page.locator('section[data-phase="Workload operations"]')
+        last_phase.wait_for(timeout=STARTUP_TIMEOUT_MS)
+        styles = page.evaluate(HOME_STYLES)
+        # Links look like links: their own colour and an underline.
+        assert styles["linkColor"] != styles["textColor"], styles
+        assert "underline" in styles["linkDecoration"], styles
+        # Phase titles are headings, visibly bigger than body text.
+        assert styles["headingTag"] == "H3", styles
+        assert styles["headingPx"] >= 1.15 * styles["bodyPx"], styles
+        # A lesson's state is a word in a badge, never an emoji alone (no emoji font: a box).
+        states = curriculum.course_map()
+        expected = [
+            "built" if lesson["status"] == "present" else "planned"
+            for phase in states
+            for lesson in phase["lessons"]
+        ]
+        assert [(status, badge) for status, badge, _text in styles["items"]] == [
+            (word, word) for word in expected
+        ]
+        emoji = re.compile("[\u2600-\u27bf\u2b00-\u2bff\U0001f300-\U0001faff]")
+        assert not [text for *_, text in styles["items"] if emoji.search(text)]
+    finally:
+        page.close()
 
 
 def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, capsys):
