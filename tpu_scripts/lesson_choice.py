@@ -31,8 +31,7 @@ def lesson_names() -> dict[str, tuple[str, ...]]:
         names[lesson.slug] = (lesson.slug,)
     # The course's other apps: each by its slug, and each kind by one name, so a chip run can
     # cover every app the course map names (--lessons capstones,assessments,keras).
-    extra = other_apps()
-    for group, slugs in extra.items():
+    for group, slugs in other_apps().items():
         names[group] = slugs
         for slug in slugs:
             names[slug] = (slug,)
@@ -86,7 +85,7 @@ def resolve_lessons(spec: str, apps_dir: pathlib.Path = curriculum.APPS_DIR) -> 
             + "; or an app's slug: "
             + ", ".join(lesson.slug for lesson in curriculum.all_lessons())
             + ", "
-            + ", ".join(slug for slugs in other_apps().values() for slug in slugs)
+            + ", ".join(dict.fromkeys(s for slugs in other_apps().values() for s in slugs))
         )
     return require_apps(list(dict.fromkeys(slugs)), apps_dir)
 
