@@ -10,6 +10,7 @@ from core.kernels import matmul_sweep
 from tpu_scripts import matmul_blocks_tpu
 
 
+@pytest.mark.cpu_only("on a TPU the script measures for real instead of refusing or rehearsing")
 def test_refuses_without_a_tpu_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "mm.json"
     assert matmul_blocks_tpu.main(["--out", str(out)]) == matmul_blocks_tpu.EXIT_REFUSED
@@ -17,6 +18,7 @@ def test_refuses_without_a_tpu_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.cpu_only("on a TPU the script measures for real instead of refusing or rehearsing")
 def test_rehearsal_writes_rows_agreement_and_figures(tmp_path):
     out = tmp_path / "mm.json"
     argv = ["--out", str(out), "--allow-cpu-rehearsal", "--record", "pallas_matmul_blocks"]
@@ -44,6 +46,7 @@ def test_rehearsal_writes_rows_agreement_and_figures(tmp_path):
     assert "record_error" in document or (tmp_path / "records" / "pallas_matmul_blocks").is_dir()
 
 
+@pytest.mark.cpu_only("on a TPU the script measures for real instead of refusing or rehearsing")
 def test_a_spent_budget_skips_with_the_reason(tmp_path):
     out = tmp_path / "mm.json"
     argv = ["--out", str(out), "--allow-cpu-rehearsal", "--budget-s", "1e-9"]
