@@ -263,6 +263,84 @@ def _():
     return
 
 
+@app.cell(hide_code=True)
+def _(bk, bm, bn, size):
+    # The chip's figures come from a kept record (tpu_scripts/matmul_blocks_tpu.py on one
+    # chip), never from this machine: interpret mode's wall time says nothing about a TPU.
+    _figures, _source = tiling_pipelining.tpu_record()
+    _sizes = [] if _figures is None else tiling_pipelining.tpu_sizes(_figures)
+    if not _sizes:
+        _why = _source if _figures is None else f"the record {_source} holds no Pallas sweep"
+        lab.report("TPU block sweep", f"not measured yet ({tiling_pipelining.TPU_RECORD})")
+        _shown = mo.callout(
+            mo.md(
+                "### Measured on a TPU: not yet\n"
+                f"No chip has run this sweep, so there is no measured curve to show: {_why}"
+            ),
+            kind="info",
+        )
+    else:
+        _n = size.value if size.value in _sizes else max(_sizes)
+        _label = tiling_pipelining.measured_label(_figures, _source)
+        _rows = tiling_pipelining.tpu_block_rows(_figures, _n)
+        _xla = tiling_pipelining.tpu_xla_percent(_figures, _n)
+        _series = {
+            "measured % of peak": "measured on the chip",
+            "pipeline % (model)": "pipeline model (v5e)",
+            "roofline % (model)": "roofline model (v5e)",
+        }
+        _bars = pd.DataFrame(
+            [
+                {"blocks": r["blocks (bm, bk, bn)"], "what": name, "% of bf16 peak": r[key]}
+                for r in _rows
+                for key, name in _series.items()
+                if r[key] is not None
+            ]
+        )
+        _yours = f"({bm.value}, {bk.value}, {bn.value})"
+        _mine = next((r for r in _rows if r["blocks (bm, bk, bn)"] == _yours), None)
+        _ran = [r["measured % of peak"] for r in _rows if r["measured % of peak"] is not None]
+        if _ran:
+            lab.report(f"best measured block shape on the chip, N = {_n}", max(_ran), "% of peak")
+        _shown = mo.vstack(
+            [
+                mo.md(
+                    f"""
+    ### Measured on the chip, beside the models
+    The same kernel (core.kernels.matmul, bf16 inputs, f32 accumulator) at
+    m = k = n = {_n}, one bar group per block shape the chip ran, sorted by the pipeline
+    model: the measured share of the bf16 peak beside this lesson's two upper bounds.
+    {_label}. XLA's `jnp.dot` at the same size:
+    {"not in the record" if _xla is None else f"{_xla:.1f}% of the peak"}. Your blocks
+    {_yours}: {"not in the sweep" if _mine is None else _mine["status"]}. Sizes in the
+    record: {", ".join(map(str, _sizes))} (the chart follows m = k = n when it is one).
+    """
+                ),
+                alt.Chart(_bars, title=f"share of the bf16 peak per block shape, N = {_n}")
+                .mark_bar()
+                .encode(
+                    y=alt.Y("blocks:N", title="blocks (bm, bk, bn)", sort=None),
+                    yOffset=alt.YOffset("what:N", sort=list(_series.values())),
+                    x=alt.X("% of bf16 peak:Q", scale=alt.Scale(domain=[0, 100])),
+                    color=alt.Color(
+                        "what:N",
+                        sort=list(_series.values()),
+                        scale=alt.Scale(range=list(charts.PALETTE[:3])),
+                        legend=alt.Legend(orient="bottom", title=None),
+                    ),
+                    tooltip=["blocks", "what", alt.Tooltip("% of bf16 peak:Q", format=".1f")],
+                )
+                .properties(width=420, height=28 * max(len(_rows), 1)),
+                lab.table(
+                    [{k: "-" if v is None else v for k, v in r.items()} for r in _rows],
+                    caption=f"{_label}; the models are upper bounds for v5e",
+                ),
+            ]
+        )
+    _shown
+    return
+
+
 @app.cell
 def _():
     rows = FLAGS.control("rows", ARGS, label="rows of x")

@@ -8,6 +8,8 @@ in jax-ml/jax, "Performance of pipelined kernels"): quoted, never measured here.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from core.kernels import tiling
@@ -203,3 +205,85 @@ def dma_problem(rows: int, k: int, chunk: int, dtype: str) -> str | None:
             f"step on the CPU, so more than {MAX_CHUNKS} is too slow here: use larger chunks"
         )
     return None
+
+
+# --- the chip's block sweep, beside this lesson's models ----------------------------------------
+# tpu_scripts/matmul_blocks_tpu.py sweeps core.kernels.matmul over block shapes on one chip
+# (bf16 in, f32 accumulator, N = M = K) and keeps the figures in this benchmark record, keyed
+# by N and blocks (matmul_sweep.figure_key).
+TPU_RECORD = "pallas_matmul_blocks"
+TPU_COMMAND = (
+    "python tpu_scripts/matmul_blocks_tpu.py --out OUT/matmul.json --record pallas_matmul_blocks"
+)
+_PALLAS_KEY = re.compile(r"pallas_n(\d+)_b(\d+)x(\d+)x(\d+)_(tflops|error)")
+
+
+def tpu_record(root=None) -> tuple[dict | None, str]:
+    """(figures, citation) of the newest TPU_RECORD, or (None, why there is none and how to
+    make it): an app shows the line, never a traceback. A damaged record still raises."""
+    from core.perf import records
+
+    try:
+        return dict(records.latest(TPU_RECORD, root).figures), records.cite(TPU_RECORD, root)
+    except FileNotFoundError as exc:  # NoCitableRecord is one too
+        return None, f"{exc}. Run on a TPU chip: {TPU_COMMAND}, then copy the record it writes."
+
+
+def measured_label(figures: dict, citation: str) -> str:
+    """The chart's label, naming the chip the record names: "measured on TPU v5e (record
+    <file> (date, machine))"."""
+    from core.tpu import specs
+
+    kind = str(figures.get("device_kind", "unknown chip"))
+    generation = specs.DEVICE_KIND_GENERATION.get(kind)
+    return f"measured on {f'TPU {generation}' if generation else kind} (record {citation})"
+
+
+def tpu_block_rows(figures: dict, n: int) -> list[dict]:
+    """The record's Pallas matmul at N = M = K = ``n``, one row per block shape measured (or
+    failed), sorted by the pipeline model's utilization: the measured share of the bf16 peak
+    (the record's own peak, else v5e's from jax's table) beside this lesson's two upper
+    bounds for the same shape on v5e (roofline, pipeline model) and the blocks' VMEM
+    (double-buffered, bf16). Empty when the record has no sweep at ``n``."""
+    from core.kernels import matmul_sweep
+
+    peak = float(figures.get("peak_flops") or chip_info("v5e")["bf16_flops"])
+    shapes = {
+        tuple(int(g) for g in match.groups()[1:4])
+        for key in figures
+        if (match := _PALLAS_KEY.fullmatch(key)) and int(match.group(1)) == n
+    }
+    rows = []
+    for blocks in shapes:
+        tflops = figures.get(matmul_sweep.figure_key("pallas", n, blocks, "tflops"))
+        error = figures.get(matmul_sweep.figure_key("pallas", n, blocks, "error"))
+        vmem = sum(vmem_parts(*blocks, "bfloat16", 2).values())
+        roof = roofline(n, n, n, *blocks, "bfloat16", "v5e")["utilization"]
+        pipelined = pipelined_utilization(n, n, n, *blocks, "bfloat16", "v5e")
+        rows.append(
+            {
+                "blocks (bm, bk, bn)": f"({blocks[0]}, {blocks[1]}, {blocks[2]})",
+                "N": n,
+                "measured TFLOP/s": tflops,
+                "measured % of peak": None if tflops is None else 100 * tflops * 1e12 / peak,
+                "roofline % (model)": 100 * roof,
+                "pipeline % (model)": 100 * pipelined,
+                "VMEM (MiB, 2 buffers)": vmem / 2**20,
+                "status": "ran" if tflops is not None else f"failed: {error or 'no figure'}",
+            }
+        )
+    return sorted(rows, key=lambda r: (r["pipeline % (model)"], r["blocks (bm, bk, bn)"]))
+
+
+def tpu_xla_percent(figures: dict, n: int) -> float | None:
+    """XLA's jnp.dot at N = ``n`` in the record, as % of the bf16 peak (None if not there)."""
+    from core.kernels import matmul_sweep
+
+    tflops = figures.get(matmul_sweep.figure_key("xla", n, matmul_sweep.NO_BLOCKS, "tflops"))
+    peak = float(figures.get("peak_flops") or chip_info("v5e")["bf16_flops"])
+    return None if tflops is None else 100 * tflops * 1e12 / peak
+
+
+def tpu_sizes(figures: dict) -> list[int]:
+    """The sizes N the record's Pallas sweep has, ascending."""
+    return sorted({int(m.group(1)) for key in figures if (m := _PALLAS_KEY.fullmatch(key))})
