@@ -22,7 +22,7 @@ def _params(config):
     return jax.tree.map(lambda p: 2 * p, training.init_state(config)["params"])
 
 
-@pytest.mark.parametrize("prompt_len, new_tokens", [(16, 8), (37, 11)])
+@pytest.mark.parametrize("prompt_len, new_tokens", [(37, 11)])
 def test_cached_and_recompute_programs_equal_greedy_without_cache(prompt_len, new_tokens):
     params = _params(TINY)
     prompt = decode_compare.heldout_prompt(TINY, prompt_len)

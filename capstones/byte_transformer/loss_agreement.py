@@ -64,7 +64,10 @@ def elementwise_error(root=None) -> tuple[float, str]:
 
     record = records.latest(ELEMENTWISE_RECORD, root=root)
     value = float(record.figures[ELEMENTWISE_FIGURE])
-    return value, f"{ELEMENTWISE_FIGURE} {value:.3g} ({records.cite(ELEMENTWISE_RECORD, root=root)})"
+    return (
+        value,
+        f"{ELEMENTWISE_FIGURE} {value:.3g} ({records.cite(ELEMENTWISE_RECORD, root=root)})",
+    )
 
 
 def tolerance(
@@ -133,9 +136,7 @@ def first_losses(config, steps: int, mxu: str | None = None, loss: Callable | No
         raise ValueError(f"mxu must be None or one of {PRECISIONS}, got {mxu!r}")
     training.make_train_step(config)  # builds the model structure eagerly (never under trace)
     step = functools.partial(training.train_step, config, loss=loss or training.loss_fn)
-    precision = (
-        jax.default_matmul_precision(mxu.lower()) if mxu else contextlib.nullcontext()
-    )
+    precision = jax.default_matmul_precision(mxu.lower()) if mxu else contextlib.nullcontext()
     stream = data.training_stream(config, data.load_corpus(config))
     state = training.init_state(config)
     losses = []

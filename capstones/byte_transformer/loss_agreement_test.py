@@ -24,7 +24,7 @@ TINY = config_lib.Config(
     log_every=4,
     async_ckpt=False,
 )
-STEPS = 20
+STEPS = 12
 
 
 def test_first_losses_are_training_trains_losses_bit_for_bit(tmp_path):
