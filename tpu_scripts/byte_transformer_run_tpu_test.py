@@ -84,7 +84,11 @@ def test_a_cpu_rehearsal_runs_every_part_and_keeps_the_bookkeeping(tmp_path):
     assert not (out / "run" / "checkpoints").exists()  # deleted without --keep-checkpoints
     for part in ("train", "resume", "highest", "cpu", "decode", "record"):
         assert (out / "logs" / f"{part}.log").exists()
+    for part in ("train", "resume", "highest", "cpu", "decode"):
         assert document["parts"][part]["exit_status"] == 0, document["parts"][part]
+    # the record part writes, or refuses a machine other processes kept busy (not under test)
     record = document["parts"]["record"]
-    assert "path" in record or "BusyMachine" in record.get("error", "")
+    assert (record["exit_status"] == 0 and "path" in record) or (
+        record["exit_status"] == 1 and "BusyMachine" in record.get("error", "")
+    ), record
     assert "[parent] resume: step 5" in result.stdout

@@ -289,3 +289,54 @@ def write_record(spec: dict, result: dict, root) -> str:
         load=spec.get("load"),
     )
     return str(path)
+
+
+def record_from_result(run_dir: pathlib.Path, host_record: pathlib.Path, root) -> str:
+    """The record of a finished chip run whose own record part did not finish on the host
+    (``--record-from``): figures from ``run_dir``'s tpu_result.json, command and load from its
+    spec.json, versions and device kind from its train part, and the machine from
+    ``host_record``, a record the same TPU host wrote itself (same device kind, same date and
+    versions, else ValueError). Nothing of this machine goes in. Returns the path written."""
+    import json
+
+    from capstones.byte_transformer import chip_run_record
+    from core.perf import records
+
+    spec = json.loads((run_dir / "spec.json").read_text())
+    result = json.loads((run_dir / "tpu_result.json").read_text())
+    if result.get("is_tpu_result") is not True:
+        raise ValueError(f"{run_dir}: not a TPU result (is_tpu_result is not true)")
+    train = result["parts"].get("train", {})
+    host = records.load(host_record)
+    chips = host.machine.accelerator
+    date = result["created_utc"][:10]
+    if chips is None or chips.kind != train.get("device_kind"):
+        raise ValueError(
+            f"{host_record}: its accelerator is not the run's {train.get('device_kind')!r}"
+        )
+    if host.date != date:
+        raise ValueError(f"{host_record} is of {host.date}, the run of {date}: not one lease")
+    versions = {k: str(v) for k, v in train["versions"].items()}
+    differing = [  # a host record written by records.make_record names no libtpu
+        k
+        for k in ("jax", "jaxlib", "libtpu")
+        if k in host.versions and host.versions[k] != versions.get(k)
+    ]
+    if differing:
+        raise ValueError(f"{host_record}: its versions of {differing} differ from the run's")
+    notes = (
+        f"{chip_run_record.NOTES}. Written after the run by --record-from (its record part ran "
+        f"out of the run's budget on the host): the machine from {host_record.name}, a record "
+        "the same TPU host wrote in the same lease"
+    )
+    document = records.record_of(
+        spec["record"] or chip_run_record.RECORD_NAME,
+        " ".join(spec["command"]),
+        chip_run_record.figures(result),
+        host.machine.model_dump(exclude_none=True),
+        versions,
+        date,
+        spec.get("load"),
+        notes,
+    )
+    return str(records.write_document(document, root))

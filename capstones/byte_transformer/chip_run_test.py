@@ -121,3 +121,59 @@ def test_the_tolerance_reason_names_the_emulation_and_the_record():
     found = chip_run.summary(_parts(), SPEC)
     reason = found["cpu_vs_tpu"]["default"]["tolerance_reason"]
     assert "emulated" in reason and loss_agreement.ELEMENTWISE_RECORD in reason
+
+
+def _finished_run(tmp_path, is_tpu=True, kind="TPU v5 lite"):
+    """A run folder as the chip's host leaves it (spec.json, tpu_result.json), and a record
+    that host wrote itself: (run_dir, host record path)."""
+    import json
+
+    from core.perf import records
+
+    parts = _parts()
+    parts["train"] |= {"device_kind": kind, "versions": {"jax": "0.10.2", "libtpu": "0.0.42"}}
+    result = {
+        "is_tpu_result": is_tpu,
+        "created_utc": "2026-12-06T08:18:09+00:00",
+        "summary": chip_run.summary(parts, SPEC),
+        "parts": parts,
+    }
+    load = {"seconds": 9.0, "cpus": 13, "own_cores": 2.0, "other_processes_cores": 0.0,
+            "limit_cores": 1.625, "load_average_start": [0.0, 0.0, 0.0],
+            "load_average_end": [0.0, 0.0, 0.0]}  # fmt: skip
+    spec = {**SPEC, "record": "chip_run_test", "command": ["python", "x.py"], "load": load}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    (run_dir / "tpu_result.json").write_text(json.dumps(result))
+    host_machine = {"label": "1 x TPU v5 lite; host CPU: unknown, 13 cores", "cpu": "unknown",
+                    "cores": 13, "platform": "tpu",
+                    "accelerator": {"kind": "TPU v5 lite", "count": 1}}  # fmt: skip
+    host = records.record_of(
+        "host_course", "python -m x", {"passed": 1}, host_machine, {"jax": "0.10.2"},
+        "2026-12-06", load,
+    )  # fmt: skip
+    return run_dir, records.write_document(host, tmp_path / "host")
+
+
+def test_a_finished_runs_record_takes_the_hosts_machine_never_this_ones(tmp_path):
+    run_dir, host = _finished_run(tmp_path)
+    path = chip_run.record_from_result(run_dir, host, tmp_path / "records")
+    record = chip_run_record.latest("chip_run_test", root=tmp_path / "records")
+    assert path.endswith("2026-12-06_tpu-v5-lite-x1-unknown-13core-tpu.json")
+    assert record.machine.platform == "tpu" and record.machine.cores == 13
+    assert record.versions["libtpu"] == "0.0.42" and record.command == "python x.py"
+    assert record.figures["resume_identical"] == "yes" and "--record-from" in record.notes
+
+
+@pytest.mark.parametrize(
+    ("is_tpu", "kind", "why"),
+    [(False, "TPU v5 lite", "not a TPU result"), (True, "TPU v6 lite", "accelerator")],
+)
+def test_a_finished_run_is_refused_when_it_is_not_that_hosts_tpu_result(
+    tmp_path, is_tpu, kind, why
+):
+    run_dir, host = _finished_run(tmp_path, is_tpu=is_tpu, kind=kind)
+    with pytest.raises(ValueError, match=why):
+        chip_run.record_from_result(run_dir, host, tmp_path / "records")
+    assert not (tmp_path / "records").exists()

@@ -250,21 +250,43 @@ def make_record(
         raise ValueError(f"a benchmark record needs figures (a non-empty dict), got {figures!r}")
     devices = jax.devices()
     chips = accelerator(jax.default_backend(), [d.device_kind for d in devices], len(devices))
+    here = {
+        "label": machine_label(machine.machine_label(), chips),
+        "cpu": machine.cpu_model(),
+        "cores": machine.core_count(),
+        "platform": jax.default_backend(),
+        **({"accelerator": chips} if chips else {}),
+    }
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    load = measure_load() if load is None else load
+    return record_of(name, command, figures, here, _versions(), date, load, notes, _load_average())
+
+
+def record_of(
+    name: str,
+    command: str,
+    figures: dict,
+    machine: dict,
+    versions: dict,
+    date: str,
+    load: dict | None,
+    notes: str = "",
+    load_average: list | None = None,
+) -> dict:
+    """The record document of ``figures`` measured on ``machine`` with ``versions`` on
+    ``date`` (validated; nothing written). ``make_record`` gives this machine's own; a record
+    of figures measured elsewhere (a TPU host whose run came back as files) takes the machine,
+    versions, date and load from that host's own files, never from this machine.
+    ``load_average``: default the load's at its start."""
     document = {
         "schema_version": 1,
-        "name": name,
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        "machine": {
-            "label": machine_label(machine.machine_label(), chips),
-            "cpu": machine.cpu_model(),
-            "cores": machine.core_count(),
-            "platform": jax.default_backend(),
-            **({"accelerator": chips} if chips else {}),
-        },
-        "versions": _versions(),
+        "name": _check_name(name),
+        "date": date,
+        "machine": machine,
+        "versions": versions,
         "command": command,
-        "load_average": _load_average(),
-        "load": measure_load() if load is None else load,
+        "load_average": load_average or (load["load_average_start"] if load else None),
+        "load": load,
         "figures": {key: significant(value) for key, value in figures.items()},
         "notes": notes,
         "under_load": "",
