@@ -567,6 +567,75 @@ def _():
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    from capstones.byte_transformer import chip_run_record as _chip
+    from core.perf.records import cite as _cite
+
+    # A training run on the chip, read from its kept record (never from this machine).
+    _record = _chip.latest()
+    _f = _record.figures
+    _curve = pd.DataFrame(_chip.loss_curve_rows(_record))
+    _first = pd.DataFrame(_chip.first_losses_rows(_record))
+    _curve_chart = (
+        alt.Chart(_curve, title=f"training loss on one TPU v5e chip, {_f['steps']} steps")
+        .mark_line()
+        .encode(
+            x=alt.X("step:Q", title="step"),
+            y=alt.Y("loss:Q", title="loss (nats per byte)"),
+            tooltip=["step", alt.Tooltip("loss:Q", format=".4f")],
+        )
+        .properties(width=420, height=220)
+    )
+    _first_chart = (
+        alt.Chart(_first, title="the first losses: CPU float32 vs the chip at DEFAULT")
+        .mark_line()
+        .encode(
+            x=alt.X("step:Q", title="step"),
+            y=alt.Y("loss:Q", title="loss (nats per byte)"),
+            color=alt.Color("machine:N", title="machine"),
+            strokeDash=alt.StrokeDash("machine:N", title="machine"),
+            tooltip=["machine", "step", alt.Tooltip("loss:Q", format=".6f")],
+        )
+        .properties(width=420, height=220)
+    )
+    _agreement = (
+        f"max relative difference {_f['cpu_vs_tpu_default_max_rel_diff']:.2g} (step "
+        f"{_f['cpu_vs_tpu_default_at_step']}) against the tolerance "
+        f"{_f['cpu_vs_tpu_default_tolerance']:.2g}: "
+        f"{_f['cpu_vs_tpu_default_tolerance_reason']}"
+    )
+    _missing = [
+        what
+        for key, what in (
+            ("resume_error", "the fresh-process resume"),
+            ("cpu_vs_tpu_highest_error", "the HIGHEST comparison"),
+            ("decode_error", "KV-cache decode"),
+        )
+        if key in _f
+    ]
+    mo.vstack(
+        [
+            mo.md(
+                "### Measured on TPU v5e: this model trained on the chip\n\n"
+                "`tpu_scripts/byte_transformer_run_tpu.py` trains these defaults (float32) on "
+                f"one chip: final loss {_f['final_train_loss']:.3f}, held-out "
+                f"{_f['final_heldout_bpb']:.2f} bits per byte. On a TPU a float32 matmul at "
+                "DEFAULT precision is one bfloat16 pass, so the chip's losses leave the CPU's "
+                f"by rounding, not by a bug: {_agreement}."
+                + (
+                    f" Not in this record (their parts ran out of time): {', '.join(_missing)}."
+                    if _missing
+                    else ""
+                )
+            ),
+            mo.hstack([_curve_chart, _first_chart]),
+            mo.md(f"Record: {_cite('byte_transformer_chip_run')}."),
+        ]
+    )
+    return
+
+
 @app.cell
 def test_capstone_checks(check):
     check.assert_passed()
