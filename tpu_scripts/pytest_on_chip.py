@@ -92,9 +92,11 @@ def summary_line(log: str) -> str:
     return found[-1] if found else ""
 
 
-def run(command, env, log_path: pathlib.Path, budget: float) -> tuple[int, bool]:
+def run(
+    command, env, log_path: pathlib.Path, budget: float, grace: float = GRACE_SECONDS
+) -> tuple[int, bool]:
     """Run ``command`` into ``log_path`` for at most ``budget`` seconds (then SIGINT, then
-    SIGKILL after GRACE_SECONDS). Returns (exit code, whether it was cut)."""
+    SIGKILL after ``grace`` seconds). Returns (exit code, whether it was cut)."""
     with open(log_path, "w", encoding="utf-8") as log:
         child = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -104,7 +106,7 @@ def run(command, env, log_path: pathlib.Path, budget: float) -> tuple[int, bool]
         except subprocess.TimeoutExpired:
             child.send_signal(signal.SIGINT)  # pytest writes its report for what ran
             try:
-                return child.wait(timeout=GRACE_SECONDS), True
+                return child.wait(timeout=grace), True
             except subprocess.TimeoutExpired:
                 child.kill()
                 return child.wait(), True
