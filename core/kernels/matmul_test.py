@@ -15,8 +15,12 @@ from core import numerics
 from core.kernels import matmul
 from core.tpu import topology_compile
 
+INTERPRET_ON_THE_HOST = (
+    "Pallas interpret mode runs the kernel's semantics on the host's CPU, the same on every "
+    "host and run in CI; on a chip the 'tpu' variant compiles it through Mosaic"
+)
 MODES = [
-    pytest.param("interpret", id="interpret"),
+    pytest.param("interpret", id="interpret", marks=pytest.mark.cpu_only(INTERPRET_ON_THE_HOST)),
     pytest.param(
         "tpu",
         id="tpu",
