@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pydantic
 
-from core import documents, runtime
+from core import documents, numerics, runtime
 from interop import torch_flax, twins
 
 BACKENDS: tuple[str, ...] = ("jax", "torch", "tensorflow")
@@ -55,6 +55,13 @@ JOBS_SCHEMA_VERSION = 1
 # A worker imports its backend (TensorFlow alone takes seconds, more on a loaded machine), builds
 # the model and runs a few small batches: far below this; a hung child is killed here.
 WORKER_TIMEOUT_S = 300.0
+# Every Keras child process (this module's worker, the Keras track's workers and jobs) computes
+# on the CPU (JAX_PLATFORMS=cpu, no CUDA), whatever this process runs on: on a TPU host the
+# parent may hold the chip, and a chip serves one process. Numbers the children computed,
+# compared with each other or with NumPy, are judged at the CPU's tolerance (CHILD_FLOAT32),
+# not at this process's backend's (a TPU's DEFAULT float32 bound is the bfloat16 one).
+CHILD_PLATFORM = "cpu"
+CHILD_FLOAT32 = numerics.tolerance("float32", backend=CHILD_PLATFORM)
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -464,7 +471,7 @@ def run_backend(
     job_file.write_text(document.model_dump_json(indent=1))
     env = runtime.child_env(
         KERAS_BACKEND=backend,
-        JAX_PLATFORMS="cpu",
+        JAX_PLATFORMS=CHILD_PLATFORM,
         TF_CPP_MIN_LOG_LEVEL="3",
         CUDA_VISIBLE_DEVICES="",
         PYTHONPATH=runtime.python_path(_ROOT),

@@ -1,6 +1,7 @@
 """cache_report: the cache-report command's rows against the closed-form bytes and an
 independent float64 cross-entropy of the full forward pass."""
 
+import dataclasses
 import json
 
 import jax
@@ -9,7 +10,9 @@ import pytest
 
 from capstones.byte_transformer import cache_report, cli, data, kv_cache
 from capstones.byte_transformer import config as config_lib
+from core import numerics
 from core.lm import transformer
+from core.perf import tpu_emulation
 
 TINY = config_lib.Config(
     d_model=32, num_heads=4, num_layers=2, max_len=64, seq_len=32, batch_size=2,
@@ -59,3 +62,56 @@ def test_cache_report_command(model, monkeypatch, tmp_path, capsys):
         assert r["heldout_loss_delta"] == pytest.approx(
             r["heldout_loss"] - rows["fp32"]["heldout_loss"]
         )
+
+
+def test_fp32_cache_tolerance_is_the_cpu_bound_or_the_tpu_highest_bound():
+    assert cache_report.fp32_cache_tolerance("cpu") == cache_report.FP32_CACHE_VS_FULL_CPU == 1e-4
+    tpu = cache_report.fp32_cache_tolerance("tpu")
+    assert tpu == numerics.tolerance("float32", backend="tpu", precision="HIGHEST") == 5e-4
+    assert "HIGHEST" in tpu.reason
+
+
+def _scaled_cache_error(report):
+    # the app's check: max |Δ logit| / max(max |logit|, 1)
+    return report["fp32_cache_vs_full_forward_max_abs"] / max(
+        1.0, report["full_forward_max_abs_logit"]
+    )
+
+
+@pytest.mark.cpu_only(
+    "it emulates a TPU's full forward pass on the CPU beside a float32 decode and holds the "
+    "pair to the CPU's bound; on a chip both run on the TPU itself, and the app's check judges "
+    "them there at the HIGHEST bound"
+)
+def test_fp32_cache_vs_full_forward_holds_on_an_emulated_tpu_and_a_cache_bug_fails(
+    model, monkeypatch
+):
+    # The check "fp32 cache vs full forward pass" on a TPU: the full pass's matmuls on the MXU
+    # (emulated), the cache's decode left in float32, as a TPU may run its one-row products
+    # (jax#16349). At DEFAULT that pair differs by a bfloat16 rounding (the v5e chip: 2.7e-3
+    # against the bound 1e-4); the report runs both at HIGHEST and holds even the CPU's bound,
+    # and an off-by-one cache slot still fails the TPU's bound.
+    documents = data.load_corpus(TINY).heldout
+    tokens = cache_report.heldout_windows(documents, 20, 2)
+    on_the_cpu = transformer.forward
+    monkeypatch.setattr(transformer, "forward", tpu_emulation.emulate(on_the_cpu))
+    with jax.default_matmul_precision("default"):  # the lesson's own precision
+        one_pass = np.asarray(transformer.forward(model, tokens))
+        cached = kv_cache.teacher_forced_logits_BTV(model, tokens, "fp32", 5, 20)
+        scale = max(1.0, float(np.abs(one_pass).max()))
+        old_check = numerics.max_abs_error(one_pass, cached) / scale
+        assert old_check > 10 * cache_report.FP32_CACHE_VS_FULL_CPU  # the old check fails
+        # windows of (2, 20) prefilled 5 and capacity 20: the programs of the tests above
+        kwargs = dict(n_tokens=19, max_windows=2, prefill_len=5, gen_tokens=1, prompts=["d"])
+        report = cache_report.cache_report(model, documents, **kwargs)
+        assert _scaled_cache_error(report) <= cache_report.fp32_cache_tolerance("cpu")
+
+        on_the_cpu_decode = kv_cache.decode
+
+        def off_by_one_slot(model, token_B, cache):
+            back = dataclasses.replace(cache, length_B=cache.length_B - 1)
+            return on_the_cpu_decode(model, token_B, back)
+
+        monkeypatch.setattr(kv_cache, "decode", off_by_one_slot)
+        buggy = cache_report.cache_report(model, documents, **kwargs)
+    assert _scaled_cache_error(buggy) > 10 * cache_report.fp32_cache_tolerance("tpu")

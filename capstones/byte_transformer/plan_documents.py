@@ -237,7 +237,7 @@ class CacheReport(Document):
     gen_tokens: int
     backend: str
     full_forward_loss: float
-    fp32_cache_vs_full_forward_max_abs: float
+    fp32_cache_vs_full_forward_max_abs: float  # both at HIGHEST matmul precision
     full_forward_max_abs_logit: float
     targets: dict[str, float]
     rows: list[CacheRow]

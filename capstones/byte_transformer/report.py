@@ -356,7 +356,8 @@ def _cache_section(cache: dict, report: dict) -> list[str]:
         f"{cache['data']['windows']} held-out windows x {cache['data']['window_tokens']} bytes "
         f"(prefill {cache['data']['prefill_len']}, then decode), greedy generation of "
         f"{cache['gen_tokens']} bytes from {len(cache['prompts'])} prompts. The fp32 cache vs "
-        f"the full forward pass: max |Δ logit| {cache['fp32_cache_vs_full_forward_max_abs']:.2g}.",
+        "the full forward pass, both at HIGHEST matmul precision: max |Δ logit| "
+        f"{cache['fp32_cache_vs_full_forward_max_abs']:.2g}.",
         "",
         md_table([{k: row.get(k) for k in keys} for row in cache["rows"]]),
     ]

@@ -425,16 +425,28 @@ class Child:
     def call(self, *args, **kwargs):
         """The learner's function on ``args``: its return value, rebuilt here; its exception
         as a LearnerError; any other end as Stopped."""
+        devices = self._wire_devices([*args, *kwargs.values()])
         message = {
             "op": "call",
-            "args": [wire.encode(a, self._devices) for a in args],
-            "kwargs": {k: wire.encode(v, self._devices) for k, v in kwargs.items()},
+            "args": [wire.encode(a, devices) for a in args],
+            "kwargs": {k: wire.encode(v, devices) for k, v in kwargs.items()},
         }
         value = self._request(message)
         try:
-            return wire.decode(value.model_dump(), self._devices)
+            return wire.decode(value.model_dump(), devices)
         except Exception as error:  # valid JSON that does not rebuild (shards that lie)
             raise self._stop("malformed", f"its return value does not rebuild: {error}") from None
+
+    def _wire_devices(self, values) -> list:
+        """The devices the child's device i stands for in this call: those of the platform a
+        mesh among ``values`` is built on (an item builds its mesh on the CPU's devices where
+        the default backend has too few: bank.common.mesh_devices), else the default's."""
+        import jax
+
+        for value in values:
+            if isinstance(value, jax.sharding.Mesh):
+                return list(jax.devices(value.devices.flat[0].platform))
+        return self._devices
 
     def _request(self, message: dict):
         started = time.monotonic()  # the clock runs while the answer's process works only

@@ -93,8 +93,11 @@ def count(tree) -> int:
 
 
 def delta(adapter: dict, scale, shape) -> jax.Array:
-    """scale * a_IR @ b_RO, in the kernel's shape (float32)."""
-    return (scale * (jnp.asarray(adapter["a_IR"]) @ jnp.asarray(adapter["b_RO"]))).reshape(shape)
+    """scale * a_IR @ b_RO, in the kernel's shape (float32), its matmul at HIGHEST precision:
+    at a TPU's DEFAULT (one bfloat16 pass) the merged kernels were off by 0.00288 of their
+    scale on a v5e, and the merged model's logits by 0.0111 of theirs from base + adapter."""
+    a_IR, b_RO = jnp.asarray(adapter["a_IR"]), jnp.asarray(adapter["b_RO"])
+    return (scale * jnp.matmul(a_IR, b_RO, precision=jax.lax.Precision.HIGHEST)).reshape(shape)
 
 
 def _replace(params: dict, layer: int, name: str, value) -> dict:

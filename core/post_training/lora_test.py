@@ -122,3 +122,42 @@ def test_merged_vs_adapter_logits_hold_on_an_emulated_tpu_only_at_highest(params
     assert numerics.scaled_max_error(*pinned) <= cpu < tpu
     wrong_scale = lora.merged_and_adapter_logits(merged, params, adapters, 2.0, tokens)
     assert numerics.scaled_max_error(*wrong_scale) > 10 * tpu
+
+
+def test_merge_on_an_emulated_tpu_keeps_the_merged_logits_within_the_highest_bound(
+    params, monkeypatch
+):
+    # The merge itself on a TPU's MXU, emulated: its A @ B must not run at DEFAULT (one
+    # bfloat16 pass), or the merged kernels are off by ~4e-3 and the merged model's logits by
+    # ~2e-2 of base + adapter (the v5e chip: 0.0111), past the TPU's HIGHEST bound. A wrong
+    # scale in the merge still fails that bound.
+    import functools
+
+    from core.perf import tpu_emulation
+
+    adapters = _random_adapters(params, 2, lora.ATTENTION + lora.MLP)
+    tokens = np.asarray(jax.random.randint(jax.random.key(2), (3, 9), 0, 256))
+    on_the_cpu = lora.delta
+
+    def delta_on_a_tpu(adapter, scale, shape):
+        return tpu_emulation.emulate(functools.partial(on_the_cpu, shape=shape))(adapter, scale)
+
+    def errors(merge_scale):
+        with monkeypatch.context() as patched, jax.default_matmul_precision("default"):
+            patched.setattr(lora, "delta", delta_on_a_tpu)
+            merged, _ = lora.merge(params, adapters, merge_scale)
+        kernels = max(
+            numerics.scaled_max_error(lora.kernel(merged, int(k.split(".")[0]), k.split(".")[1]), w)
+            for k, w in lora.merged_reference(params, adapters, 4.0).items()
+        )
+        logits = tpu_emulation.emulate(
+            lambda m, b, a, t: lora.merged_and_adapter_logits(m, b, a, 4.0, t)
+        )(merged, params, adapters, tokens)
+        return kernels, numerics.scaled_max_error(*logits)
+
+    cpu = numerics.tolerance("float32", backend="cpu", precision="HIGHEST")
+    tpu = numerics.tolerance("float32", backend="tpu", precision="HIGHEST")
+    kernels, logits = errors(4.0)
+    assert kernels <= cpu and logits <= cpu < tpu
+    wrong_kernels, wrong_logits = errors(2.0)
+    assert wrong_kernels > 10 * tpu and wrong_logits > 10 * tpu

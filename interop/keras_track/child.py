@@ -37,6 +37,9 @@ TIMEOUT_S = keras_bridge.WORKER_TIMEOUT_S
 STDERR_LINES = 6  # the end of a failed child's stderr shown in its WorkerError
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 WorkerError = keras_bridge.WorkerError
+# The float32 tolerance for what the children computed alone (they run on the CPU, whatever
+# this process runs on: keras_bridge.CHILD_PLATFORM).
+FLOAT32 = keras_bridge.CHILD_FLOAT32
 # Opt-in for a jax child that runs a small model once (``fast_compile=True``): Keras on jax
 # compiles every eager op and every initializer (one threefry program per weight shape), and
 # XLA's CPU optimizer dominates that: these flags cut DigitsNet's build to a fraction of its
@@ -61,7 +64,7 @@ def child_env(backend: str, fast_compile: bool = False) -> dict[str, str]:
     return runtime.child_env(
         **extra,
         KERAS_BACKEND=backend,
-        JAX_PLATFORMS="cpu",
+        JAX_PLATFORMS=keras_bridge.CHILD_PLATFORM,
         JAX_NUM_CPU_DEVICES=os.environ.get("JAX_NUM_CPU_DEVICES", str(runtime.DEFAULT_CPU_DEVICES)),
         TF_CPP_MIN_LOG_LEVEL="3",
         CUDA_VISIBLE_DEVICES="",

@@ -2,10 +2,12 @@
 loss-after-N-steps bound over several seeds: one worker per backend runs every case."""
 
 import dataclasses
+import importlib
 
 import numpy as np
 import pytest
 
+from core import numerics
 from interop.keras_track import models, parity, runner
 
 STEPS = 20
@@ -94,6 +96,33 @@ def test_timing_and_curves(runs):
     assert [r["backend"] for r in rows] == list(runner.BACKENDS)
     assert all(r["ms per step (median, CPU)"] > 0 for r in rows)
     assert len(parity.curve_rows(by_backend)) == 3 * STEPS
+
+
+def test_a_tpu_parent_judges_the_workers_cpu_numbers_at_the_cpu_tolerance(runs, monkeypatch):
+    # The v5e chip run (one process, the TPU already started): the parent's own float32 bound
+    # was the bfloat16 one, so the mask contrast asked for 100 x 0.02 and failed, though the
+    # workers had computed on the CPU (JAX_PLATFORMS=cpu) and matched NumPy to 1e-7. parity,
+    # imported in a process that holds a TPU, judges the workers' numbers at the CPU's bound:
+    # the contrast holds, the table's rows are held at 1e-5, and a dropped mask still fails.
+    case, by_backend = runs["tf_s0"]
+    cpu = numerics.tolerance("float32", backend="cpu")
+    monkeypatch.setattr(numerics, "computed_backend", lambda: "tpu")
+    assert numerics.tolerance("float32") == numerics.TOLERANCE["bfloat16"]  # the parent's own
+    try:
+        on_a_tpu = importlib.reload(parity)
+        assert on_a_tpu.FLOAT32 == cpu
+        facts = on_a_tpu.mask_facts(case.spec, case.weights, case.data, by_backend)
+        assert len(facts) == len(runner.BACKENDS) and all(facts.values()), facts
+        result = on_a_tpu.table(by_backend, on_a_tpu.reference(case.spec, case.weights, case.data))
+        held = [r for r in result.rows if not r.quantity.startswith("loss over")]
+        assert result.passed and held and all(r.tolerance == cpu for r in held)
+        x = case.data["x_probe"]
+        unmasked = models.forward_reference(case.spec, case.weights, x, causal=False)
+        dropped = {"jax": dataclasses.replace(by_backend["jax"], outputs=unmasked)}
+        assert not any(on_a_tpu.mask_facts(case.spec, case.weights, case.data, dropped).values())
+    finally:
+        monkeypatch.undo()
+        importlib.reload(parity)
 
 
 # The track's chaotic corners (issue 36): keras_tiny_mlp and keras_train_eval_step at their

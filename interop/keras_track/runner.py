@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from core import runtime
-from interop import weights_file
+from interop import keras_bridge, weights_file
 from interop.keras_track import models, worker
 
 BACKENDS = worker.BACKENDS
@@ -121,7 +121,7 @@ def start_worker(document: worker.JobFile, folder: pathlib.Path, env_backend: st
     job_path.write_text(document.model_dump_json(indent=1))
     env = runtime.child_env(
         KERAS_BACKEND=backend,
-        JAX_PLATFORMS="cpu",
+        JAX_PLATFORMS=keras_bridge.CHILD_PLATFORM,
         TF_CPP_MIN_LOG_LEVEL="3",
         CUDA_VISIBLE_DEVICES="",
         PYTHONPATH=runtime.python_path(_ROOT),

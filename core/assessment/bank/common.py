@@ -1,6 +1,7 @@
 """What the items of several phases share: running the program an item shows (``run_source``
 keeps what it prints, ``run_program`` swallows it and can profile it), formatting its arrays,
-drawing an option with the item's own generator, citing the sources of spec figures."""
+drawing an option with the item's own generator, citing the sources of spec figures, and the
+devices an item's mesh is built on (``mesh_devices``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,33 @@ from typing import Any
 import numpy as np
 
 from core.tpu import specs
+
+
+def mesh_devices(count: int) -> tuple[list, str]:
+    """(the devices to build an item's mesh of ``count`` on, a note for its prompt): the default
+    backend's when it has ``count``, with no note; else the CPU backend's when it has them (a
+    TPU host with one chip has the lab's 8 virtual CPU devices beside it: runtime.
+    use_cpu_devices), with a note saying so; else ([], ""), too few everywhere. A block's
+    shape, a collective's bytes and a sharded step's result depend on the mesh's shape, not
+    on the kind of device it is built of."""
+    import jax
+
+    default = list(jax.devices())
+    if len(default) >= count:
+        return default, ""
+    try:
+        cpu = list(jax.devices("cpu"))
+    except RuntimeError:  # JAX_PLATFORMS leaves the CPU backend out
+        cpu = []
+    if len(cpu) < count:
+        return [], ""
+    note = (
+        f"this process's default backend ({jax.default_backend().upper()}) has {len(default)} "
+        f"device{'s' if len(default) != 1 else ''}, so the {count}-device mesh is built on "
+        f"this host's {len(cpu)} CPU devices (what is asked depends on the mesh's shape, not on "
+        "the kind of device)"
+    )
+    return cpu, note
 
 
 def run_source(source: str) -> tuple[dict[str, Any], str]:

@@ -11,6 +11,7 @@ import functools
 import jax
 import numpy as np
 
+from core.assessment.bank.common import mesh_devices
 from core.assessment.items import CodeItem, Feedback, HiddenTest, Item, PredictItem, SelfCheck
 from core.distributed import collectives, sharding
 
@@ -90,12 +91,14 @@ class AllReduceBytes(PredictItem):
 
     @functools.cache  # noqa: B019 (module-level singleton; a seed's HLO is fixed)
     def hlo_evidence(self, seed: int) -> tuple[str, bool]:
-        """Compile ``lax.psum`` of this gradient on a CPU mesh of min(D, devices) and read
-        the all-reduce in the compiled HLO (abstract inputs: nothing is allocated)."""
+        """Compile ``lax.psum`` of this gradient on a CPU mesh of min(D, CPU devices) and read
+        the all-reduce in the compiled HLO (abstract inputs: nothing is allocated). The CPU's
+        devices whatever the default backend is: the text says what XLA:CPU compiles."""
         params = self.seeded(seed)[0]
         n, dtype = params["parameters"], params["dtype"]
-        size = min(params["devices"], len(jax.devices()))
-        mesh = sharding.make_mesh((size,), (collectives.AXIS,))
+        cpu = jax.devices("cpu")
+        size = min(params["devices"], len(cpu))
+        mesh = sharding.make_mesh((size,), (collectives.AXIS,), cpu)
         spec = jax.ShapeDtypeStruct(
             (size, n), dtype, sharding=jax.sharding.NamedSharding(mesh, P(collectives.AXIS))
         )
@@ -199,14 +202,14 @@ class ShardedStep(CodeItem):
     mesh_sizes = (4, 2)
 
     def prompt(self, seed):
-        available = len(jax.devices())
-        note = (
-            ""
-            if available >= max(self.mesh_sizes)
-            else f"\n\n**This process has {available} devices**: the tests need 4 "
-            "(start Python with JAX_NUM_CPU_DEVICES=8); a test whose mesh does not fit says "
-            "so and fails."
-        )
+        available, where = mesh_devices(max(self.mesh_sizes))
+        note = f"\n\n*The course's own solution is checked here: {where}.*" if where else ""
+        if not available:
+            note = (
+                f"\n\n**This process has {len(jax.devices())} devices**: the tests need 4 "
+                "(start Python with JAX_NUM_CPU_DEVICES=8); a test whose mesh does not fit "
+                "says so and fails."
+            )
         return (
             "Complete `sharded_sgd_step`: one data-parallel SGD step of the linear regression "
             'in its docstring, with `jax.shard_map` over the mesh axis `"data"`: each device '
@@ -276,15 +279,18 @@ class ShardedStep(CodeItem):
             devices = case["devices"]
             rows, features = case["batch"]["x"].shape
             name = f"{devices} devices, B={rows}, F={features}, O={case['batch']['y'].shape[1]}"
-            if devices > len(jax.devices()):
+            # on the CPU's devices where the default backend has too few (a one-chip TPU host)
+            on, _where = mesh_devices(devices)
+            if not on:
                 tests.append(
                     HiddenTest(name, False, f"needs {devices} devices; {len(jax.devices())} here")
                 )
                 continue
-            mesh = sharding.make_mesh((devices,), ("data",))
-            params = {k: jax.numpy.asarray(v) for k, v in case["params"].items()}
-            batch = {k: jax.numpy.asarray(v) for k, v in case["batch"].items()}
-            out = function(params, batch, mesh, case["learning_rate"])
+            mesh = sharding.make_mesh((devices,), ("data",), on)
+            with jax.default_device(on[0]):
+                params = {k: jax.numpy.asarray(v) for k, v in case["params"].items()}
+                batch = {k: jax.numpy.asarray(v) for k, v in case["batch"].items()}
+                out = function(params, batch, mesh, case["learning_rate"])
             expected = _sgd_reference(case["params"], case["batch"], case["learning_rate"])
             if not isinstance(out, dict) or set(out) != {"w", "b"}:
                 tests.append(HiddenTest(name, False, f"expected a dict with w and b, got {out!r}"))

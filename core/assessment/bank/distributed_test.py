@@ -4,6 +4,8 @@ names the factor."""
 
 from __future__ import annotations
 
+import jax
+
 from core.assessment.bank import distributed
 from core.assessment.items import rng
 
@@ -39,3 +41,22 @@ def test_sharded_step_feedback_names_the_factor():
     source = planted["no collective: each device steps on its own shard's gradient"]
     messages = " ".join(t.message for t in item.run_tests(3, source))
     assert "differ from device 0's" in messages
+
+
+def test_a_one_chip_host_builds_the_meshes_on_the_cpu_devices(monkeypatch):
+    # A TPU host with one chip: the default backend has 1 device, the CPU backend the lab's 8.
+    # The sharded step's hidden tests run the course's solution (in this process) and the stub
+    # (in the answer's process) on a CPU mesh, and the all-reduce evidence is compiled for the
+    # CPU's devices, as its text says: the self-checks hold.
+    real = jax.devices
+    monkeypatch.setattr(
+        jax, "devices", lambda backend=None: real("cpu") if backend == "cpu" else real()[:1]
+    )
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    step = distributed.ShardedStep()
+    assert "8 CPU devices" in step.prompt(5)
+    check = step.self_check(5)
+    assert all(check.facts.values()) and check.facts, check.facts
+    allreduce = distributed.AllReduceBytes()
+    check = allreduce.self_check(5)
+    assert all(check.facts.values()) and max(check.errors.values()) <= 1e-9, check

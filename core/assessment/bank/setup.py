@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.assessment.bank.common import mesh_devices
 from core.assessment.items import Item, PredictItem, Question, rng
 from core.distributed import sharding
 
@@ -85,8 +86,9 @@ class ShardShape(PredictItem):
 
     def prompt(self, params):
         mesh_shape, names = params["mesh_shape"], params["axis_names"]
-        note = ""
-        if len(jax.devices()) < MESH_DEVICES:
+        devices, where = mesh_devices(MESH_DEVICES)
+        note = f"\n\n*Checked live: {where}.*" if where else ""
+        if not devices:
             note = (
                 f"\n\n*This item needs {MESH_DEVICES} devices and this process has "
                 f"{len(jax.devices())}: start it with `JAX_NUM_CPU_DEVICES=8` to have it "
@@ -105,7 +107,7 @@ class ShardShape(PredictItem):
         )
 
     def question(self, seed):
-        if len(jax.devices()) >= MESH_DEVICES:
+        if mesh_devices(MESH_DEVICES)[0]:
             return super().question(seed)
         # Too few devices to compute it live: show the question and say why it cannot be
         # checked here (grading raises the ValueError of ``live``).
@@ -114,13 +116,13 @@ class ShardShape(PredictItem):
         return Question(prompt, hint, tolerance=self.tolerance_text())
 
     def live(self, params):
-        devices = jax.devices()
-        if len(devices) < MESH_DEVICES:
+        devices, _where = mesh_devices(MESH_DEVICES)  # the CPU's where the default has too few
+        if not devices:
             raise ValueError(
                 f"{self.id} places an array on {MESH_DEVICES} devices; this process has "
-                f"{len(devices)}. Set JAX_NUM_CPU_DEVICES=8 before JAX starts."
+                f"{len(jax.devices())}. Set JAX_NUM_CPU_DEVICES=8 before JAX starts."
             )
-        mesh = sharding.make_mesh(params["mesh_shape"], params["axis_names"])
+        mesh = sharding.make_mesh(params["mesh_shape"], params["axis_names"], devices)
         spec = jax.sharding.PartitionSpec(*params["entries"])
         x = jax.device_put(
             np.zeros(params["shape"], dtype=jnp.dtype(params["dtype"])),  # host data: no compile

@@ -77,3 +77,27 @@ def test_shard_shape_refuses_too_few_devices(monkeypatch):
         item.live(params)
     assert "needs 4 devices" in item.prompt(params)
     assert "needs 4 devices" in item.question(1234).prompt  # a seed not computed yet
+
+
+def test_shard_shape_on_a_one_chip_host_is_checked_on_the_cpu_devices(monkeypatch):
+    # A TPU host with one chip (the v5e chip run: "places an array on 4 devices; this process
+    # has 1"): the default backend has 1 device, the CPU backend beside it the lab's 8. The
+    # item builds its mesh there, says so, and its self-check holds.
+    real = jax.devices
+    monkeypatch.setattr(
+        jax, "devices", lambda backend=None: real("cpu") if backend == "cpu" else real()[:1]
+    )
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    params = {
+        "shape": (32, 48, 16),
+        "dtype": "bfloat16",
+        "mesh_shape": (2, 2),
+        "axis_names": ("data", "model"),
+        "entries": ("data", None, "model"),
+    }
+    assert ITEM.live(params) == (16, 48, 8) == ITEM.derive(params)[0]
+    prompt = ITEM.prompt(params)
+    assert "default backend (TPU) has 1 device," in prompt and "8 CPU devices" in prompt
+    assert "needs 4 devices" not in ITEM.question(1234).prompt
+    for seed in range(5):
+        assert ITEM.self_check(seed).errors == {f"{ITEM.id}: library vs derivation": 0.0}
