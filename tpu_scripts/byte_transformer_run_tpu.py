@@ -72,6 +72,8 @@ import sys
 import threading
 import time
 
+from tpu_scripts import flash_vs_jax  # standard library only: the driver starts no backend
+
 CHILD_ENV = "BYTE_TRANSFORMER_RUN_CHILD"
 EXIT_REFUSED = 3
 RESULT_FILES = {True: "tpu_result.json", False: "cpu_rehearsal_result.json"}
@@ -87,18 +89,6 @@ PART_CAP_S = {"train": 150, "resume": 80, "highest": 80, "decode": 120, "record"
 PART_MIN_S = {"train": 60, "resume": 50, "highest": 50, "decode": 70, "record": 25}
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(item) for item in text.split(",") if item]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python tpu_scripts/byte_transformer_run_tpu.py",
@@ -111,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ckpt-every", type=int, default=1000, help="checkpoint period")
     parser.add_argument("--resume-step", type=int, default=0, help="C (0: last before the end)")
     parser.add_argument("--compare-steps", type=int, default=50, help="CPU-vs-TPU steps")
-    parser.add_argument("--contexts", type=_ints, default=[512, 2048], help="decode prompts")
+    parser.add_argument(
+        "--contexts", type=flash_vs_jax.positive_ints, default=[512, 2048], help="decode prompts"
+    )
     parser.add_argument("--new-tokens", type=int, default=128, help="greedy bytes per prompt")
     parser.add_argument("--repeats", type=int, default=5, help="timed decode calls (median)")
     parser.add_argument("--budget-s", type=float, default=470.0, help="wall-clock budget")

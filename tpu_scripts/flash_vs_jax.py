@@ -52,7 +52,8 @@ TINY = {
 }
 
 
-def _ints(text: str) -> list[int]:
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: "512,2048" -> [512, 2048]; every value >= 1."""
     try:
         values = [int(item) for item in text.split(",") if item]
     except ValueError:
@@ -72,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", required=True, help="the result JSON file")
     parser.add_argument("--budget-s", type=float, default=420.0, help="wall-clock cap")
-    parser.add_argument("--seq-lens", type=_ints, default=[8192, 4096, 2048, 16384])
-    parser.add_argument("--blocks", type=_ints, default=[128, 256, 512, 1024])
+    parser.add_argument("--seq-lens", type=positive_ints, default=[8192, 4096, 2048, 16384])
+    parser.add_argument("--blocks", type=positive_ints, default=[128, 256, 512, 1024])
     parser.add_argument("--kernels", default="this,jax_flash,splash,xla")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=8)

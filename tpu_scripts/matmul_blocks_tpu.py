@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", required=True, help="the result JSON file")
     parser.add_argument("--budget-s", type=float, default=60.0, help="wall-clock cap")
-    parser.add_argument("--sizes", type=flash_vs_jax._ints, default=list(matmul_sweep.SIZES))
+    parser.add_argument(
+        "--sizes", type=flash_vs_jax.positive_ints, default=list(matmul_sweep.SIZES)
+    )
     parser.add_argument("--blocks", type=_blocks, default=_blocks(default_blocks))
     parser.add_argument("--calls", type=int, default=15, help="timed calls (median)")
     parser.add_argument("--warmup", type=int, default=2)

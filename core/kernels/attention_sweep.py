@@ -107,9 +107,7 @@ def row(
     if status == "ok" and not seconds:
         raise ValueError("an 'ok' row needs its timed calls")
     b, h, _, d = shape
-    median = float(np.median(seconds)) if seconds else None
     flops = causal_flops(b, h, t, d, backward=pass_ == "forward_backward")
-    rate = flops / median if median else None
     return {
         "kernel": kernel,
         "pass": pass_,
@@ -117,13 +115,25 @@ def row(
         "block_q": block_q,
         "block_k": block_k,
         "status": status,
+        **timing_fields(seconds, compile_s, flops, peak_flops),
+        "reason": reason,
+    }
+
+
+def timing_fields(
+    seconds: Sequence[float], compile_s: float | None, flops: float, peak_flops: float | None
+) -> dict:
+    """A sweep row's timing: calls, the median of ``seconds`` (None without calls), compile
+    seconds, ``flops`` per call, TFLOP/s and the fraction of ``peak_flops`` (None without)."""
+    median = float(np.median(seconds)) if seconds else None
+    rate = flops / median if median else None
+    return {
         "calls": len(seconds),
         "median_s": median,
         "compile_s": compile_s,
         "flops": flops,
         "tflops_per_s": rate / 1e12 if rate else None,
         "fraction_of_peak": rate / peak_flops if rate and peak_flops else None,
-        "reason": reason,
     }
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from core import numerics
+from core.kernels import attention_sweep
 
 KERNELS = ("pallas", "xla")
 STATUSES = ("ok", "error", "skipped")
@@ -97,9 +98,6 @@ def row(
     if status == "ok" and not seconds:
         raise ValueError("an 'ok' row needs its timed calls")
     bm, bk, bn = blocks
-    median = float(np.median(seconds)) if seconds else None
-    flops = matmul_flops(n)
-    rate = flops / median if median else None
     return {
         "kernel": kernel,
         "N": n,
@@ -107,12 +105,7 @@ def row(
         "bk": bk,
         "bn": bn,
         "status": status,
-        "calls": len(seconds),
-        "median_s": median,
-        "compile_s": compile_s,
-        "flops": flops,
-        "tflops_per_s": rate / 1e12 if rate else None,
-        "fraction_of_peak": rate / peak_flops if rate and peak_flops else None,
+        **attention_sweep.timing_fields(seconds, compile_s, matmul_flops(n), peak_flops),
         "reason": reason,
     }
 
