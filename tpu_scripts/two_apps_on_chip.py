@@ -202,16 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
-    print(f"held chip: exit {held['returncode']}, {summary(held)['backend']}", flush=True)
+    held = {**summary(held), "problems": judge(held, pid)}
+    print(f"held chip: exit {held['returncode']}, {held['backend']}", flush=True)
     released = run_app(script, out / "released")
-    print(f"free chip: exit {released['returncode']}, {summary(released)['backend']}", flush=True)
+    released = {**summary(released), "problems": judge(released, None)}
+    print(f"free chip: exit {released['returncode']}, {released['backend']}", flush=True)
+    words = sys.argv[1:] if argv is None else argv
     document = {
-        "command": "python -m tpu_scripts.two_apps_on_chip " + " ".join(sys.argv[1:]),
+        "command": "python -m tpu_scripts.two_apps_on_chip " + " ".join(words),
         "app": script.stem,
         "device_kind": kind,
         "holder_pid": pid,
-        "held": {**summary(held), "problems": judge(held, pid)},
-        "released": {**summary(released), "problems": judge(released, None)},
+        "held": held,
+        "released": released,
     }
     behaved = not document["held"]["problems"] and not document["released"]["problems"]
     document["behaved"] = behaved

@@ -76,3 +76,31 @@ def test_the_holder_source_is_valid_python_that_holds_until_stdin_closes():
     assert holder.poll() is None  # still holding
     holder.stdin.close()
     assert holder.wait(timeout=60) == 0
+
+
+def test_the_flow_judges_both_runs_and_keeps_the_command_it_was_given(tmp_path, monkeypatch):
+    # the processes stubbed (no chip here): a held run on the CPU with the notice, then a free
+    # run on the TPU; the document keeps each run's summary, its problems and the argv given
+    import json
+
+    class Holder:
+        class stdin:  # noqa: N801 - stands in for the pipe
+            close = staticmethod(lambda: None)
+
+        wait = staticmethod(lambda timeout: 0)
+
+    runs = iter([a_run(), a_run(backend="tpu", stderr="")])
+    script = tmp_path / "app.py"
+    script.write_text("")
+    monkeypatch.setattr(runtime, "host_has_tpu", lambda: True)
+    monkeypatch.setattr(runtime, "busy_tpu", lambda: None)
+    monkeypatch.setattr(two, "start_holder", lambda: (Holder, HOLDER, "TPU v5 lite"))
+    monkeypatch.setattr(two, "run_app", lambda script, out: next(runs))
+    argv = ["--app", str(script), "--out", str(tmp_path / "out")]
+    assert two.main(argv) == two.EXIT_BEHAVED
+    document = json.loads((tmp_path / "out" / "two_apps.json").read_text())
+    assert document["behaved"] and document["command"].endswith(" ".join(argv))
+    assert document["held"]["backend"] == "cpu" and document["held"]["notice"] == NOTICE
+    assert document["released"] == {**document["released"], "backend": "tpu", "problems": []}
+    runs = iter([a_run(backend="tpu"), a_run(backend="tpu", stderr="")])  # held, yet on the TPU
+    assert two.main(argv) == two.EXIT_MISBEHAVED
