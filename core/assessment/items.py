@@ -16,6 +16,9 @@ always computed, never typed in:
   limits, no access to the course's files where the kernel has Landlock); the hidden tests
   run in the grader and call it there.
 
+A live value and the hidden tests are computed on the host's CPU (``on_grading_backend``),
+where a learner's code runs too: the same keys and verdicts on a TPU host as on a laptop.
+
 Answers have one of three Python types: a float (predict, ``answer_type="number"``), a list
 of ints (predict, ``answer_type="shape"``), or a str (a choice id, or Python source).
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -45,6 +49,27 @@ Answer = float | list[int] | str
 def rng(item_id: str, seed: int) -> np.random.Generator:
     """The item's own generator for a learner seed: items never share a stream."""
     return np.random.default_rng([int(seed), zlib.crc32(item_id.encode())])
+
+
+@contextlib.contextmanager
+def on_grading_backend():
+    """Run what is inside on the host's CPU (``jax.default_device``), whatever JAX's default
+    backend is: the backend a learner's code runs on (sandbox.Child starts its process with
+    JAX_PLATFORMS=cpu), so the course's own sources face the hidden tests where a learner's
+    answer does, and an answer key is the same number on every host. On a TPU host the
+    default backend computes float32 matmuls in bfloat16 passes and transcendentals with the
+    chip's own approximations: a reference judged there at the CPU's float32 tolerance failed
+    (the chip run of 2026-12-06), and a key computed there differs in its last bits. Where
+    JAX's CPU backend is left out (JAX_PLATFORMS=tpu), the default device: the checks say so
+    by failing, never by loosening."""
+    import jax
+
+    try:
+        device = jax.devices("cpu")[0]
+    except RuntimeError:  # JAX_PLATFORMS leaves the CPU backend out
+        device = None
+    with contextlib.nullcontext() if device is None else jax.default_device(device):
+        yield device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,10 +183,14 @@ class PredictItem(Item):
 
     @functools.cache  # noqa: B019 (items are module-level singletons; a seed's values are fixed)
     def seeded(self, seed: int) -> tuple[dict[str, Any], Any, Any, str]:
-        """(params, live value, derived value, derivation) for one seed, computed once."""
+        """(params, live value, derived value, derivation) for one seed, computed once; the
+        live value on the host's CPU (``on_grading_backend``): the answer key does not depend
+        on the host."""
         params = self.params(rng(self.id, seed))
         derived, derivation = self.derive(params)
-        return params, self.live(params), derived, derivation
+        with on_grading_backend():
+            live = self.live(params)
+        return params, live, derived, derivation
 
     def tolerance_text(self) -> str:
         if self.answer_type == "shape":
@@ -445,6 +474,12 @@ class CodeItem(Item):
         return _cached_run(self, seed, source)
 
     def _run_now(self, seed: int, source: str, limits=None) -> Run:
+        # The hidden tests run on the host's CPU for every source: a learner's answer runs in
+        # a CPU-only process, and the course's own sources run here on the same backend.
+        with on_grading_backend():
+            return self._run_here_or_confined(seed, source, limits)
+
+    def _run_here_or_confined(self, seed: int, source: str, limits=None) -> Run:
         if source in self.course_sources():  # the course's own code: no need to confine it
             try:
                 function = self.load(source)

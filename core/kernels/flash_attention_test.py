@@ -24,19 +24,6 @@ from core import numerics
 from core.kernels import flash_attention, matmul, tiling
 from core.tpu import topology_compile
 
-INTERPRET_ON_THE_HOST = (
-    "Pallas interpret mode runs the kernel's semantics on the host's CPU, the same on every "
-    "host and run in CI; on a chip the 'tpu' variant compiles it through Mosaic"
-)
-MODES = [
-    pytest.param("interpret", id="interpret", marks=pytest.mark.cpu_only(INTERPRET_ON_THE_HOST)),
-    pytest.param(
-        "tpu",
-        id="tpu",
-        marks=pytest.mark.skipif(jax.default_backend() != "tpu", reason="needs a TPU"),
-    ),
-]
-
 # derandomize: CI draws the same examples every run (a failure is reproducible, not flaky);
 # no database: nothing is written beside the checkout.
 hypothesis.settings.register_profile(
@@ -177,7 +164,9 @@ def _with_examples(test):
     return test
 
 
-@pytest.mark.cpu_only(INTERPRET_ON_THE_HOST)  # jax's HLO interpreter, on the host's CPU
+@pytest.mark.cpu_only(
+    "jax's HLO interpreter runs the kernel on the host's CPU, the same on every host and run in CI"
+)
 @hypothesis.settings(CI)
 @_with_examples
 @hypothesis.given(cases())
@@ -185,7 +174,6 @@ def test_kernel_matches_references_property(case):
     assert failures(case) == {}, case
 
 
-@pytest.mark.parametrize("mode", MODES)
 class TestForward:
     # One case per class (float32 is TestBackward's): each compiles interpreted kernels, and
     # the property covers the shapes, blocks and flags.
@@ -208,7 +196,6 @@ class TestForward:
             assert matmul.races_found() is False  # the detector ran and found none
 
 
-@pytest.mark.parametrize("mode", MODES)
 class TestBackward:
     CASE = Case(1, 2, 16, 16, 16, 8, True, "float32", 4)
 
@@ -319,7 +306,6 @@ def _segmented_reference_float64(q, k, v, do, segment_ids):
     return p @ v, (ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ do)
 
 
-@pytest.mark.parametrize("mode", MODES)
 def test_segment_ids_mask_packed_documents(mode):
     """Causal + segment ids (packed documents, a padding tail of id 0) forward and gradients
     equal the float64 attention under tokenizer.segment_mask_BTS; k blocks wholly in another

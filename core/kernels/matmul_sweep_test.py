@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -86,8 +87,11 @@ def test_record_figures_keep_each_configuration_by_size_and_blocks():
 @pytest.mark.parametrize(("n", "blocks"), [(256, (128, 128, 128)), (256, (128, 256, 128))])
 def test_agreement_passes_the_kernel_and_fails_a_planted_mismatch(dtype, n, blocks):
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal((n, n)), dtype)
-    y = jnp.asarray(rng.standard_normal((n, n)), dtype)
+    # on the CPU's device, as it is judged (backend="cpu"): on a chip's TPU the interpreted
+    # kernel's float32 dot would be one bfloat16 pass
+    cpu = jax.devices("cpu")[0]
+    x = jax.device_put(jnp.asarray(rng.standard_normal((n, n)), dtype), cpu)
+    y = jax.device_put(jnp.asarray(rng.standard_normal((n, n)), dtype), cpu)
     result = matmul.matmul(x, y, *blocks, interpret=matmul.interpret_for("hlo"))
     found = matmul_sweep.agreement("pallas", result, x, y, dtype, backend="cpu")
     assert found["agrees"] and found["tolerance"] == numerics.TOLERANCE[dtype]

@@ -15,20 +15,6 @@ from core import numerics
 from core.kernels import matmul
 from core.tpu import topology_compile
 
-INTERPRET_ON_THE_HOST = (
-    "Pallas interpret mode runs the kernel's semantics on the host's CPU, the same on every "
-    "host and run in CI; on a chip the 'tpu' variant compiles it through Mosaic"
-)
-MODES = [
-    pytest.param("interpret", id="interpret", marks=pytest.mark.cpu_only(INTERPRET_ON_THE_HOST)),
-    pytest.param(
-        "tpu",
-        id="tpu",
-        marks=pytest.mark.skipif(jax.default_backend() != "tpu", reason="needs a TPU"),
-    ),
-]
-
-
 interpret_for = matmul.interpret_for  # the one mapping (flash_attention_test, the capstone)
 
 
@@ -59,7 +45,6 @@ def operands(m, k, n, seed=0, dtype=jnp.float32):
     )
 
 
-@pytest.mark.parametrize("mode", MODES)
 class TestAdd:
     @pytest.mark.parametrize(("shape", "block"), [((16, 256), (8, 128)), ((512,), (256,))])
     def test_matches_numpy(self, mode, shape, block):
@@ -69,7 +54,6 @@ class TestAdd:
         assert error <= numerics.tolerance("float32")
 
 
-@pytest.mark.parametrize("mode", MODES)
 class TestMatmulRowsCols:
     @pytest.mark.parametrize(
         ("mkn", "bm", "bn"), [((16, 128, 256), 8, 128), ((32, 64, 128), 16, 128)]
@@ -81,7 +65,6 @@ class TestMatmulRowsCols:
         assert error <= numerics.tolerance("float32")
 
 
-@pytest.mark.parametrize("mode", MODES)
 class TestMatmul:
     @pytest.mark.parametrize(
         ("mkn", "blocks", "dtype"),

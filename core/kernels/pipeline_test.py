@@ -10,17 +10,7 @@ from core import numerics
 from core.kernels import matmul, pipeline
 from core.tpu import topology_compile
 
-MODES = [
-    pytest.param("interpret", id="interpret"),
-    pytest.param(
-        "tpu",
-        id="tpu",
-        marks=pytest.mark.skipif(jax.default_backend() != "tpu", reason="needs a TPU"),
-    ),
-]
 
-
-@pytest.mark.parametrize("mode", MODES)
 class TestStreamMatmul:
     @pytest.mark.parametrize(
         ("rows", "chunk", "buffers", "dtype"),

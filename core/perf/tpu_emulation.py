@@ -1,18 +1,19 @@
 """Run any JAX function with its float32 matmuls computed the way a TPU's MXU computes them.
 
-A TPU runs a float32 ``dot_general`` as bfloat16 passes accumulated in float32, as many as the
-matmul's precision asks (DEFAULT 1, HIGH 3, HIGHEST 6; core.perf.precision.MXU_PASSES). A CPU
-computes it in float32 whatever the precision says. ``emulate(fn)`` traces ``fn`` to a jaxpr
-(where each dot_general carries the precision it was traced at: its ``precision=`` or the
-``jax.default_matmul_precision`` in force) and evaluates it with every float32 dot_general
-replaced by those bfloat16 passes, on any backend: a check that must hold on a TPU can be
-tried on a CPU. Everything else (tanh, exp, reductions) runs as this backend runs it, so this
-emulates the MXU, not a TPU's elementwise approximations. Matrix-vector products are emulated
-in bfloat16 passes too, where a TPU may run them in float32 (jax#16349): the cautious side.
+A TPU runs a float32 ``dot_general`` (and a float32 convolution, on the same MXU) as bfloat16
+passes accumulated in float32, as many as the precision asks (DEFAULT 1, HIGH 3, HIGHEST 6;
+core.perf.precision.MXU_PASSES). A CPU computes it in float32 whatever the precision says.
+``emulate(fn)`` traces ``fn`` to a jaxpr (where each dot_general and conv_general_dilated
+carries the precision it was traced at: its ``precision=`` or the
+``jax.default_matmul_precision`` in force) and evaluates it with every float32 one replaced by
+those bfloat16 passes, on any backend: a check that must hold on a TPU can be tried on a CPU.
+Everything else (tanh, exp, reductions) runs as this backend runs it, so this emulates the
+MXU, not a TPU's elementwise approximations. Matrix-vector products are emulated in bfloat16
+passes too, where a TPU may run them in float32 (jax#16349): the cautious side.
 
 Function calls (jit, custom_jvp/vjp, remat) are evaluated inline; scan, while and cond get
 their bodies rewritten. A primitive with any other sub-program (shard_map, pallas_call) is
-refused rather than run unemulated if it holds a matmul.
+refused rather than run unemulated if it holds a matmul or a convolution.
 """
 
 from __future__ import annotations
@@ -67,6 +68,36 @@ def mxu_dot_general(x, y, *, dimension_numbers, precision: str, preferred_elemen
     """``lax.dot_general`` of float32 operands as the MXU computes it at ``precision``: each
     operand split into bfloat16 terms, the term products of MXU_PASSES accumulated in float32
     (smallest first)."""
+
+    def product(a, b):
+        return lax.dot_general(
+            a,
+            b,
+            dimension_numbers,
+            precision=lax.Precision.HIGHEST,
+            preferred_element_type=jnp.float32,
+        )
+
+    out = _mxu_passes(x, y, precision, product)
+    return out.astype(preferred_element_type or jnp.float32)
+
+
+def mxu_conv(x, y, *, precision: str, **params):
+    """``lax.conv_general_dilated`` (its primitive's ``params``) of float32 operands as the MXU
+    computes it at ``precision``: a convolution is bilinear in its two operands, so it splits
+    into the same bfloat16 term products as a matmul."""
+    preferred = params.pop("preferred_element_type", None)
+    params["precision"] = (lax.Precision.HIGHEST, lax.Precision.HIGHEST)
+
+    def product(a, b):
+        return lax.conv_general_dilated_p.bind(a, b, preferred_element_type=jnp.float32, **params)
+
+    return _mxu_passes(x, y, precision, product).astype(preferred or jnp.float32)
+
+
+def _mxu_passes(x, y, precision: str, product):
+    """The float32 sum of ``product`` (bilinear, computed in float32) over the bfloat16 term
+    pairs MXU_PASSES[precision] takes of ``x`` and ``y``, smallest first."""
     pairs = precision_lib.MXU_PASSES[precision]
     count = 1 + max(max(pair) for pair in pairs)
     xs = precision_lib.bfloat16_terms(x, count)
@@ -78,15 +109,9 @@ def mxu_dot_general(x, y, *, dimension_numbers, precision: str, preferred_elemen
     ys = [t.astype(jnp.float32) for t in ys]
     out = None
     for i, j in reversed(pairs):
-        term = lax.dot_general(
-            xs[i],
-            ys[j],
-            dimension_numbers,
-            precision=lax.Precision.HIGHEST,
-            preferred_element_type=jnp.float32,
-        )
+        term = product(xs[i], ys[j])
         out = term if out is None else out + term
-    return out.astype(preferred_element_type or jnp.float32)
+    return out
 
 
 def _run(jaxpr, consts, args, default: str):
@@ -114,6 +139,12 @@ def _run(jaxpr, consts, args, default: str):
                     preferred_element_type=eqn.params.get("preferred_element_type"),
                 )
             ]
+        elif name == "conv_general_dilated" and all(
+            getattr(v.aval, "dtype", None) == jnp.float32 for v in eqn.invars
+        ):
+            params = dict(eqn.params)
+            level = precision_name(params.pop("precision"), default)
+            outs = [mxu_conv(*invals, precision=level, **params)]
         elif name in _INLINE and _INLINE[name] in eqn.params:
             sub = eqn.params[_INLINE[name]]
             sub_jaxpr, sub_consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, [])
@@ -142,8 +173,8 @@ def _as_list(eqn, outs) -> list:
 
 
 def _holds_dot(param) -> bool:
-    """Whether ``param`` is or holds a sub-program with a dot_general (scatter's combiner, say,
-    holds none: it runs as it is)."""
+    """Whether ``param`` is or holds a sub-program with a dot_general or a convolution (the
+    MXU's work; scatter's combiner, say, holds none: it runs as it is)."""
     if isinstance(param, (tuple, list)):
         return any(_holds_dot(p) for p in param)
     if isinstance(param, jex_core.ClosedJaxpr):
@@ -151,23 +182,24 @@ def _holds_dot(param) -> bool:
     if not isinstance(param, jex_core.Jaxpr):
         return False
     return any(
-        eqn.primitive.name == "dot_general" or any(_holds_dot(p) for p in eqn.params.values())
+        eqn.primitive.name in ("dot_general", "conv_general_dilated")
+        or any(_holds_dot(p) for p in eqn.params.values())
         for eqn in param.eqns
     )
 
 
 def _emulated_closed(closed, default: str):
-    """``closed`` (a ClosedJaxpr) rebuilt with its dot_generals emulated."""
+    """``closed`` (a ClosedJaxpr) rebuilt with its dot_generals and convolutions emulated."""
     avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in closed.jaxpr.invars]
     body = functools.partial(_run, closed.jaxpr, closed.consts, default=default)
     return jax.make_jaxpr(lambda *args: body(list(args)))(*avals)
 
 
 def emulate(fn, default: str = "DEFAULT"):
-    """``fn`` with every float32 matmul computed as a TPU's MXU computes it: at the precision
-    each matmul was traced at (its own ``precision=`` or ``jax.default_matmul_precision`` in
-    force when ``emulate(fn)(...)`` is called), ``default`` where that says DEFAULT or
-    nothing. Returns the same pytree ``fn`` returns; jitted."""
+    """``fn`` with every float32 matmul and convolution computed as a TPU's MXU computes it: at
+    the precision each was traced at (its own ``precision=`` or the
+    ``jax.default_matmul_precision`` in force when ``emulate(fn)(...)`` is called), ``default``
+    where that says DEFAULT or nothing. Returns the same pytree ``fn`` returns; jitted."""
 
     def emulated(*args, **kwargs):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)

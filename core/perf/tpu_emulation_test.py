@@ -38,6 +38,9 @@ def test_a_matmul_keeps_its_own_precision_and_others_dtypes_are_untouched():
 def test_batched_dots_gradients_and_control_flow_are_emulated():
     x, w = _operands(8, 32, 32)
     w = w / jnp.sqrt(32.0)  # unit gain, so float32 rounding is not amplified by the loop
+    # on the CPU's devices everywhere: the reference is float32 on the CPU (on a chip's TPU it
+    # would itself be one bfloat16 pass per dot, and "close" would be measured against that)
+    w, x = jax.device_put((w, x), jax.devices("cpu")[0])
 
     def program(w, x):
         y = jnp.einsum("bk,kn->bn", x, w)
@@ -69,3 +72,49 @@ def test_precision_names():
     assert name((jax.lax.Precision.DEFAULT, jax.lax.Precision.HIGHEST)) == "HIGHEST"
     with pytest.raises(ValueError, match="no MXU emulation"):
         name("ANY_F8_ANY_F8_F32")
+
+
+def _conv_same_float64(x_NHWI, w_HWIO):
+    """A 3x3 'SAME' convolution (cross-correlation, NHWC x HWIO) in NumPy float64."""
+    x, w = np.float64(x_NHWI), np.float64(w_HWIO)
+    height, width = x.shape[1:3]
+    padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = np.zeros((x.shape[0], height, width, w.shape[3]))
+    for dy in range(3):
+        for dx in range(3):
+            window = padded[:, dy : dy + height, dx : dx + width]
+            out += np.einsum("nhwi,io->nhwo", window, w[dy, dx])
+    return out
+
+
+@pytest.mark.parametrize("level", ["DEFAULT", "HIGHEST"])
+def test_a_convolution_is_emulated_at_its_precision(level):
+    kx, kw = jax.random.split(jax.random.key(1))
+    x, w = jax.random.normal(kx, (2, 6, 6, 8)), jax.random.normal(kw, (3, 3, 8, 8))
+
+    def conv(a, b):
+        return jax.lax.conv_general_dilated(
+            a, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+
+    with jax.default_matmul_precision(level.lower()):
+        got = tpu_emulation.emulate(conv)(x, w)
+    bfloat16 = lambda a: np.float64(a.astype(jnp.bfloat16).astype(jnp.float32))  # noqa: E731
+    one_pass = _conv_same_float64(bfloat16(x), bfloat16(w))  # exact products, float32 sums
+    exact = _conv_same_float64(x, w)
+    if level == "DEFAULT":  # a one-pass product rounds each operand to bfloat16
+        assert numerics.scaled_max_error(got, one_pass) <= 1e-6
+        assert numerics.scaled_max_error(got, exact) > 1e-4
+    else:
+        assert numerics.scaled_max_error(got, exact) <= 1e-6
+    pinned = tpu_emulation.emulate(
+        lambda a, b: jax.lax.conv_general_dilated(
+            a,
+            b,
+            (1, 1),
+            "SAME",
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            precision=jax.lax.Precision.HIGHEST,
+        )
+    )(x, w)
+    assert numerics.scaled_max_error(pinned, exact) <= 1e-6  # its own precision wins

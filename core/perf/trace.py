@@ -159,9 +159,16 @@ def module_name(name: str) -> str:
 
 
 def _containing(spans: list[tuple[float, float, str]], start: float, end: float) -> str:
-    """The name of the span [s, e] that holds [start, end] ("" when none does)."""
+    """The name of the span [s, e] that holds the middle of [start, end] ("" when none does).
+
+    The middle, not both ends: a program's first and last ops start and end with it, and a
+    TPU's picosecond times reach the readers rounded (ProfileData truncates to nanoseconds,
+    the JSON sums floats), so an edge op can overhang its program by under a nanosecond. Held
+    to both ends, such ops fell out of their program in some steps (a v5e's capture counted
+    some ops 2 times in 3 steps, and the two readers disagreed on the counts)."""
+    middle = (start + end) / 2
     for s, e, name in spans:
-        if s <= start and end <= e:
+        if s <= middle <= e:
             return name
     return ""
 

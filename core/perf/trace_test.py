@@ -282,3 +282,13 @@ def test_reader_disagreements_beyond_the_resolution_are_caught(tpu_profile):
 
     assert compared(scaled(2.0)).gap_per_event_us > trace.PROFILE_DATA_RESOLUTION_US
     assert not compared(scaled(0.999)).json_never_shorter
+
+
+def test_an_op_belongs_to_the_program_holding_its_middle():
+    """A TPU's edge ops overhang their program by a rounding (picoseconds read as whole
+    nanoseconds, or float sums): they still count for it, and never for the next program."""
+    spans = [(0.0, 10.0, "jit_a"), (10.0, 20.0, "jit_b")]
+    assert trace._containing(spans, 9.5, 10.0004) == "jit_a"  # last op, 0.4 ns past its end
+    assert trace._containing(spans, 9.9996, 10.6) == "jit_b"  # first op, 0.4 ns before
+    assert trace._containing(spans, 0.0, 10.0) == "jit_a"
+    assert trace._containing(spans, 20.5, 21.0) == ""  # outside every program

@@ -47,6 +47,14 @@ PRELOAD = (
     "optax",
     "core.lab",
     "core.numerics",
+    # What marimo's script runner imports in every run, after the app's own imports: its
+    # matplotlib backend (pyplot, whenever matplotlib is installed), its output formatters and
+    # its markdown renderer (markdown, pymdownx).
+    "marimo._output.mpl",
+    "marimo._output.formatters.formatters",
+    "marimo._output.md",
+    # Imported by a fifth of the apps through their lesson code.
+    "scipy.linalg",
 )
 _SERVERS: dict[tuple, subprocess.Popen] = {}
 _LOCK = threading.Lock()

@@ -31,6 +31,14 @@ def _torch_forward(state: dict[str, np.ndarray], x_NCHW: np.ndarray) -> np.ndarr
     return pooled @ fc_weight.T + np.asarray(state["fc.bias"], np.float64)
 
 
+def error_vs_torch(namespace: dict, y) -> float:
+    """max |y - torch's output| / max |torch's output| for a conversion program's run
+    (``namespace``: its torch_state and x_NCHW; ``y``: the JAX forward pass's output)."""
+    reference = _torch_forward(namespace["torch_state"], namespace["x_NCHW"])
+    got = np.asarray(y, np.float64)
+    return float(np.max(np.abs(got - reference)) / np.max(np.abs(reference)))
+
+
 class WeightConversion(DiagnoseItem):
     id = "deployment.weight_conversion"
     phase = "Deployment, interoperability & edge AI"
@@ -120,13 +128,18 @@ class WeightConversion(DiagnoseItem):
             }}
 
 
+            # HIGHEST: float32 products on a TPU too (its DEFAULT is one bfloat16 pass, ~1e-3)
+            HIGHEST = jax.lax.Precision.HIGHEST
+
+
             def forward(params, x_NHWC):
                 h = jax.lax.conv_general_dilated(
                     x_NHWC, params["conv"], (1, 1), "SAME",
-                    dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                    dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=HIGHEST,
                 )
                 h = jax.nn.relu(h{bias})
-                return h.mean(axis=(1, 2)) @ params["fc"] + params["fc_bias"]
+                pooled = h.mean(axis=(1, 2))
+                return jnp.dot(pooled, params["fc"], precision=HIGHEST) + params["fc_bias"]
 
 
             y = jax.jit(forward)(params, x_NCHW.transpose(0, 2, 3, 1))  # NCHW -> NHWC
@@ -137,9 +150,7 @@ class WeightConversion(DiagnoseItem):
         errors = {}
         for variant in (defect, "fixed"):
             namespace = run_program(self.program(variant, params), "<conversion program>")
-            reference = _torch_forward(namespace["torch_state"], namespace["x_NCHW"])
-            got = np.asarray(namespace["y"], np.float64)
-            errors[variant] = float(np.max(np.abs(got - reference)) / np.max(np.abs(reference)))
+            errors[variant] = error_vs_torch(namespace, namespace["y"])
         markdown = (
             "Both conversions ran here and were compared with the PyTorch model's forward pass "
             "written in NumPy float64 with torch's semantics (Conv2d on NCHW with an OIHW "
