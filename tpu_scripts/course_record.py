@@ -31,6 +31,8 @@ before calls were kept has no load: the record says so (``load`` null) and is no
 ``--pytest-summary FILE --pytest-command CMD`` adds ``pytest``'s counts on that machine: FILE
 is a junit xml (``pytest --junitxml FILE``) or a text holding pytest's final summary line
 (``=== 3 failed, 385 passed, 5 skipped in 496.12s ===``, e.g. ``pytest ... | tail -1``).
+Repeat the pair for a run continued over several device calls (``pytest_on_chip --after``):
+the record adds the counts and keeps every command.
 """
 
 from __future__ import annotations
@@ -309,6 +311,33 @@ def pytest_counts(path: str | pathlib.Path, command: str) -> dict:
     }
 
 
+def pytest_counts_of(paths: list[str], commands: list[str]) -> dict:
+    """One ``documents.PytestCounts`` from the parts of a run continued over several calls
+    (``pytest_on_chip --after``): counts and seconds added, commands joined by " ; " in order
+    (Refused: a part unreadable, or not one command per part)."""
+    if len(commands) != len(paths):
+        raise Refused(
+            f"--pytest-summary needs --pytest-command: the exact command that ran, one per "
+            f"summary ({len(paths)} summaries, {len(commands)} commands)"
+        )
+    parts = [pytest_counts(path, command) for path, command in zip(paths, commands, strict=True)]
+    if len(parts) == 1:
+        return parts[0]
+    kinds = ("passed", "failed", "skipped", "errors")
+    total = {kind: sum(part[kind] for part in parts) for kind in kinds}
+    seconds = [part["seconds"] for part in parts]
+    seconds = None if None in seconds else round(sum(seconds), 2)
+    return {
+        "command": " ; ".join(part["command"] for part in parts),
+        "source": " + ".join(sorted({part["source"] for part in parts})),
+        "summary": ", ".join(f"{total[kind]} {kind}" for kind in kinds)
+        + (f" in {seconds:.2f}s" if seconds is not None else "")
+        + f" over {len(parts)} runs",
+        **total,
+        "seconds": seconds,
+    }
+
+
 # ----------------------------------------------------------------------------------------
 # The record
 
@@ -479,10 +508,18 @@ def add_parser(commands) -> None:
     sub.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="e.g. runs/local/2026-12-06")
     sub.add_argument(
         "--pytest-summary",
+        action="append",
+        default=[],
         metavar="FILE",
-        help="pytest's counts on that machine: a junit xml or a file with pytest's final line",
+        help="pytest's counts on that machine: a junit xml or a file with pytest's final line; "
+        "repeat it for a run continued over several calls (the counts are added)",
     )
-    sub.add_argument("--pytest-command", default="", help="the exact pytest command that ran")
+    sub.add_argument(
+        "--pytest-command",
+        action="append",
+        default=[],
+        help="the exact pytest command that ran (one per --pytest-summary, in the same order)",
+    )
     sub.add_argument(
         "--records-root",
         help=f"write under this folder (default: ${records.ROOT_ENV} or benchmarks/records)",
@@ -494,7 +531,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         pytest = None
         if args.pytest_summary:
-            pytest = pytest_counts(args.pytest_summary, args.pytest_command)
+            pytest = pytest_counts_of(args.pytest_summary, args.pytest_command)
         elif args.pytest_command:
             raise Refused("--pytest-command goes with --pytest-summary FILE")
         paths = record_runs(args.run_dirs, args.records_root, pytest)

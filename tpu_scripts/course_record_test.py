@@ -368,6 +368,27 @@ def test_pytest_counts_come_from_its_summary_line_or_junit_xml(tmp_path, out, te
     assert kept["figures"]["pytest_failed"] == counts[1]
 
 
+def test_a_pytest_run_continued_over_calls_adds_its_parts(tmp_path, out, capsys):
+    first, second = tmp_path / "first.xml", tmp_path / "second.txt"
+    first.write_text(JUNIT)  # 385 passed, 3 failed, 5 skipped, 1 error in 496.12 s
+    second.write_text("=== 2 failed, 40 passed, 7 skipped, 5 deselected in 100.00s ===\n")
+    run = write_run(
+        tmp_path / "a" / "2026-12-06",
+        [("jit", "passed", 0, "2026-12-06T10:00:00+00:00", "", bundle("jit", "passed"))],
+    )
+    argv = ["course-record", str(run), "--pytest-summary", str(first)]
+    argv += ["--pytest-summary", str(second), "--pytest-command", "pytest core/lm"]
+    assert main(argv) == 2  # two parts, one command: which ran what is unknown
+    assert "one per summary (2 summaries, 1 commands)" in capsys.readouterr().err
+    assert record_files(out) == []
+    assert main([*argv, "--pytest-command", "pytest core/nn --after a.xml"]) == 0
+    part = json.loads(record_files(out)[0].read_text())["course"]["pytest"]
+    found = tuple(part[k] for k in ("passed", "failed", "skipped", "errors", "seconds"))
+    assert found == (425, 5, 12, 1, 596.12)
+    assert part["command"] == "pytest core/lm ; pytest core/nn --after a.xml"
+    assert part["summary"].endswith("over 2 runs")
+
+
 def test_pytest_input_that_says_nothing_is_refused(tmp_path, out, capsys):
     summary = tmp_path / "pytest.txt"
     summary.write_text("collected 0 items\n")

@@ -12,6 +12,11 @@ The run stops before ``--budget`` seconds (default 510: under 9 minutes, so a de
 the tests that ran, and the summary says the run was cut. With pytest-timeout installed one
 test may take at most ``--per-test`` seconds. Standard library only (the chip's host has
 Python 3.11, JAX, libtpu and pytest from its local index).
+
+A cut run continues in the next device call: ``--after DIR/junit.xml`` (repeatable) leaves out
+every test an earlier report holds, by exact node id (pytest's own ``--deselect`` matches
+prefixes: deselecting ``test_p[1]`` would drop ``test_p[10]`` too). The records combine the
+reports: ``course-record --pytest-summary A/junit.xml --pytest-summary B/junit.xml``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from core import runtime
+from tpu_scripts import pytest_continue
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The groups of issue 37's first chip run (182 failed, 385 passed, 5 skipped in 496 s).
@@ -43,7 +49,12 @@ DEFAULT_PATHS = (
 BUDGET_SECONDS = 510
 PER_TEST_SECONDS = 120
 GRACE_SECONDS = 30  # after SIGINT, for pytest to write junit.xml and its summary
-SUMMARY_LINE = re.compile(r"=+ (.*\b(passed|failed|skipped|error|errors|deselected)\b.*) =+")
+DONE_ENV = pytest_continue.DONE_ENV
+# With -q (as here) pytest prints its last line bare, "5 failed, 183 passed in 43.44s"; without,
+# between "=" rules. The line holds the run's time ("in 43.44s"): a test's own output is not it.
+SUMMARY_LINE = re.compile(
+    r"(?:=+ )?(\d+ (?:passed|failed|skipped|errors?|deselected)\b.* in [\d.]+s\b.*?)(?: =+)?"
+)
 
 
 def chip_env() -> dict[str, str]:
@@ -86,6 +97,30 @@ def counts_from_junit(path: pathlib.Path) -> dict[str, int] | None:
     return counts
 
 
+def node_ids(junit: pathlib.Path, root: pathlib.Path = REPO_ROOT) -> list[str]:
+    """The node ids of the tests a JUnit report holds, less the one a cut left unnamed
+    (ValueError: unreadable, or a test whose file is not under ``root``). JUnit names a test
+    by ``classname`` (the file's dotted path, then any classes) and ``name`` (the function
+    with its parameters)."""
+    try:
+        report = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise ValueError(f"{junit}: not a readable junit xml ({exc})") from None
+    found = []
+    for case in report.iter("testcase"):
+        if not case.get("classname"):  # the test a SIGINT cut short: it runs again
+            continue
+        parts = case.get("classname").split(".")
+        for cut in range(len(parts), 0, -1):
+            file = "/".join(parts[:cut]) + ".py"
+            if (root / file).is_file():
+                found.append("::".join([file, *parts[cut:], case.get("name", "")]))
+                break
+        else:
+            raise ValueError(f"{junit}: no test file under {root} for {case.get('classname')!r}")
+    return found
+
+
 def summary_line(log: str) -> str:
     """pytest's last summary line ("3 failed, 120 passed, 8 skipped in 96.20s"), or ""."""
     found = [m.group(1) for line in log.splitlines() if (m := SUMMARY_LINE.fullmatch(line.strip()))]
@@ -120,22 +155,42 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="folder for junit.xml, pytest.log, summary")
     parser.add_argument("--budget", type=float, default=BUDGET_SECONDS, help="seconds in all")
     parser.add_argument("--per-test", type=float, default=PER_TEST_SECONDS)
+    parser.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="JUNIT",
+        help="an earlier run's junit.xml: its tests are left out (continue a cut run)",
+    )
     args = parser.parse_args(argv)
     if not 30 <= args.budget <= 540:
         parser.error(f"--budget must be 30..540 seconds (a device call holds 600): {args.budget:g}")
     missing = [p for p in args.paths if not (REPO_ROOT / p.split("::")[0]).exists()]
     if missing:
         parser.error(f"no such test path: {', '.join(missing)}")
+    done: list[str] = []
+    for junit in args.after:
+        try:
+            done += node_ids(pathlib.Path(junit))
+        except ValueError as exc:
+            parser.error(f"--after {exc}")
     out = pathlib.Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     has_timeout = importlib.util.find_spec("pytest_timeout") is not None
     command = pytest_command(args.paths, out, args.per_test if has_timeout else None)
+    env = chip_env()
+    if done:
+        (out / "done.txt").write_text("\n".join(done) + "\n", encoding="utf-8")
+        env[DONE_ENV] = str(out / "done.txt")
+        command += ["-p", "tpu_scripts.pytest_continue"]  # its hook reads that file
     started = time.monotonic()
-    code, cut = run(command, chip_env(), out / "pytest.log", args.budget)
+    code, cut = run(command, env, out / "pytest.log", args.budget)
     line = summary_line((out / "pytest.log").read_text(encoding="utf-8", errors="replace"))
     summary = {
         "command": " ".join(command[1:]),
         "paths": args.paths,
+        "after": args.after,
+        "left_out": len(done),
         "exit_code": code,
         "cut_at_budget": cut,
         "seconds": round(time.monotonic() - started, 1),
