@@ -623,6 +623,33 @@ def _():
         )
         if key in _f
     ]
+    _resume = (
+        f" Resumed in a fresh process from the checkpoint of step {_f['resume_step']}, the "
+        f"next step's loss was {_f['resume_next_loss']} against "
+        f"{_f['uninterrupted_next_loss']} uninterrupted (identical: {_f['resume_identical']})."
+        if "resume_step" in _f
+        else ""
+    )
+    _decode = pd.DataFrame(_chip.decode_rows(_record))
+    _contexts = sorted(set(_decode["context"])) if len(_decode) else []
+    _decode_text = "; ".join(
+        f"at {_ctx} bytes of context the cache is "
+        f"{_f[f'decode_ctx{_ctx}_speedup']:.2f}x as fast, greedy output identical: "
+        f"{_f[f'decode_ctx{_ctx}_greedy_identical']}"
+        for _ctx in _contexts
+    )
+    _decode_chart = (
+        alt.Chart(_decode, title="greedy decode on the chip: KV cache vs recompute")
+        .mark_bar()
+        .encode(
+            x=alt.X("path:N", title=None),
+            y=alt.Y("tokens_per_s:Q", title="tokens per second"),
+            color=alt.Color("path:N", title="path"),
+            column=alt.Column("context:O", title="context (bytes)"),
+            tooltip=["context", "path", alt.Tooltip("tokens_per_s:Q", format=",.0f")],
+        )
+        .properties(width=140, height=200)
+    )
     mo.vstack(
         [
             mo.md(
@@ -631,7 +658,7 @@ def _():
                 f"one chip: final loss {_f['final_train_loss']:.3f}, held-out "
                 f"{_f['final_heldout_bpb']:.2f} bits per byte. On a TPU a float32 matmul at "
                 "DEFAULT precision is one bfloat16 pass, so the chip's losses leave the CPU's "
-                f"by rounding, not by a bug: {_agreement}."
+                f"by rounding, not by a bug: {_agreement}.{_resume}"
                 + (
                     f" Not in this record (their parts ran out of time): {', '.join(_missing)}."
                     if _missing
@@ -639,6 +666,14 @@ def _():
                 )
             ),
             mo.hstack([_curve_chart, _first_chart]),
+            mo.md(
+                "KV-cache decode on the chip: greedy bytes from the trained model, each new "
+                "byte with the cache against recomputing the whole prefix (the cache's gain "
+                f"grows with the context): {_decode_text}."
+            )
+            if _contexts
+            else mo.md(""),
+            _decode_chart if _contexts else mo.md(""),
             mo.md(f"Record: {_cite('byte_transformer_chip_run')}."),
         ]
     )
