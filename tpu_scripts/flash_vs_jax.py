@@ -3,8 +3,8 @@ and XLA's attention, in one process on one chip: causal, q, k, v (B, H, T, D), e
 over block_q x block_k, forward and forward + backward, best configuration per kernel per T.
 
     python tpu_scripts/flash_vs_jax.py --out OUT.json [--budget-s 420] [--seq-lens 8192,...]
-        [--blocks 128,256,512,1024] [--kernels this,jax_flash,splash,xla] [--calls 20]
-        [--backward-top 4] [--record NAME]
+        [--blocks 128,256,512,1024] [--kernels this,jax_flash,splash,xla] [--calls 10]
+        [--chain 8] [--backward-top 4] [--record NAME]
     python tpu_scripts/flash_vs_jax.py --tiny --out /tmp/flash.json     (CPU: bookkeeping only)
 
 What it does (core.kernels.attention_sweep holds the kernels' one calling convention, the
@@ -13,18 +13,23 @@ FLOP formula and the bookkeeping): first each kernel's agreement with NumPy floa
 tolerance); then, T by T in the order given (the default puts T=8192, the issue's target,
 first), every kernel's forward at every block pair (block <= T), and forward + backward at
 that kernel's --backward-top fastest forward blocks (0: every pair). Each configuration is
-compiled ahead of time, called --warmup times, then --calls times with block_until_ready:
-the median, TFLOP/s (causal FLOPs halved: attention_sweep.FLOP_FORMULA) and the fraction of
-the chip's bf16 peak (core.tpu.specs). A configuration that fails (out of memory, a block
-the kernel refuses) is recorded with its error and the sweep goes on; once --budget-s has
-passed, every remaining configuration is recorded as skipped with the reason. OUT.json is
-rewritten after every configuration, so a run cut short keeps what it measured.
+compiled ahead of time, dispatched --warmup times, then --calls times with block_until_ready;
+a dispatch runs --chain calls of the kernel, each call's outputs the next one's inputs
+(attention_sweep.programs), and a row's time is the median dispatch divided by --chain: the
+kernel's own time, where one call a dispatch also pays the host's dispatch and sync (--chain
+1 times it that way, as the record of 2026-12-06 did). Then TFLOP/s (causal FLOPs halved:
+attention_sweep.FLOP_FORMULA) and the fraction of the chip's bf16 peak (core.tpu.specs).
+A configuration that fails (out of memory, a block the kernel refuses) is recorded with its
+error and the sweep goes on; once --budget-s has passed, every remaining configuration is
+recorded as skipped with the reason. OUT.json is rewritten after every configuration, so a
+run cut short keeps what it measured.
 
 OUT.json: {"kind", "is_tpu_result", "device_kind", "versions", "shape", "dtype",
-"flop_formula", "peak_flops", "agreement": [...], "rows": [...], "best": [...],
-"speedups": [...], "budget_s", "elapsed_s"}; --record NAME also writes the figures as a
-benchmark record (core.perf.records) under OUT's folder: records/NAME/<date>_<machine>.json,
-measured and load-checked on the machine that ran (copy it into benchmarks/records/).
+"flop_formula", "chain", "timing", "peak_flops", "agreement": [...], "rows": [...],
+"best": [...], "speedups": [...], "budget_s", "elapsed_s"}; --record NAME also writes the
+figures as a benchmark record (core.perf.records) under OUT's folder:
+records/NAME/<date>_<machine>.json, measured and load-checked on the machine that ran (copy
+it into benchmarks/records/).
 
 Exit status: 0 done (errors and skips are in the rows), 2 bad arguments, 3 refused: no TPU
 and no --tiny (a CPU number never stands in for a TPU number).
@@ -46,6 +51,7 @@ TINY = {
     "seq_lens": [256],
     "blocks": [128, 256],
     "calls": 2,
+    "chain": 2,
     "warmup": 1,
     "agreement_t": 128,
     "heads": 1,
@@ -80,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    parser.add_argument("--calls", type=int, default=20, help="timed calls (median)")
+    parser.add_argument("--calls", type=int, default=10, help="timed dispatches (median)")
+    parser.add_argument(
+        "--chain", type=int, default=8, help="kernel calls per dispatch, chained (>= 1)"
+    )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument(
         "--backward-top", type=int, default=4, help="fwd+bwd at each kernel's N best forward"
@@ -170,13 +179,22 @@ class Sweep:
                 attend = attention_sweep.make_attend(
                     kernel, t, shape[1], shape[3], *blocks, self.document["interpret"]
                 )
-                program = attention_sweep.programs(kernel, attend, self.interpret)[pass_]
+                chain = self.args.chain
+                program = attention_sweep.programs(kernel, attend, self.interpret, chain)[pass_]
                 inputs = operands[:3] if pass_ == "forward" else operands
-                compile_s, seconds = time_program(
+                compile_s, dispatches = time_program(
                     program, inputs, self.args.warmup, self.args.calls
                 )
                 item = attention_sweep.row(
-                    kernel, pass_, t, *blocks, "ok", seconds=seconds, compile_s=compile_s, **common
+                    kernel,
+                    pass_,
+                    t,
+                    *blocks,
+                    "ok",
+                    seconds=[seconds / chain for seconds in dispatches],
+                    compile_s=compile_s,
+                    chain=chain,
+                    **common,
                 )
             except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
                 item = attention_sweep.row(
@@ -243,6 +261,8 @@ def run(args) -> int:
         "shape": [args.batch, args.heads, None, args.head_dim],
         "dtype": dtype.name,
         "flop_formula": attention_sweep.FLOP_FORMULA,
+        "chain": args.chain,
+        "timing": timing_statement(args.chain),
         "peak_flops": specs.bf16_peak_of_device_kind(device_kind) if on_tpu else None,
         "interpret": False if on_tpu else True,
         "budget_s": args.budget_s,
@@ -298,6 +318,16 @@ def run(args) -> int:
     return 0
 
 
+def timing_statement(chain: int) -> str:
+    """How a row's seconds were timed, for the document and the record's notes."""
+    if chain == 1:
+        return "one kernel call per timed dispatch (the host's dispatch and sync included)"
+    return (
+        f"{chain} chained kernel calls per timed dispatch, the median dispatch divided by "
+        f"{chain} (the host's dispatch and sync spread over the chain)"
+    )
+
+
 def record_figures(document: dict) -> dict:
     """The record's flat figures: each best row's median ms and TFLOP/s, and the speedups."""
     figures = {"device_kind": document["device_kind"], "dtype": document["dtype"]}
@@ -329,7 +359,7 @@ def write_record(args, document: dict) -> None:
             args.record,
             " ".join(document["command"]),
             record_figures(document),
-            notes=f"{document['kind']}; {document['flop_formula']}",
+            notes=f"{document['kind']}; {document['timing']}; {document['flop_formula']}",
             root=root,
         )
         document["record"] = str(path)
@@ -342,9 +372,16 @@ def write_record(args, document: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.calls < 1 or args.warmup < 0 or args.backward_top < 0 or not args.budget_s > 0:
+    if (
+        args.calls < 1
+        or args.chain < 1
+        or args.warmup < 0
+        or args.backward_top < 0
+        or not args.budget_s > 0
+    ):
         print(
-            "error: need --calls >= 1, --warmup >= 0, --backward-top >= 0, --budget-s > 0",
+            "error: need --calls >= 1, --chain >= 1, --warmup >= 0, --backward-top >= 0, "
+            "--budget-s > 0",
             file=sys.stderr,
         )
         return 2

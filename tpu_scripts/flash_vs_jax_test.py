@@ -23,6 +23,9 @@ def test_tiny_run_writes_rows_best_and_agreement(tmp_path):
         ("xla", "forward_backward"),
     ]
     assert {r["status"] for r in rows} == {"ok"}
+    # each timed dispatch chained two calls (--tiny's chain); the notes say how it was timed
+    assert {r["chain"] for r in rows} == {2} and document["chain"] == 2
+    assert document["timing"].startswith("2 chained kernel calls per timed dispatch")
     fastest = min((r for r in rows[:4]), key=lambda r: r["median_s"])
     assert (rows[4]["block_q"], rows[4]["block_k"]) == (fastest["block_q"], fastest["block_k"])
     assert len(document["best"]) == 4 and len(document["speedups"]) == 2
@@ -44,6 +47,7 @@ def test_a_spent_budget_skips_with_the_reason(tmp_path):
 
 def test_refuses_bad_arguments(tmp_path, capsys):
     assert flash_vs_jax.main(["--tiny", "--out", str(tmp_path / "x.json"), "--calls", "0"]) == 2
+    assert flash_vs_jax.main(["--tiny", "--out", str(tmp_path / "x.json"), "--chain", "0"]) == 2
     assert (
         flash_vs_jax.main(["--tiny", "--out", str(tmp_path / "x.json"), "--kernels", "cudnn"]) == 2
     )
@@ -68,3 +72,8 @@ def test_record_figures_keep_the_square_block_curve_of_each_forward_sweep():
     figures = flash_vs_jax.record_figures(document)
     squares = {k: v for k, v in figures.items() if "square" in k}
     assert squares == {"this_forward_t4096_square256_ms": 2.0}
+
+
+def test_the_timing_statement_names_the_method():
+    assert "dispatch and sync included" in flash_vs_jax.timing_statement(1)
+    assert flash_vs_jax.timing_statement(8).startswith("8 chained kernel calls")

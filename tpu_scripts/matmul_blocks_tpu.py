@@ -3,7 +3,8 @@ Pallas matmul (core.kernels.matmul: f32 accumulator in VMEM, k the reduction axi
 shapes bm x bk x bn, beside XLA's jnp.dot, at N = M = K = 4096 and 8192, in one process.
 
     python tpu_scripts/matmul_blocks_tpu.py --out OUT.json [--budget-s 60] [--sizes 4096,8192]
-        [--blocks 128x128x128,512x1024x1024,...] [--calls 15] [--warmup 2] [--record NAME]
+        [--blocks 128x128x128,512x1024x1024,...] [--calls 10] [--chain 8] [--warmup 2]
+        [--record NAME]
     python tpu_scripts/matmul_blocks_tpu.py --out /tmp/mm.json --allow-cpu-rehearsal
 
 What it does (core.kernels.matmul_sweep holds the block shapes, the FLOP formula and the
@@ -12,15 +13,19 @@ bookkeeping): first the kernel's and jnp.dot's agreement with NumPy float64 at
 steps), in bfloat16 and float32 (scaled max error against the dtype's tolerance on this
 backend); then, N by N, XLA's jnp.dot and the kernel at every block shape that divides N:
 bfloat16 x and y, float32 accumulation (preferred_element_type), a bfloat16 result. Each
-configuration is compiled ahead of time, called --warmup times, then --calls times with
-block_until_ready (flash_vs_jax.time_program): the median, TFLOP/s (2 N^3) and the fraction
-of the chip's bf16 peak (core.tpu.specs). A shape that fails (Mosaic's scoped VMEM limit, out
-of memory) is recorded with its error and the sweep goes on; once --budget-s has passed,
-every remaining configuration is recorded as skipped with the reason. OUT.json is rewritten
-after every configuration, so a run cut short keeps what it measured.
+configuration is compiled ahead of time, dispatched --warmup times, then --calls times with
+block_until_ready (flash_vs_jax.time_program); a dispatch runs --chain products, each one's
+result the next one's x, and a row's time is the median dispatch divided by --chain (--chain
+1: one product a dispatch, the host's dispatch and sync included, as the record of 2026-12-06
+was timed). Then TFLOP/s (2 N^3) and the fraction of the chip's bf16 peak (core.tpu.specs).
+A shape that fails (Mosaic's scoped VMEM limit, out of memory) is recorded with its error
+and the sweep goes on; once --budget-s has passed, every remaining configuration is recorded
+as skipped with the reason. OUT.json is rewritten after every configuration, so a run cut
+short keeps what it measured.
 
 OUT.json: {"kind", "is_tpu_result", "device_kind", "versions", "dtype", "accumulator",
-"flop_formula", "peak_flops", "agreement": [...], "rows": [...], "budget_s", "elapsed_s"};
+"flop_formula", "chain", "timing", "peak_flops", "agreement": [...], "rows": [...],
+"budget_s", "elapsed_s"};
 --record NAME (e.g. pallas_matmul_blocks) also writes the figures as a benchmark record
 (core.perf.records) under OUT's folder: records/NAME/<date>_<machine>.json, keyed by N and
 blocks (matmul_sweep.figure_key) for the lesson to chart beside its model; copy it into
@@ -49,6 +54,7 @@ REHEARSAL = {
     "sizes": [256],
     "blocks": [(128, 128, 128), (256, 256, 256), (128, 256, 128)],
     "calls": 2,
+    "chain": 2,
     "warmup": 1,
     "agreement_n": 256,
 }
@@ -79,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes", type=flash_vs_jax.positive_ints, default=list(matmul_sweep.SIZES)
     )
     parser.add_argument("--blocks", type=_blocks, default=_blocks(default_blocks))
-    parser.add_argument("--calls", type=int, default=15, help="timed calls (median)")
+    parser.add_argument("--calls", type=int, default=10, help="timed dispatches (median)")
+    parser.add_argument(
+        "--chain", type=int, default=8, help="products per dispatch, chained (>= 1)"
+    )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--agreement-n", type=int, default=1024)
     parser.add_argument("--record", default="", help="also write a benchmark record NAME")
@@ -95,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 def problems(args) -> list[str]:
     """What is wrong with the arguments (before anything runs or is written)."""
     found = []
-    if args.calls < 1 or args.warmup < 0 or not args.budget_s > 0:
-        found.append("need --calls >= 1, --warmup >= 0, --budget-s > 0")
+    if args.calls < 1 or args.chain < 1 or args.warmup < 0 or not args.budget_s > 0:
+        found.append("need --calls >= 1, --chain >= 1, --warmup >= 0, --budget-s > 0")
     if args.agreement_n % 256:
         found.append(f"--agreement-n must be a multiple of 256, got {args.agreement_n}")
     from core.kernels import matmul_sweep
@@ -107,19 +116,25 @@ def problems(args) -> list[str]:
     return found
 
 
-def _programs(n: int, blocks, dtype, interpret):
+def _programs(n: int, blocks, dtype, interpret, chain: int = 1):
     """The jitted program of one configuration: XLA's jnp.dot (blocks (0, 0, 0)) or the
-    kernel, both bf16 in, f32 accumulation, the input dtype out."""
+    kernel, both bf16 in, f32 accumulation, the input dtype out. ``chain`` > 1: ``chain``
+    products in one dispatch (a fori_loop), each product the next one's x; it returns the
+    last (the values grow, which a product's time does not depend on)."""
     import jax
     import jax.numpy as jnp
 
     from core.kernels import matmul
 
     if tuple(blocks) == (0, 0, 0):
-        return jax.jit(
-            lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32).astype(x.dtype)
-        )
-    return jax.jit(matmul.matmul_call(n, n, n, *blocks, dtype, interpret=interpret))
+
+        def product(x, y):
+            return jnp.dot(x, y, preferred_element_type=jnp.float32).astype(x.dtype)
+    else:
+        product = matmul.matmul_call(n, n, n, *blocks, dtype, interpret=interpret)
+    if chain == 1:
+        return jax.jit(product)
+    return jax.jit(lambda x, y: jax.lax.fori_loop(0, chain, lambda _, x: product(x, y), x))
 
 
 def _operands(n: int, dtype, seed: int = 0):
@@ -155,12 +170,22 @@ class Sweep:
             )
         else:
             try:
-                program = _programs(n, blocks, jnp.dtype(self.document["dtype"]), self.interpret)
-                compile_s, seconds = flash_vs_jax.time_program(
+                chain = self.args.chain
+                dtype = jnp.dtype(self.document["dtype"])
+                program = _programs(n, blocks, dtype, self.interpret, chain)
+                compile_s, dispatches = flash_vs_jax.time_program(
                     program, operands, self.args.warmup, self.args.calls
                 )
+                per_product = [seconds / chain for seconds in dispatches]
                 item = matmul_sweep.row(
-                    kernel, n, blocks, "ok", seconds=seconds, compile_s=compile_s, **common
+                    kernel,
+                    n,
+                    blocks,
+                    "ok",
+                    seconds=per_product,
+                    compile_s=compile_s,
+                    chain=chain,
+                    **common,
                 )
             except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
                 reason = flash_vs_jax._error_text(exc)
@@ -258,6 +283,8 @@ def run(args) -> int:
         "dtype": "bfloat16",
         "accumulator": "float32",
         "flop_formula": matmul_sweep.FLOP_FORMULA,
+        "chain": args.chain,
+        "timing": flash_vs_jax.timing_statement(args.chain).replace("kernel calls", "products"),
         "peak_flops": specs.bf16_peak_of_device_kind(device_kind) if on_tpu else None,
         "kernel_mode": "compiled by Mosaic" if on_tpu else "Pallas interpret mode (CPU)",
         "budget_s": args.budget_s,
@@ -288,7 +315,8 @@ def write_record(args, document: dict) -> None:
     from core.perf import records
 
     root = pathlib.Path(args.out).parent / "records"
-    notes = f"{document['kind']}; {document['kernel_mode']}; FLOPs {document['flop_formula']}"
+    notes = f"{document['kind']}; {document['kernel_mode']}; {document['timing']}; "
+    notes += f"FLOPs {document['flop_formula']}"
     try:
         path = records.write_record(
             args.record,

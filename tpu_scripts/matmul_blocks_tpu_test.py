@@ -34,6 +34,9 @@ def test_rehearsal_writes_rows_agreement_and_figures(tmp_path):
     ]
     assert {r["status"] for r in rows} == {"ok"}
     assert all(r["calls"] == 2 and r["flops"] == 2 * 256**3 for r in rows)
+    # each timed dispatch chained two products (the rehearsal's chain), and the notes say so
+    assert {r["chain"] for r in rows} == {2}
+    assert document["timing"].startswith("2 chained products per timed dispatch")
     assert [(a["kernel"], a["dtype"], a["agrees"]) for a in document["agreement"]] == [
         ("pallas", "bfloat16", True),
         ("xla", "bfloat16", True),
@@ -64,6 +67,7 @@ def test_a_spent_budget_skips_with_the_reason(tmp_path):
     ("argv", "words"),
     [
         (["--calls", "0"], "--calls >= 1"),
+        (["--chain", "0"], "--chain >= 1"),
         (["--agreement-n", "300"], "multiple of 256"),
         (["--sizes", "4096", "--blocks", "384x128x128"], "no block shape divides"),
     ],
@@ -78,3 +82,22 @@ def test_a_block_shape_off_the_lane_width_is_an_argument_error(tmp_path, capsys)
     with pytest.raises(SystemExit) as exit_info:
         matmul_blocks_tpu.main(["--out", str(tmp_path / "x.json"), "--blocks", "100x128x128"])
     assert exit_info.value.code == 2 and "multiple of 128" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("blocks", [(0, 0, 0), (128, 128, 128)], ids=["xla", "pallas"])
+def test_a_chained_program_multiplies_by_y_chain_times(blocks):
+    """chain = 3: x y y y, against NumPy float64 (y scaled by 1/sqrt(N) to keep the sizes)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from core import numerics
+    from core.kernels import matmul
+
+    n = 256
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((n, n)), rng.standard_normal((n, n)) / np.sqrt(n)
+    program = matmul_blocks_tpu._programs(
+        n, blocks, jnp.float32, matmul.interpret_for("hlo"), chain=3
+    )
+    got = program(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    assert numerics.scaled_max_error(got, x @ y @ y @ y) <= numerics.tolerance("float32")

@@ -99,9 +99,11 @@ def row(
     seconds: Sequence[float] = (),
     compile_s: float | None = None,
     reason: str = "",
+    chain: int = 1,
 ) -> dict:
-    """One configuration's result: median seconds of ``seconds`` (the timed calls), TFLOP/s
-    from causal_flops, and the fraction of ``peak_flops`` (None without a peak)."""
+    """One configuration's result: median seconds of ``seconds`` (the timed calls: seconds
+    per kernel call, each a dispatch of ``chain`` chained calls divided by ``chain``),
+    TFLOP/s from causal_flops, and the fraction of ``peak_flops`` (None without a peak)."""
     if kernel not in KERNELS or pass_ not in PASSES or status not in STATUSES:
         raise ValueError(f"unknown kernel, pass or status: {kernel!r}, {pass_!r}, {status!r}")
     if status == "ok" and not seconds:
@@ -115,6 +117,7 @@ def row(
         "block_q": block_q,
         "block_k": block_k,
         "status": status,
+        "chain": chain,
         **timing_fields(seconds, compile_s, flops, peak_flops),
         "reason": reason,
     }
@@ -254,10 +257,18 @@ def _splash(t, h, scale, block_q, block_k, interpret):
     return attend
 
 
-def programs(kernel: str, attend, interpret) -> dict[str, Callable]:
+def programs(kernel: str, attend, interpret, chain: int = 1) -> dict[str, Callable]:
     """jitted 'forward' (q, k, v) -> o and 'forward_backward' (q, k, v, do) -> (dq, dk, dv)
     (one program: the forward, then the backward on its residuals) of make_attend's
-    ``attend`` for ``kernel``."""
+    ``attend`` for ``kernel``.
+
+    ``chain`` > 1: each program runs ``chain`` calls in one dispatch (a fori_loop, each
+    call's outputs the next call's inputs: forward O becomes q; dQ, dK, dV become q, k, v, so
+    nothing is dead code and no call can be hoisted), so a timed dispatch divided by
+    ``chain`` is the kernel's time without the host's dispatch and sync, which a single call
+    pays in full. It returns the last call's outputs."""
+    if chain < 1:
+        raise ValueError(f"chain must be >= 1, got {chain}")
 
     def forward(q, k, v):
         with _interpret_context(kernel, interpret):
@@ -268,7 +279,26 @@ def programs(kernel: str, attend, interpret) -> dict[str, Callable]:
             _, vjp = jax.vjp(attend, q, k, v)
             return vjp(do)
 
-    return {"forward": jax.jit(forward), "forward_backward": jax.jit(forward_backward)}
+    if chain == 1:
+        return {"forward": jax.jit(forward), "forward_backward": jax.jit(forward_backward)}
+
+    def forward_chain(q, k, v):
+        def call(_, q):
+            return forward(q, k, v).astype(q.dtype)
+
+        return jax.lax.fori_loop(0, chain, call, q)
+
+    def forward_backward_chain(q, k, v, do):
+        def call(_, qkv):
+            grads = forward_backward(*qkv, do)
+            return tuple(g.astype(x.dtype) for g, x in zip(grads, qkv, strict=True))
+
+        return jax.lax.fori_loop(0, chain, call, (q, k, v))
+
+    return {
+        "forward": jax.jit(forward_chain),
+        "forward_backward": jax.jit(forward_backward_chain),
+    }
 
 
 def agreement(

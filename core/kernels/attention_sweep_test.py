@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from core.kernels import attention_sweep
+from core import numerics
+from core.kernels import attention_sweep, flash_attention
 
 
 def test_causal_flops_count_the_lower_half_of_two_matmuls():
@@ -103,3 +105,44 @@ def test_each_kernel_agrees_with_float64_in_interpret_mode(kernel):
     blocks = (0, 0) if kernel == "xla" else (128, 128)
     found = attention_sweep.agreement(kernel, (1, 1, 128, 128), jnp.bfloat16, blocks, True)
     assert found["agrees"], found
+
+
+def _operands(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(4))
+
+
+@pytest.mark.parametrize("kernel, blocks", [("xla", (0, 0)), ("this", (8, 8))])
+def test_a_chained_forward_is_the_forward_applied_again_to_its_output(kernel, blocks):
+    """chain = 3: O3 = attend(attend(attend(q, k, v), k, v), k, v), against NumPy float64
+    applied three times to the same inputs."""
+    shape = (1, 2, 16, 8)
+    q, k, v, _ = _operands(shape)
+    attend = attention_sweep.make_attend(kernel, 16, 2, 8, *blocks, True)
+    chained = attention_sweep.programs(kernel, attend, True, chain=3)["forward"](q, k, v)
+    expected = q
+    for _ in range(3):
+        expected, _ = flash_attention.attention_numpy(expected, k, v, causal=True)
+    assert numerics.scaled_max_error(chained, expected) <= numerics.tolerance("float32")
+    once, _ = flash_attention.attention_numpy(q, k, v, causal=True)
+    assert numerics.scaled_max_error(chained, once) > 0.01  # the chain did run again
+
+
+def test_a_chained_forward_backward_feeds_the_gradients_back_as_q_k_v():
+    """chain = 2: (dQ, dK, dV) of the first call are the second call's (q, k, v), against
+    NumPy float64's closed-form gradient applied twice."""
+    shape = (1, 1, 16, 8)
+    q, k, v, do = _operands(shape, seed=1)
+    attend = attention_sweep.make_attend("xla", 16, 1, 8, 0, 0, True)
+    program = attention_sweep.programs("xla", attend, True, chain=2)["forward_backward"]
+    grads = program(q, k, v, do)
+    expected = (q, k, v)
+    for _ in range(2):
+        expected = flash_attention.attention_grad_numpy(*expected, do, causal=True)
+    for got, want in zip(grads, expected, strict=True):
+        assert numerics.scaled_max_error(got, want) <= numerics.tolerance("float32")
+
+
+def test_a_chain_needs_a_call():
+    with pytest.raises(ValueError, match="chain must be >= 1"):
+        attention_sweep.programs("xla", None, True, chain=0)

@@ -155,6 +155,11 @@ EDGE_CASES = [
     Case(1, 1, 8, 8, 8, 8, True, "float32"),
     # causal with block_q < block_k: a k block straddles the diagonal of several q blocks
     Case(1, 2, 32, 16, 8, 32, True, "float32", 3),
+    # causal with blocks wholly below the diagonal (run without the mask) beside blocks that
+    # cross it, square and in both oblongs
+    Case(1, 1, 32, 16, 8, 8, True, "float32", 5),
+    Case(1, 1, 32, 16, 8, 16, True, "bfloat16", 6),
+    Case(1, 1, 32, 16, 16, 8, True, "float32", 7),
 ]
 
 
@@ -228,6 +233,42 @@ def test_a_wrong_backward_is_caught():
     _, grads = flash_attention.reference_and_grads(q, k, v, do, causal=False)
     expected = flash_attention.attention_grad_numpy(q, k, v, do, causal=True)
     assert numerics.scaled_max_error(grads[0], expected[0]) > numerics.tolerance("float32")
+
+
+@pytest.mark.parametrize("t, block_q, block_k", [(32, 8, 8), (32, 8, 16), (32, 16, 8), (64, 64, 8)])
+def test_causal_block_counts_match_the_mask(t, block_q, block_k):
+    """Each (q block, k block) pair classified from the causal mask's own elements (NumPy's
+    tril): unmasked where every element is kept, skipped where none is, masked otherwise."""
+    keep = np.tril(np.ones((t, t), bool))
+    expected = {"unmasked": 0, "masked": 0, "skipped": 0}
+    for i in range(t // block_q):
+        for j in range(t // block_k):
+            block = keep[i * block_q : (i + 1) * block_q, j * block_k : (j + 1) * block_k]
+            kind = "unmasked" if block.all() else "masked" if block.any() else "skipped"
+            expected[kind] += 1
+    assert flash_attention.causal_block_counts(t, block_q, block_k) == expected
+
+
+def test_causal_block_counts_at_the_chip_benchmark_shape():
+    counts = flash_attention.causal_block_counts(8192, 1024, 1024)
+    assert counts == {"unmasked": 28, "masked": 8, "skipped": 28}
+
+
+def test_a_mask_left_off_a_crossing_block_is_caught(monkeypatch):
+    """The unmasked step is only for blocks wholly below the diagonal: a planted off-by-one
+    that runs a crossing block without its mask (every block at or below the diagonal's
+    start called "below") puts future keys into O, and the float64 check sees it. A shape of
+    its own (D = 24) so no earlier trace of the right kernel is reused from jit's cache."""
+    monkeypatch.setattr(
+        flash_attention,
+        "_below_diagonal",
+        lambda i, j, block_q, block_k: j * block_k <= i * block_q,
+    )
+    case = Case(1, 1, 32, 24, 8, 8, True, "float32", 8)
+    q, k, v, _ = operands(case)
+    o, _ = flash_attention.forward_with_lse(q, k, v, True, 8, 8, interpret_for("hlo"))
+    expected, _ = flash_attention.attention_numpy(q, k, v, causal=True)
+    assert numerics.scaled_max_error(o, expected) > 0.01
 
 
 def test_closed_form_matches_finite_differences():

@@ -90,9 +90,11 @@ def row(
     seconds: Sequence[float] = (),
     compile_s: float | None = None,
     reason: str = "",
+    chain: int = 1,
 ) -> dict:
-    """One configuration's result: the median of ``seconds`` (the timed calls), TFLOP/s from
-    matmul_flops, and the fraction of ``peak_flops`` (None without a peak)."""
+    """One configuration's result: the median of ``seconds`` (seconds per product: a timed
+    dispatch of ``chain`` chained products divided by ``chain``), TFLOP/s from matmul_flops,
+    and the fraction of ``peak_flops`` (None without a peak)."""
     if kernel not in KERNELS or status not in STATUSES:
         raise ValueError(f"unknown kernel or status: {kernel!r}, {status!r}")
     if status == "ok" and not seconds:
@@ -105,6 +107,7 @@ def row(
         "bk": bk,
         "bn": bn,
         "status": status,
+        "chain": chain,
         **attention_sweep.timing_fields(seconds, compile_s, matmul_flops(n), peak_flops),
         "reason": reason,
     }
