@@ -4,7 +4,7 @@ over block_q x block_k, forward and forward + backward, best configuration per k
 
     python tpu_scripts/flash_vs_jax.py --out OUT.json [--budget-s 420] [--seq-lens 8192,...]
         [--blocks 128,256,512,1024] [--kernels this,jax_flash,splash,xla] [--calls 10]
-        [--chain 8] [--backward-top 4] [--record NAME]
+        [--chain 8] [--backward-top 4] [--no-ablation] [--record NAME]
     python tpu_scripts/flash_vs_jax.py --tiny --out /tmp/flash.json     (CPU: bookkeeping only)
 
 What it does (core.kernels.attention_sweep holds the kernels' one calling convention, the
@@ -19,6 +19,10 @@ a dispatch runs --chain calls of the kernel, each call's outputs the next one's 
 kernel's own time, where one call a dispatch also pays the host's dispatch and sync (--chain
 1 times it that way, as the record of 2026-12-06 did). Then TFLOP/s (causal FLOPs halved:
 attention_sweep.FLOP_FORMULA) and the fraction of the chip's bf16 peak (core.tpu.specs).
+Then, per T, unless --no-ablation, this kernel's forward ablation "matmuls_only" at its
+fastest forward blocks (flash_attention.VARIANTS: the same grid, blocks and causal skip, the
+two matmuls alone, no mask or softmax): its time over the kernel's is the share the MXU's
+work and the pipeline's copies take, the rest is the vector unit's (mask, softmax).
 A configuration that fails (out of memory, a block the kernel refuses) is recorded with its
 error and the sweep goes on; once --budget-s has passed, every remaining configuration is
 recorded as skipped with the reason. OUT.json is rewritten after every configuration, so a
@@ -95,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--backward-top", type=int, default=4, help="fwd+bwd at each kernel's N best forward"
     )
     parser.add_argument("--agreement-t", type=int, default=1024)
+    parser.add_argument(
+        "--no-ablation",
+        dest="ablation",
+        action="store_false",
+        help="leave out this kernel's matmuls-only forward at its best blocks",
+    )
     parser.add_argument("--record", default="", help="also write a benchmark record NAME")
     parser.add_argument(
         "--tiny", action="store_true", help="CPU bookkeeping test: interpret mode, T=256"
@@ -165,11 +175,23 @@ class Sweep:
         temporary.write_text(json.dumps(self.document, indent=1) + "\n")
         os.replace(temporary, out)
 
-    def measure(self, kernel: str, pass_: str, t: int, blocks: tuple[int, int], operands):
+    def measure(
+        self,
+        kernel: str,
+        pass_: str,
+        t: int,
+        blocks: tuple[int, int],
+        operands,
+        variant: str = "attention",
+    ):
         from core.kernels import attention_sweep
 
         shape = self.document["shape"][:2] + [t] + self.document["shape"][3:]
-        common = {"shape": tuple(shape), "peak_flops": self.document["peak_flops"]}
+        common = {
+            "shape": tuple(shape),
+            "peak_flops": self.document["peak_flops"],
+            "variant": variant,
+        }
         if self.budget.expired():
             item = attention_sweep.row(
                 kernel, pass_, t, *blocks, "skipped", reason=self.budget.reason(), **common
@@ -177,7 +199,7 @@ class Sweep:
         else:
             try:
                 attend = attention_sweep.make_attend(
-                    kernel, t, shape[1], shape[3], *blocks, self.document["interpret"]
+                    kernel, t, shape[1], shape[3], *blocks, self.document["interpret"], variant
                 )
                 chain = self.args.chain
                 program = attention_sweep.programs(kernel, attend, self.interpret, chain)[pass_]
@@ -207,7 +229,8 @@ class Sweep:
             if item["status"] == "ok"
             else f"{item['status']}: {item['reason']}"
         )
-        _say(f"[{self.budget.elapsed():5.0f} s] T={t} {kernel} {pass_} {blocks}: {timing}")
+        shown = kernel if variant == "attention" else f"{kernel} ({variant})"
+        _say(f"[{self.budget.elapsed():5.0f} s] T={t} {shown} {pass_} {blocks}: {timing}")
         return item
 
     @property
@@ -308,6 +331,9 @@ def run(args) -> int:
             chosen = [(r["block_q"], r["block_k"]) for r in top] or kernel_pairs[:1]
             for blocks in chosen:
                 sweep.measure(kernel, "forward_backward", t, blocks, operands)
+            if kernel == "this" and args.ablation and ran:
+                best = (ran[0]["block_q"], ran[0]["block_k"])
+                sweep.measure(kernel, "forward", t, best, operands, variant="matmuls_only")
         del operands
     sweep.save()
     for line in document["speedups"]:
@@ -338,9 +364,26 @@ def record_figures(document: dict) -> dict:
         figures[f"{key}_blocks"] = f"{item['block_q']}x{item['block_k']}"
     for line in document["speedups"]:
         figures[f"speedup_{line['pass']}_t{line['T']}_vs_{line['rival']}"] = line["speedup"]
+    # The ablation: this kernel's matmuls alone at its best forward blocks, and their share of
+    # the kernel's time there.
+    best_this = {
+        item["T"]: item
+        for item in document["best"]
+        if item["kernel"] == "this" and item["pass"] == "forward"
+    }
+    for row in document["rows"]:
+        if row.get("variant", "attention") == "attention" or row["status"] != "ok":
+            continue
+        key = f"this_{row['variant']}_forward_t{row['T']}"
+        figures[f"{key}_ms"] = row["median_s"] * 1e3
+        figures[f"{key}_blocks"] = f"{row['block_q']}x{row['block_k']}"
+        if row["T"] in best_this:
+            figures[f"{key}_share"] = row["median_s"] / best_this[row["T"]]["median_s"]
     # The square-block curve (bq = bk) of every forward sweep: what the Pallas lessons chart
     # beside their cost model (kernel_iteration's block-size chart).
     for row in document["rows"]:
+        if row.get("variant", "attention") != "attention":
+            continue
         if row["pass"] == "forward" and row["status"] == "ok" and row["block_q"] == row["block_k"]:
             key = f"{row['kernel']}_forward_t{row['T']}_square{row['block_q']}_ms"
             if row["block_q"]:  # XLA has no blocks

@@ -15,12 +15,14 @@ def test_tiny_run_writes_rows_best_and_agreement(tmp_path):
     document = json.loads(out.read_text())
     assert document["is_tpu_result"] is False and document["kind"].startswith("cpu rehearsal")
     rows = document["rows"]
-    # T=256, blocks 128 and 256: 4 pairs for the kernel, XLA once; fwd+bwd at the best one
-    assert [(r["kernel"], r["pass"]) for r in rows] == [
-        *[("this", "forward")] * 4,
-        ("this", "forward_backward"),
-        ("xla", "forward"),
-        ("xla", "forward_backward"),
+    # T=256, blocks 128 and 256: 4 pairs for the kernel, XLA once; fwd+bwd at the best one,
+    # then the kernel's matmuls-only ablation at its best forward blocks
+    assert [(r["kernel"], r["pass"], r["variant"]) for r in rows] == [
+        *[("this", "forward", "attention")] * 4,
+        ("this", "forward_backward", "attention"),
+        ("this", "forward", "matmuls_only"),
+        ("xla", "forward", "attention"),
+        ("xla", "forward_backward", "attention"),
     ]
     assert {r["status"] for r in rows} == {"ok"}
     # each timed dispatch chained two calls (--tiny's chain); the notes say how it was timed
@@ -28,7 +30,13 @@ def test_tiny_run_writes_rows_best_and_agreement(tmp_path):
     assert document["timing"].startswith("2 chained kernel calls per timed dispatch")
     fastest = min((r for r in rows[:4]), key=lambda r: r["median_s"])
     assert (rows[4]["block_q"], rows[4]["block_k"]) == (fastest["block_q"], fastest["block_k"])
+    assert (rows[5]["block_q"], rows[5]["block_k"]) == (fastest["block_q"], fastest["block_k"])
+    # the ablation is not a rival: best and speedups hold attention rows only
     assert len(document["best"]) == 4 and len(document["speedups"]) == 2
+    assert all(b["variant"] == "attention" for b in document["best"])
+    figures = flash_vs_jax.record_figures(document)
+    share = figures["this_matmuls_only_forward_t256_share"]
+    assert share == rows[5]["median_s"] / fastest["median_s"]
     assert [a["agrees"] for a in document["agreement"]] == [True] * 4
     assert rows[0]["flops"] == 2 * 1 * 1 * 256 * 256 * 128  # B H T^2 D, causal forward
     assert "record_error" in document or (tmp_path / "records" / "flash_vs_jax").is_dir()
@@ -43,6 +51,14 @@ def test_a_spent_budget_skips_with_the_reason(tmp_path):
     assert all("time budget" in r["reason"] for r in document["rows"])
     assert all("time budget" in a["error"] for a in document["agreement"])
     assert document["best"] == [] and attention_sweep.best_per_kernel(document["rows"]) == []
+
+
+def test_no_ablation_leaves_it_out(tmp_path):
+    out = tmp_path / "flash.json"
+    argv = ["--tiny", "--out", str(out), "--kernels", "this", "--backward-top", "1"]
+    assert flash_vs_jax.main([*argv, "--no-ablation"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["variant"] for r in rows} == {"attention"} and len(rows) == 5
 
 
 def test_refuses_bad_arguments(tmp_path, capsys):

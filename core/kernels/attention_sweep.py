@@ -100,12 +100,17 @@ def row(
     compile_s: float | None = None,
     reason: str = "",
     chain: int = 1,
+    variant: str = "attention",
 ) -> dict:
     """One configuration's result: median seconds of ``seconds`` (the timed calls: seconds
     per kernel call, each a dispatch of ``chain`` chained calls divided by ``chain``),
-    TFLOP/s from causal_flops, and the fraction of ``peak_flops`` (None without a peak)."""
+    TFLOP/s from causal_flops, and the fraction of ``peak_flops`` (None without a peak).
+    ``variant``: "attention", or this kernel's forward ablation (flash_attention.VARIANTS),
+    whose rate counts the same FLOPs for comparison and never competes in best_per_kernel."""
     if kernel not in KERNELS or pass_ not in PASSES or status not in STATUSES:
         raise ValueError(f"unknown kernel, pass or status: {kernel!r}, {pass_!r}, {status!r}")
+    if variant != "attention" and (kernel, pass_) != ("this", "forward"):
+        raise ValueError(f"variant {variant!r} is this kernel's forward only")
     if status == "ok" and not seconds:
         raise ValueError("an 'ok' row needs its timed calls")
     b, h, _, d = shape
@@ -117,6 +122,7 @@ def row(
         "block_q": block_q,
         "block_k": block_k,
         "status": status,
+        "variant": variant,
         "chain": chain,
         **timing_fields(seconds, compile_s, flops, peak_flops),
         "reason": reason,
@@ -141,10 +147,11 @@ def timing_fields(
 
 
 def best_per_kernel(rows: Iterable[dict]) -> list[dict]:
-    """Each (kernel, pass, T)'s fastest 'ok' row (ties: the first), sorted by pass, T, kernel."""
+    """Each (kernel, pass, T)'s fastest 'ok' row (ties: the first), sorted by pass, T, kernel;
+    an ablation's rows (variant other than "attention") are not attention and never count."""
     best: dict[tuple, dict] = {}
     for item in rows:
-        if item["status"] != "ok":
+        if item["status"] != "ok" or item.get("variant", "attention") != "attention":
             continue
         key = (item["pass"], item["T"], item["kernel"])
         if key not in best or item["median_s"] < best[key]["median_s"]:
@@ -178,10 +185,26 @@ def speedups(best: Iterable[dict], kernel: str = "this") -> list[dict]:
 # --- the kernels, one calling convention ------------------------------------------------------
 
 
-def make_attend(kernel: str, t: int, h: int, d: int, block_q: int, block_k: int, interpret):
+def make_attend(
+    kernel: str,
+    t: int,
+    h: int,
+    d: int,
+    block_q: int,
+    block_k: int,
+    interpret,
+    variant: str = "attention",
+):
     """``attend(q, k, v) -> o`` (B, H, T, D) for ``kernel`` at these blocks; ``interpret``:
-    a Pallas interpret value (CPU) or False (compiled by Mosaic)."""
+    a Pallas interpret value (CPU) or False (compiled by Mosaic). ``variant`` (this kernel
+    only): an ablation of its forward (flash_attention.VARIANTS), not differentiable."""
     scale = 1.0 / math.sqrt(d)
+    if variant != "attention":
+        if kernel != "this":
+            raise ValueError(f"variant {variant!r} is this kernel's only, not {kernel!r}")
+
+        cfg = flash_attention.Config(block_q, block_k, True, "kernel", interpret, variant)
+        return lambda q, k, v: flash_attention.forward(q, k, v, cfg)[0]
     if kernel == "this":
         return functools.partial(
             flash_attention.flash_attention,

@@ -56,6 +56,12 @@ def test_best_per_kernel_picks_each_fastest_ok_row():
         _row("this", "forward_backward", 512, (256, 256), seconds=(4.0,)),
         _row("xla", "forward_backward", 512, (0, 0), seconds=(6.0,)),
     ]
+    # an ablation faster than everything is not attention: it never becomes a best row
+    ablation = attention_sweep.row(
+        "this", "forward", 512, 256, 256, "ok", seconds=(0.5,), shape=(1, 1, None, 8),
+        variant="matmuls_only",
+    )  # fmt: skip
+    rows.append(ablation)
     best = attention_sweep.best_per_kernel(rows)
     picked = [(r["pass"], r["kernel"], r["block_q"], r["block_k"], r["median_s"]) for r in best]
     assert picked == [
@@ -81,6 +87,8 @@ def test_row_rates_from_the_median():
     [
         ({"kernel": "cudnn"}, "unknown kernel"),
         ({"status": "ok", "seconds": ()}, "needs its timed calls"),
+        ({"kernel": "splash", "variant": "matmuls_only"}, "this kernel's forward only"),
+        ({"pass_": "forward_backward", "variant": "matmuls_only"}, "this kernel's forward only"),
     ],
 )
 def test_row_refuses(kwargs, words):
@@ -146,3 +154,8 @@ def test_a_chained_forward_backward_feeds_the_gradients_back_as_q_k_v():
 def test_a_chain_needs_a_call():
     with pytest.raises(ValueError, match="chain must be >= 1"):
         attention_sweep.programs("xla", None, True, chain=0)
+
+
+def test_make_attend_refuses_an_ablation_of_another_kernel():
+    with pytest.raises(ValueError, match="this kernel's only"):
+        attention_sweep.make_attend("splash", 128, 1, 8, 128, 128, True, "matmuls_only")

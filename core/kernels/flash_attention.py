@@ -54,6 +54,11 @@ from jax.experimental.pallas import tpu as pltpu
 from core.kernels import matmul
 
 BACKWARDS = ("kernel", "reference")
+# What the forward kernel computes: "attention", or "matmuls_only", an ablation for measuring
+# what bounds it: the same grid, blocks, causal skip and the two matmuls (O = sum over the
+# computed k blocks of (Q K^T) V, no mask, no softmax), so its time against the kernel's is
+# the vector unit's share. Forward only; never for a result.
+VARIANTS = ("attention", "matmuls_only")
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
 # A masked score: finite (exp of it minus any row max is exactly 0) so no inf - inf is NaN.
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
@@ -70,12 +75,15 @@ class Config:
     causal: bool = False
     backward: str = "kernel"
     interpret: object = None  # None: interpret mode off a TPU (matmul.default_interpret)
+    variant: str = "attention"  # VARIANTS: "matmuls_only" is a forward-only ablation
 
     def __post_init__(self):
         if self.block_q < 1 or self.block_k < 1:
             raise ValueError(f"block sizes must be positive, got {self.block_q}, {self.block_k}")
         if self.backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
 
     def check_shape(self, t: int) -> None:
         if t % self.block_q or t % self.block_k:
@@ -166,6 +174,9 @@ def _forward_kernel(*refs, cfg, scale, segmented):
     def _step(causal_mask):
         q, k, v = q_ref[...], k_ref[...], v_ref[...]
         s = jax.lax.dot_general(q, k, _CONTRACT_LAST, preferred_element_type=jnp.float32)
+        if cfg.variant == "matmuls_only":
+            acc_ref[...] += jnp.dot(s.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            return
         s = _masked(s, i, j, cfg, seg_refs, causal_mask)  # raw scores Q K^T
         m_prev = m_ref[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
@@ -180,6 +191,10 @@ def _forward_kernel(*refs, cfg, scale, segmented):
 
     @pl.when(j == pl.num_programs(2) - 1)
     def _finish():
+        if cfg.variant == "matmuls_only":
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+            lse_ref[...] = jnp.zeros_like(lse_ref)
+            return
         o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
         lse_ref[...] = m_ref[...] * scale + jnp.log(l_ref[...])
 
@@ -476,13 +491,24 @@ def forward_and_grads(
 
 
 @functools.partial(
-    jax.jit, static_argnames=_STATIC[:3] + ("interpret",), compiler_options=COMPILER_OPTIONS
+    jax.jit,
+    static_argnames=_STATIC[:3] + ("interpret", "variant"),
+    compiler_options=COMPILER_OPTIONS,
 )
 def forward_with_lse(
-    q_BHTD, k_BHTD, v_BHTD, causal=False, block_q=128, block_k=128, interpret=None
+    q_BHTD,
+    k_BHTD,
+    v_BHTD,
+    causal=False,
+    block_q=128,
+    block_k=128,
+    interpret=None,
+    variant="attention",
 ):
-    """The forward kernel alone: (O, L), for checking the saved log-sum-exp too."""
-    return forward(q_BHTD, k_BHTD, v_BHTD, Config(block_q, block_k, causal, "kernel", interpret))
+    """The forward kernel alone: (O, L), for checking the saved log-sum-exp too; ``variant``
+    "matmuls_only" is the ablation (VARIANTS), L then zeros."""
+    cfg = Config(block_q, block_k, causal, "kernel", interpret, variant)
+    return forward(q_BHTD, k_BHTD, v_BHTD, cfg)
 
 
 # --- references -------------------------------------------------------------------------------

@@ -271,6 +271,26 @@ def test_a_mask_left_off_a_crossing_block_is_caught(monkeypatch):
     assert numerics.scaled_max_error(o, expected) > 0.01
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_matmuls_only_ablation_computes_its_closed_form(causal):
+    """The ablation's O is the sum, over the k blocks the kernel computes, of (Q K^T) V, in
+    NumPy float64: every block when not causal; with block_q = block_k, k blocks j <= i when
+    causal, the diagonal block whole (no mask, no softmax)."""
+    t, block = 32, 8
+    rng = np.random.default_rng(9)
+    q, k, v = (jnp.asarray(rng.standard_normal((1, 2, t, 8)), jnp.float32) for _ in range(3))
+    o, lse = flash_attention.forward_with_lse(
+        q, k, v, causal, block, block, interpret_for("hlo"), "matmuls_only"
+    )
+    scores = np.asarray(q, np.float64) @ np.swapaxes(np.asarray(k, np.float64), -1, -2)
+    if causal:
+        blocks = t // block
+        scores = scores * np.kron(np.tril(np.ones((blocks, blocks))), np.ones((block, block)))
+    expected = scores @ np.asarray(v, np.float64)
+    assert numerics.scaled_max_error(o, expected) <= numerics.tolerance("float32")
+    assert not np.any(np.asarray(lse))
+
+
 def test_closed_form_matches_finite_differences():
     """The NumPy gradient is itself right: central differences of sum(O * dO) in float64."""
     rng = np.random.default_rng(0)
@@ -293,6 +313,7 @@ def test_closed_form_matches_finite_differences():
     [
         ({"block_q": 0}, "must be positive"),
         ({"backward": "autodiff"}, "backward must be one of"),
+        ({"variant": "no_softmax"}, "variant must be one of"),
     ],
 )
 def test_config_refuses(kwargs, words):
@@ -306,10 +327,11 @@ def test_blocks_must_divide_t():
 
 
 @pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
-def test_compiles_through_mosaic_for_v5e():
+@pytest.mark.parametrize("variant", flash_attention.VARIANTS)
+def test_compiles_through_mosaic_for_v5e(variant):
     shape = (1, 2, 256, 64)
     report, has_custom_call = flash_attention.compile_for_topology(
-        "v5e:2x2", shape, flash_attention.Config(128, 64, causal=True)
+        "v5e:2x2", shape, flash_attention.Config(128, 64, causal=True, variant=variant)
     )
     assert has_custom_call
     assert report.device_kind.startswith("TPU v5")
