@@ -143,6 +143,9 @@ class CourseLesson(Closed):
     numbers: list[CourseNumber]
     receipt: CourseReceipt | None  # None: no bundle came back (a crash, a timeout)
     results_sha256: str | None = pydantic.Field(pattern=r"^[0-9a-f]{64}$")
+    # sha256 of the app (apps/<slug>.py) the run exported and ran; None in records written
+    # before it was kept. A differing app now means the entry is of an earlier version.
+    app_sha256: str | None = pydantic.Field(default=None, pattern=r"^[0-9a-f]{64}$")
     run: str  # the run it came from (CourseRun.id)
     replaced: list[str] = []  # earlier runs of this lesson that this later one replaces
 

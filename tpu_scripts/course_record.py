@@ -169,6 +169,7 @@ def lesson_entry(run_dir: pathlib.Path, lesson: dict, run_id: str) -> tuple[dict
         if receipt
         else None,
         "results_sha256": hashlib.sha256(path.read_bytes()).hexdigest() if doc else None,
+        "app_sha256": lesson.get("app_sha256"),
         "run": run_id,
         "replaced": [],
     }

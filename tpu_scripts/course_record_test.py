@@ -98,6 +98,9 @@ def test_each_entry_agrees_with_its_bundle_and_run(cpu_run, tmp_path, out, capsy
         entry = entries[slug]
         ran = next(lesson for lesson in run_json["lessons"] if lesson["slug"] == slug)
         assert entry["results_sha256"] == hashlib.sha256(raw).hexdigest()
+        # the app the run exported and ran: course-run kept its sha256, the record copies it
+        app = hashlib.sha256((REPO_ROOT / "apps" / f"{slug}.py").read_bytes()).hexdigest()
+        assert entry["app_sha256"] == ran["app_sha256"] == app
         assert entry["status"] == bundle["status"] == "passed" and entry["reason"] == ""
         assert entry["seconds"] == ran["seconds"] and entry["exit_code"] == 0
         for field in ("backend", "tpu_result", "device_kinds", "device_count", "process_count"):

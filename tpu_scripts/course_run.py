@@ -484,6 +484,7 @@ def course_run(options: Options) -> int:
             workers=workers,
             output_tail=_tail(output),
             process=one_process.SHARED if options.one_process else one_process.OWN,
+            app_sha256=export.source_digest(staged / script_name(slug)),
         )
         _record_versions(record, run_dir, slug)
         save_record(record_path, record, load_start)

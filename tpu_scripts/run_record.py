@@ -39,6 +39,8 @@ class LessonRecord(documents.Document):
     # "own": the lesson ran in its own process (as a learner runs it); "shared": in course-run's
     # process with the lessons before it (--one-process, tpu_scripts/one_process.py)
     process: Literal["own", "shared"] = "own"
+    # sha256 of the app the lesson's staged script was exported from (export.source_digest)
+    app_sha256: str | None = None
 
 
 class VmRecord(documents.Document):
@@ -122,6 +124,7 @@ def pending_lesson(slug: str) -> dict:
         "results": None,
         "workers": [],
         "output_tail": "",
+        "app_sha256": None,
     }
 
 

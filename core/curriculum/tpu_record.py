@@ -12,11 +12,13 @@ schema, and says per lesson "passed on TPU v5 lite (2026-12-06)", or its status 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import pathlib
 
 RECORD_NAME = "tpu_course"
 NOT_YET = "not yet run on a TPU"
+CHANGED_SINCE = "(an earlier version of this app; it has changed since)"
 STATUS_WORDS = {
     "passed": "passed",
     "failed": "failed",
@@ -38,11 +40,18 @@ class TpuEntry:
     device_count: int
     record: str  # the record's path, repo-relative when it is the repo's
     lesson: dict  # the record's entry (documents.CourseLesson as JSON)
+    # whether apps/<slug>.py differs from the app the run ran (its sha256 in the entry); None
+    # when the record did not keep it (records before 2026-12-06's fifth session) or the app
+    # file is not here
+    app_changed: bool | None = None
 
     def line(self, width: int | None = None) -> str:
         """``"passed on TPU v5 lite (2026-12-06)"``, or the status with its reason (cut to
-        ``width`` characters when given)."""
+        ``width`` characters when given), and CHANGED_SINCE when the app has changed since
+        the run."""
         text = f"{STATUS_WORDS[self.status]} on {self.device_kind} ({self.date})"
+        if self.app_changed:
+            text += f" {CHANGED_SINCE}"
         if self.reason:
             reason = " ".join(self.reason.split())
             if width is not None and len(reason) > width:
@@ -58,6 +67,7 @@ class TpuEntry:
             "device_kind": self.device_kind,
             "device_count": self.device_count,
             "record": self.record,
+            "app_changed": self.app_changed,
             "line": self.line(),
         }
 
@@ -72,9 +82,23 @@ def shown_path(path: pathlib.Path) -> str:
         return str(path)
 
 
-def entries(root: str | os.PathLike | None = None) -> tuple[dict[str, TpuEntry], list[str]]:
+def app_changed(slug: str, ran_sha256: str | None, apps_dir: pathlib.Path | None = None):
+    """Whether apps/<slug>.py now differs from the app a run ran (its sha256); None when the
+    run did not keep it or the app is not here."""
+    from core.curriculum import queries
+
+    path = queries.app_path(slug, apps_dir or queries.APPS_DIR)
+    if ran_sha256 is None or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest() != ran_sha256
+
+
+def entries(
+    root: str | os.PathLike | None = None, apps_dir: pathlib.Path | None = None
+) -> tuple[dict[str, TpuEntry], list[str]]:
     """({slug: its entry in the newest record that has it}, problems): a damaged record is
-    left out and named in the problems, never guessed at."""
+    left out and named in the problems, never guessed at. Each entry says whether the app in
+    ``apps_dir`` (the course's apps/) has changed since its run."""
     records_dir = root if root is not None else os.environ.get("JAX_LAB_RECORDS_DIR")
     if records_dir is None:
         from core import runtime
@@ -108,6 +132,7 @@ def entries(root: str | os.PathLike | None = None) -> tuple[dict[str, TpuEntry],
                 device_count=chips.count,
                 record=shown_path(path),
                 lesson=lesson.model_dump(mode="json"),
+                app_changed=app_changed(lesson.slug, lesson.app_sha256, apps_dir),
             )
     return found, problems
 

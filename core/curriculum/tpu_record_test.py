@@ -110,6 +110,39 @@ def test_each_lesson_reads_its_newest_record(kept):
     assert tpu_record.status_line("lax_scan", found) == "not yet run on a TPU"
 
 
+def test_an_entry_says_when_its_app_has_changed_since_the_run(tmp_path, monkeypatch):
+    """The entry keeps the sha256 of the app the run ran: the same app now reads as before;
+    another one (an edited app) says the entry is of an earlier version; a record without it
+    (written before it was kept) says neither."""
+    import hashlib
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    for slug in ("jit", "vmap", "pytrees"):
+        (apps / f"{slug}.py").write_text(f"# the {slug} app\n")
+    ran = hashlib.sha256(b"# the jit app\n").hexdigest()
+    edited = hashlib.sha256(b"# the vmap app, before an edit\n").hexdigest()
+    records = tmp_path / "records"
+    write_record(
+        records,
+        "2026-12-06",
+        [
+            {**lesson("jit", "passed"), "app_sha256": ran},
+            {**lesson("vmap", "passed"), "app_sha256": edited},
+            lesson("pytrees", "passed"),
+        ],
+    )
+    found, problems = tpu_record.entries(records, apps_dir=apps)
+    assert problems == []
+    assert found["jit"].app_changed is False
+    assert found["jit"].line() == "passed on TPU v5 lite (2026-12-06)"
+    assert found["vmap"].app_changed is True
+    assert found["vmap"].line().endswith(tpu_record.CHANGED_SINCE)
+    assert found["vmap"].as_json()["app_changed"] is True
+    assert found["pytrees"].app_changed is None
+    assert found["pytrees"].line() == "passed on TPU v5 lite (2026-12-06)"
+
+
 def test_a_damaged_record_is_named_and_left_out(kept):
     bad = kept / "tpu_course" / "2026-12-07_tpu-v5-lite-x1-unknown-13core-tpu.json"
     bad.write_text(json.dumps({"schema_version": 1, "name": "tpu_course"}))
