@@ -242,7 +242,9 @@ class Config:
 #   - 8 rows x T = 2048 bytes: every weight matmul is (16384 x 2048) @ (2048 x 2048 or
 #     8192), large multiples of 128 on every side;
 #   - attention by the flash kernel with segment ids (no T x T scores or mask in HBM; its
-#     blocks 512 x 512 until the chip's sweep, tpu_scripts/flash_vs_jax.py, says better);
+#     blocks 512 x 512 until the chip's sweep, tpu_scripts/flash_vs_jax.py, says better),
+#     reading q, k, v in the projections' (B, T, H, 128) layout (training.flash_layout:
+#     "BTHD", each head a 128-lane block), so no transposes or layout copies around it;
 #   - no remat: plan.memory.training_memory estimates, in GiB, 3.4 of state in (12 N: f32
 #     params, Adam mu, nu) + 7.7 of saved activations (6 layers x 1.25: the f32 MLP
 #     pre-activation 0.5, GELU output 0.25, q/k/v 0.19, five more b T D bf16 tensors 0.31;

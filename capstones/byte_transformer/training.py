@@ -112,28 +112,39 @@ def abstract_state(config: config_lib.Config):
     return checkpoint.abstract_like(init_state(config))
 
 
+def flash_layout(config: config_lib.Config) -> str:
+    """The flash kernel's layout for this model: "BTHD" (q, k, v read in the projections'
+    (B, T, H, K) layout, no transposes) when each head is whole 128-lane blocks or there is
+    one head, else "BHTD" (transposed around the kernel). flash_attention.LAYOUTS."""
+    head_dim = config.d_model // config.num_heads
+    return "BTHD" if head_dim % 128 == 0 or config.num_heads == 1 else "BHTD"
+
+
 def flash_attention_fn(config: config_lib.Config, segment_ids_BT) -> Callable:
     """The model's attention core (transformer.AttentionFn) as the flash kernel
-    (core.kernels.flash_attention) with the batch's segment ids, causal, config.flash_blocks.
+    (core.kernels.flash_attention) with the batch's segment ids, causal, config.flash_blocks,
+    in flash_layout(config).
 
     The mask the model passes is tokenizer.segment_mask_BTS(segment_ids_BT, causal=True),
     built from these same ids; the kernel rebuilds it block by block in VMEM from the ids, so
     the (B, 1, T, T) mask is never read (and XLA drops it)."""
     block_q, block_k = config.flash_blocks
+    layout = flash_layout(config)
+    kernel = functools.partial(
+        flash_attention.flash_attention,
+        causal=True,
+        block_q=block_q,
+        block_k=block_k,
+        segment_ids_BT=segment_ids_BT,
+        layout=layout,
+    )
 
     def attend(q_BTHK, k_BSHK, v_BSHK, mask):
         del mask  # the same mask, rebuilt in the kernel from segment_ids_BT (see above)
+        if layout == "BTHD":
+            return kernel(q_BTHK, k_BSHK, v_BSHK)
         to_bhtk = functools.partial(jnp.transpose, axes=(0, 2, 1, 3))
-        out = flash_attention.flash_attention(
-            to_bhtk(q_BTHK),
-            to_bhtk(k_BSHK),
-            to_bhtk(v_BSHK),
-            causal=True,
-            block_q=block_q,
-            block_k=block_k,
-            segment_ids_BT=segment_ids_BT,
-        )
-        return to_bhtk(out)
+        return to_bhtk(kernel(to_bhtk(q_BTHK), to_bhtk(k_BSHK), to_bhtk(v_BSHK)))
 
     return attend
 

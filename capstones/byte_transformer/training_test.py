@@ -414,15 +414,19 @@ def test_a_fresh_start_moves_the_earlier_history_aside(tmp_path):
     assert [r["step"] for r in training.read_metrics(run_dir)] == [1, 2, 3, 4]
 
 
-def test_flash_attention_core_gives_the_dense_loss_and_gradients():
+@pytest.mark.parametrize(
+    ("d_model", "layout"), [(32, "BHTD"), (256, "BTHD")], ids=["head16-transposed", "head128"]
+)
+def test_flash_attention_core_gives_the_dense_loss_and_gradients(d_model, layout):
     """attention="flash" (the Pallas kernel with segment ids, interpret mode on CPU) on a
-    packed batch of two documents and padding: the loss and gradients of the dense core."""
+    packed batch of two documents and padding: the loss and gradients of the dense core, in
+    both of the kernel's layouts (heads of 128 are read in place, others transposed)."""
     import numpy as np
 
     from core import numerics
 
     flash = config_lib.Config(
-        d_model=32,
+        d_model=d_model,
         num_heads=2,
         num_layers=1,
         seq_len=32,
@@ -433,6 +437,7 @@ def test_flash_attention_core_gives_the_dense_loss_and_gradients():
         attention_block_q=16,
         attention_block_k=16,
     )
+    assert training.flash_layout(flash) == layout
     dense = dataclasses.replace(flash, attention="dense")
     rng = np.random.default_rng(0)
     segment_ids = np.array([[1] * 10 + [2] * 18 + [0] * 4, [5] * 32], np.int32)
@@ -456,3 +461,12 @@ def test_flash_attention_core_gives_the_dense_loss_and_gradients():
     assert abs(float(flash_loss) - float(dense_loss)) <= 1e-5
     errors = jax.tree.leaves(jax.tree.map(numerics.scaled_max_error, flash_grads, dense_grads))
     assert max(errors) <= numerics.tolerance("float32")
+
+
+def test_the_tpu_preset_reads_its_heads_in_place():
+    """The tpu-v5e preset's heads are 128 wide (2048 / 16): its flash core takes q, k, v in
+    the projections' (B, T, H, K) layout, with no transposes around the kernel."""
+    preset = config_lib.preset("tpu-v5e")
+    assert preset.d_model // preset.num_heads == 128
+    assert training.flash_layout(preset) == "BTHD"
+    assert training.flash_layout(config_lib.Config()) == "BHTD"  # the default: heads of 64

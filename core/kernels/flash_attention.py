@@ -59,6 +59,10 @@ from core.kernels.attention_reference import (  # noqa: F401 (re-exported: the r
 )
 
 BACKWARDS = ("kernel", "reference")
+# q, k, v, O (and their gradients) as (B, H, T, D), or as (B, T, H, D): the layout a
+# Transformer's projections produce, read in place (head h is lanes h * D to (h + 1) * D of a
+# (B, T, H * D) view), so the model needs no transposes around the kernel.
+LAYOUTS = ("BHTD", "BTHD")
 # What the forward kernel computes: "attention", or "matmuls_only", an ablation for measuring
 # what bounds it: the same grid, blocks, causal skip and the two matmuls (O = sum over the
 # computed k blocks of (Q K^T) V, no mask, no softmax), so its time against the kernel's is
@@ -79,6 +83,7 @@ class Config:
     backward: str = "kernel"
     interpret: object = None  # None: interpret mode off a TPU (matmul.default_interpret)
     variant: str = "attention"  # VARIANTS: "matmuls_only" is a forward-only ablation
+    layout: str = "BHTD"  # LAYOUTS: how q, k, v, O are laid out (see check_layout)
 
     def __post_init__(self):
         if self.block_q < 1 or self.block_k < 1:
@@ -87,6 +92,17 @@ class Config:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {self.backward!r}")
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+
+    def check_layout(self, heads: int, d: int) -> None:
+        """BTHD reads head h as lanes h * D to (h + 1) * D of a (B, T, H * D) array: Mosaic
+        takes a block's last dim whole or in multiples of 128, so D must be one (or H 1)."""
+        if self.layout == "BTHD" and heads > 1 and d % 128:
+            raise ValueError(
+                f"layout BTHD needs a head dim that is a multiple of 128 (each head is a lane "
+                f"block of H * D), got D = {d} with H = {heads}; use layout BHTD"
+            )
 
     def check_shape(self, t: int) -> None:
         if t % self.block_q or t % self.block_k:
@@ -202,25 +218,50 @@ def _forward_kernel(*refs, cfg, scale, segmented):
         lse_ref[...] = m_ref[...] * scale + jnp.log(l_ref[...])
 
 
-def _kv_index(cfg):
-    """k/v block index for program (n, i, j): clamped to the last needed block when causal."""
+def _kv_block(cfg):
+    """(n, k block) of forward program (n, i, j): clamped to the last needed block when
+    causal, so a skipped step fetches nothing new."""
     if not cfg.causal:
-        return lambda n, i, j: (n, j, 0)
-    return lambda n, i, j: (
-        n,
-        jnp.minimum(j, (i * cfg.block_q + cfg.block_q - 1) // cfg.block_k),
-        0,
-    )
+        return lambda n, i, j: (n, j)
+    return lambda n, i, j: (n, jnp.minimum(j, (i * cfg.block_q + cfg.block_q - 1) // cfg.block_k))
 
 
-def _segment_specs(heads: int, t: int, bq: int, bk: int, q_index):
+def _rows_spec(cfg, heads: int, rows: int, d: int, block):
+    """BlockSpec of ``rows`` rows of one head of q, k, v, O or their gradients, where
+    ``block(*grid ids) -> (n, row block)`` and n = b * heads + h. BHTD: the (N, T, D) array;
+    BTHD: the (B, T, H * D) array, head h its lanes h * D to (h + 1) * D."""
+    if cfg.layout == "BHTD":
+
+        def index_map(*ids):
+            n, rows_block = block(*ids)
+            return (n, rows_block, 0)
+    else:
+
+        def index_map(*ids):
+            n, rows_block = block(*ids)
+            return (n // heads, rows_block, n % heads)
+
+    return pl.BlockSpec((None, rows, d), index_map)
+
+
+def _stats_spec(rows: int, block):
+    """BlockSpec of a per-row statistic (L, delta; (N, T, 1) f32 in either layout)."""
+
+    def index_map(*ids):
+        n, rows_block = block(*ids)
+        return (n, rows_block, 0)
+
+    return pl.BlockSpec((None, rows, 1), index_map)
+
+
+def _segment_specs(heads: int, t: int, bq: int, bk: int, q_block):
     """BlockSpecs of the q ids (B, T, 1) and k ids (B, T/bk, bk) for flattened (N = B H) grids:
-    program n reads row n // heads; q_index gives the (n, block, 0) of q. The k ids come
-    whole per row (the kernel picks its k block's row), so the block is valid for Mosaic
-    whatever bk is."""
+    program n reads row n // heads; q_block gives the (n, block) of q. The k ids come whole
+    per row (the kernel picks its k block's row), so the block is valid for Mosaic whatever
+    bk is."""
 
     def q_map(*ids):
-        n_, block, _ = q_index(*ids)
+        n_, block = q_block(*ids)
         return (n_ // heads, block, 0)
 
     def k_map(n_, *_):
@@ -229,27 +270,33 @@ def _segment_specs(heads: int, t: int, bq: int, bk: int, q_index):
     return [pl.BlockSpec((None, bq, 1), q_map), pl.BlockSpec((None, t // bk, bk), k_map)]
 
 
-def forward_call(n: int, t: int, d: int, dtype, cfg: Config, heads: int | None = None):
-    """The pallas_call of the forward: (q, k, v) (N, T, D) -> (O (N, T, D), L (N, T, 1) f32).
-    ``heads``: with segment ids, the call takes (q, k, v, q ids (B, T, 1), k ids (B, T/bk,
-    bk)) int32 and N = B * heads."""
+def _rows_shape(cfg, n: int, heads: int, t: int, d: int) -> tuple[int, int, int]:
+    """The kernels' q/k/v/O array shape: (N, T, D) (BHTD) or (B, T, H * D) (BTHD)."""
+    return (n, t, d) if cfg.layout == "BHTD" else (n // heads, t, heads * d)
+
+
+def forward_call(
+    n: int, t: int, d: int, dtype, cfg: Config, heads: int = 1, segmented: bool = False
+):
+    """The pallas_call of the forward: (q, k, v) -> (O, L (N, T, 1) f32), q, k, v and O of
+    _rows_shape (N = B * heads). ``segmented``: the call also takes (q ids (B, T, 1), k ids
+    (B, T/bk, bk)) int32."""
     cfg.check_shape(t)
+    cfg.check_layout(heads, d)
     bq, bk = cfg.block_q, cfg.block_k
-    q_index = lambda n_, i, j: (n_, i, 0)  # noqa: E731
-    q_spec = pl.BlockSpec((None, bq, d), q_index)
-    kv_spec = pl.BlockSpec((None, bk, d), _kv_index(cfg))
-    segments = [] if heads is None else _segment_specs(heads, t, bq, bk, q_index)
+    q_block = lambda n_, i, j: (n_, i)  # noqa: E731
+    q_spec = _rows_spec(cfg, heads, bq, d, q_block)
+    kv_spec = _rows_spec(cfg, heads, bk, d, _kv_block(cfg))
+    segments = _segment_specs(heads, t, bq, bk, q_block) if segmented else []
     return pl.pallas_call(
-        functools.partial(
-            _forward_kernel, cfg=cfg, scale=1.0 / math.sqrt(d), segmented=heads is not None
-        ),
+        functools.partial(_forward_kernel, cfg=cfg, scale=1.0 / math.sqrt(d), segmented=segmented),
         out_shape=(
-            jax.ShapeDtypeStruct((n, t, d), dtype),
+            jax.ShapeDtypeStruct(_rows_shape(cfg, n, heads, t, d), dtype),
             jax.ShapeDtypeStruct((n, t, 1), jnp.float32),
         ),
         grid=(n, t // bq, t // bk),
         in_specs=[q_spec, kv_spec, kv_spec, *segments],
-        out_specs=(q_spec, pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))),
+        out_specs=(q_spec, _stats_spec(bq, q_block)),
         scratch_shapes=[
             pltpu.VMEM((bq, 1), jnp.float32),
             pltpu.VMEM((bq, 1), jnp.float32),
@@ -328,29 +375,39 @@ def _dq_kernel(*refs, cfg, scale, segmented):
         dq_ref[...] = dq_acc[...].astype(dq_ref.dtype)
 
 
-def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
-    """dQ, dK, dV (N, T, D) from the two backward kernels. ``segments``: None, or (heads,
-    q ids (B, T, 1), k ids (B, T/bk, bk)) int32."""
-    n, t, d = q.shape
+def _row_sums(x, y, cfg, heads: int):
+    """rowsum(x * y) per head and row, (N, T, 1) f32, of two arrays of _rows_shape."""
+    product = x.astype(jnp.float32) * y.astype(jnp.float32)
+    if cfg.layout == "BHTD":
+        return jnp.sum(product, axis=-1, keepdims=True)
+    b, t, _ = x.shape
+    sums_BTH = jnp.sum(product.reshape(b, t, heads, -1), axis=-1)
+    return jnp.transpose(sums_BTH, (0, 2, 1)).reshape(b * heads, t, 1)
+
+
+def _backward_kernels(q, k, v, o, lse, do, cfg: Config, heads: int = 1, segments=None):
+    """dQ, dK, dV (of _rows_shape, like q) from the two backward kernels; lse (N, T, 1).
+    ``segments``: None, or (q ids (B, T, 1), k ids (B, T/bk, bk)) int32."""
+    n, t, _ = lse.shape
+    d = q.shape[-1] // (heads if cfg.layout == "BTHD" else 1)
     bq, bk = cfg.block_q, cfg.block_k
     scale = 1.0 / math.sqrt(d)
-    delta = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
+    delta = _row_sums(do, o, cfg, heads)
     lse_log2 = lse * LOG2_E  # once per row here, not once per score in the kernels
     semantics = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+    segmented = segments is not None
+    ids = tuple(segments) if segmented else ()
 
     # dK, dV: program (n, j, i); q blocks i reduce. Causal: q blocks above the diagonal are
     # skipped, their index clamped up to the first q block that sees k block j.
     if cfg.causal:
-        q_index = lambda n_, j, i: (n_, jnp.maximum(i, (j * bk) // bq), 0)  # noqa: E731
+        q_block = lambda n_, j, i: (n_, jnp.maximum(i, (j * bk) // bq))  # noqa: E731
     else:
-        q_index = lambda n_, j, i: (n_, i, 0)  # noqa: E731
-    q_rows = pl.BlockSpec((None, bq, d), q_index)
-    q_stats = pl.BlockSpec((None, bq, 1), q_index)
-    k_index = lambda n_, j, i: (n_, j, 0)  # noqa: E731
-    k_rows = pl.BlockSpec((None, bk, d), k_index)
-    segmented = segments is not None
-    ids = tuple(segments[1:]) if segmented else ()
-    seg_specs = _segment_specs(segments[0], t, bq, bk, q_index) if segmented else []
+        q_block = lambda n_, j, i: (n_, i)  # noqa: E731
+    q_rows = _rows_spec(cfg, heads, bq, d, q_block)
+    q_stats = _stats_spec(bq, q_block)
+    k_rows = _rows_spec(cfg, heads, bk, d, lambda n_, j, i: (n_, j))
+    seg_specs = _segment_specs(heads, t, bq, bk, q_block) if segmented else []
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, cfg=cfg, scale=scale, segmented=segmented),
         out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
@@ -362,11 +419,11 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
         interpret=cfg.mode,
     )(q, k, v, do, lse_log2, delta, *ids)
 
-    q_index = lambda n_, i, j: (n_, i, 0)  # noqa: E731
-    q_rows = pl.BlockSpec((None, bq, d), q_index)
-    q_stats = pl.BlockSpec((None, bq, 1), lambda n_, i, j: (n_, i, 0))
-    kv_rows = pl.BlockSpec((None, bk, d), _kv_index(cfg))
-    seg_specs = _segment_specs(segments[0], t, bq, bk, q_index) if segmented else []
+    q_block = lambda n_, i, j: (n_, i)  # noqa: E731
+    q_rows = _rows_spec(cfg, heads, bq, d, q_block)
+    q_stats = _stats_spec(bq, q_block)
+    kv_rows = _rows_spec(cfg, heads, bk, d, _kv_block(cfg))
+    seg_specs = _segment_specs(heads, t, bq, bk, q_block) if segmented else []
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, cfg=cfg, scale=scale, segmented=segmented),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
@@ -383,15 +440,24 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config, segments=None):
 # --- the differentiable kernel ----------------------------------------------------------------
 
 
-def _flat(x_BHTD):
-    b, h, t, d = x_BHTD.shape
-    return x_BHTD.reshape(b * h, t, d)
+def _dims(x, cfg) -> tuple[int, int, int, int]:
+    """(B, H, T, D) of a q-like array in ``cfg.layout``: (B, H, T, D) or (B, T, H, D)."""
+    if cfg.layout == "BHTD":
+        return x.shape
+    b, t, h, d = x.shape
+    return b, h, t, d
 
 
-def _segment_layouts(segment_ids_BT, shape_BHTD, block_k: int):
+def _rows(x, cfg):
+    """The kernels' view of a q-like array: (N, T, D) for BHTD, (B, T, H * D) for BTHD; both
+    reshapes of the row-major array, so no copy."""
+    b, h, t, d = _dims(x, cfg)
+    return x.reshape(b * h, t, d) if cfg.layout == "BHTD" else x.reshape(b, t, h * d)
+
+
+def _segment_layouts(segment_ids_BT, b: int, t: int, block_k: int):
     """(q ids (B, T, 1), k ids (B, T/block_k, block_k)) int32 of (B, T) segment ids (row j of
     the k ids: k block j's); ValueError on a shape that is not q's (B, T)."""
-    b, _, t, _ = shape_BHTD
     ids = jnp.asarray(segment_ids_BT)
     if ids.shape != (b, t):
         raise ValueError(f"segment_ids must be (B, T) = {(b, t)}, got {tuple(ids.shape)}")
@@ -399,19 +465,16 @@ def _segment_layouts(segment_ids_BT, shape_BHTD, block_k: int):
     return ids[:, :, None], ids.reshape(b, t // block_k, block_k)
 
 
-def forward(q_BHTD, k_BHTD, v_BHTD, cfg: Config, segment_ids_BT=None):
-    """The forward kernel: (O (B, H, T, D) in q's dtype, L (B, H, T) f32 log-sum-exp).
-    ``segment_ids_BT``: (B, T) ints; query t sees key s only where their ids are equal."""
-    b, h, t, d = q_BHTD.shape
+def forward(q, k, v, cfg: Config, segment_ids_BT=None):
+    """The forward kernel: (O in q's layout and dtype, L (B, H, T) f32 log-sum-exp); q, k, v
+    (B, H, T, D), or (B, T, H, D) with ``cfg.layout == "BTHD"``. ``segment_ids_BT``: (B, T)
+    ints; query t sees key s only where their ids are equal."""
+    b, h, t, d = _dims(q, cfg)
     cfg.check_shape(t)  # before the k ids are cut into blocks of block_k
-    ids = (
-        ()
-        if segment_ids_BT is None
-        else _segment_layouts(segment_ids_BT, q_BHTD.shape, cfg.block_k)
-    )
-    call = forward_call(b * h, t, d, q_BHTD.dtype, cfg, heads=h if ids else None)
-    o, lse = call(_flat(q_BHTD), _flat(k_BHTD), _flat(v_BHTD), *ids)
-    return o.reshape(b, h, t, d), lse.reshape(b, h, t)
+    ids = () if segment_ids_BT is None else _segment_layouts(segment_ids_BT, b, t, cfg.block_k)
+    call = forward_call(b * h, t, d, q.dtype, cfg, heads=h, segmented=bool(ids))
+    o, lse = call(_rows(q, cfg), _rows(k, cfg), _rows(v, cfg), *ids)
+    return o.reshape(q.shape), lse.reshape(b, h, t)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -424,27 +487,38 @@ def _attention_fwd(q, k, v, segment_ids, cfg):
     return o, (q, k, v, segment_ids, o, lse)
 
 
+def _to_bhtd(x, cfg):
+    """A q-like array as (B, H, T, D) (BTHD: a transpose, its own inverse)."""
+    return x if cfg.layout == "BHTD" else jnp.transpose(x, (0, 2, 1, 3))
+
+
 def _attention_bwd(cfg, residuals, do):
     q, k, v, segment_ids, o, lse = residuals
     if cfg.backward == "reference":
-        reference = functools.partial(mha_reference, causal=cfg.causal, segment_ids_BT=segment_ids)
+
+        def reference(q, k, v):
+            args = (_to_bhtd(x, cfg) for x in (q, k, v))
+            out = mha_reference(*args, causal=cfg.causal, segment_ids_BT=segment_ids)
+            return _to_bhtd(out, cfg)
+
         _, vjp = jax.vjp(reference, q, k, v)
         return (*vjp(do), None)
-    b, h, t, d = q.shape
+    b, h, t, _ = _dims(q, cfg)
     segments = None
     if segment_ids is not None:
-        segments = (h, *_segment_layouts(segment_ids, q.shape, cfg.block_k))
+        segments = _segment_layouts(segment_ids, b, t, cfg.block_k)
+    rows = [_rows(x, cfg) for x in (q, k, v, o)]
     grads = _backward_kernels(
-        _flat(q), _flat(k), _flat(v), _flat(o), lse.reshape(b * h, t, 1), _flat(do), cfg, segments
+        *rows, lse.reshape(b * h, t, 1), _rows(do, cfg), cfg, heads=h, segments=segments
     )
-    return (*(g.reshape(b, h, t, d) for g in grads), None)
+    return (*(g.reshape(q.shape) for g in grads), None)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 @functools.partial(
-    jax.jit, static_argnames=("causal", "block_q", "block_k", "backward", "interpret")
+    jax.jit, static_argnames=("causal", "block_q", "block_k", "backward", "interpret", "layout")
 )
 def flash_attention(
     q_BHTD,
@@ -456,10 +530,12 @@ def flash_attention(
     backward: str = "kernel",
     interpret=None,
     segment_ids_BT=None,
+    layout: str = "BHTD",
 ):
     """softmax(Q K^T / sqrt(D) + causal mask + segment mask) V by the flash kernels;
-    differentiable in q, k, v. ``segment_ids_BT``: None, or (B, T) ints (see the module)."""
-    cfg = Config(block_q, block_k, causal, backward, interpret)
+    differentiable in q, k, v. ``segment_ids_BT``: None, or (B, T) ints (see the module).
+    ``layout`` "BTHD": q, k, v and O are (B, T, H, D) (LAYOUTS; D a multiple of 128)."""
+    cfg = Config(block_q, block_k, causal, backward, interpret, layout=layout)
     return _attention(q_BHTD, k_BHTD, v_BHTD, segment_ids_BT, cfg)
 
 
@@ -563,6 +639,7 @@ def compile_gradients_for_topology(topology_name: str, shape_BHTD, cfg: Config):
     """Compile the forward and the kernel backward with segment ids ((B, T) int32) for a TPU
     topology: every kernel through Mosaic, which checks each block shape against the TPU's
     tiling (needs libtpu). Returns (CompileReport, whether the HLO holds the TPU custom call).
+    The operands are (B, T, H, D) when ``cfg.layout`` is "BTHD".
     """
     cfg = dataclasses.replace(cfg, interpret=False, backward="kernel")
     cfg.check_shape(shape_BHTD[2])
@@ -573,8 +650,9 @@ def compile_gradients_for_topology(topology_name: str, shape_BHTD, cfg: Config):
 
         return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
 
-    b, _, t, _ = shape_BHTD
-    shapes = (jax.ShapeDtypeStruct(tuple(shape_BHTD), jnp.float32),) * 3
+    b, h, t, d = shape_BHTD
+    shape = (b, h, t, d) if cfg.layout == "BHTD" else (b, t, h, d)
+    shapes = (jax.ShapeDtypeStruct(shape, jnp.float32),) * 3
     shapes += (jax.ShapeDtypeStruct((b, t), jnp.int32),)
     report, compiled = _compile_replicated(gradients, shapes, topology_name)
     return report, matmul.TPU_CUSTOM_CALL in compiled.as_text()

@@ -314,6 +314,7 @@ def test_closed_form_matches_finite_differences():
         ({"block_q": 0}, "must be positive"),
         ({"backward": "autodiff"}, "backward must be one of"),
         ({"variant": "no_softmax"}, "variant must be one of"),
+        ({"layout": "TBHD"}, "layout must be one of"),
     ],
 )
 def test_config_refuses(kwargs, words):
@@ -348,6 +349,17 @@ def test_segmented_kernels_compile_through_mosaic_for_v5e(t, block_q, block_k):
     blocks and at larger ones, now compile through Mosaic for v5e here."""
     report, has_custom_call = flash_attention.compile_gradients_for_topology(
         "v5e:2x2", (2, 2, t, 8), flash_attention.Config(block_q, block_k, causal=True)
+    )
+    assert has_custom_call and report.device_kind.startswith("TPU v5")
+
+
+@pytest.mark.skipif(topology_compile.libtpu_problem() is not None, reason="libtpu not installed")
+def test_the_bthd_layout_compiles_through_mosaic_for_v5e():
+    """Each head a 128-lane block of (B, T, H * D): Mosaic takes the forward and both backward
+    kernels with segment ids for v5e at the preset's head dim."""
+    cfg = flash_attention.Config(128, 128, causal=True, layout="BTHD")
+    report, has_custom_call = flash_attention.compile_gradients_for_topology(
+        "v5e:2x2", (2, 4, 256, 128), cfg
     )
     assert has_custom_call and report.device_kind.startswith("TPU v5")
 
@@ -395,6 +407,44 @@ def test_segment_ids_mask_packed_documents(mode):
     # the segment mask matters here: the causal-only kernel differs
     causal_only = flash_attention.flash_attention(q, k, v, True, 8, 8, "kernel", interpret)
     assert numerics.scaled_max_error(causal_only, expected_o) > 0.01
+
+
+def test_the_bthd_layout_reads_heads_in_place(mode):
+    """q, k, v as (B, T, H, D) (the layout a Transformer's projections give, D = 128): forward
+    and gradients, causal with segment ids, equal the float64 attention of the same arrays
+    transposed to (B, H, T, D), and come back as (B, T, H, D)."""
+    b, h, t, d = 1, 2, 32, 128
+    rng = np.random.default_rng(4)
+    q, k, v, do = (jnp.asarray(rng.standard_normal((b, t, h, d)), jnp.float32) for _ in range(4))
+    segment_ids = np.repeat(np.array([[1, 2]], np.int32), t // 2, axis=1)
+    interpret = interpret_for(mode)
+
+    def loss(q, k, v):
+        o = flash_attention.flash_attention(
+            q, k, v, True, 8, 16, "kernel", interpret, jnp.asarray(segment_ids), layout="BTHD"
+        )
+        return jnp.sum(o * do), o
+
+    (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    to_bhtd = lambda x: np.swapaxes(np.asarray(x), 1, 2)  # noqa: E731
+    expected_o, expected_grads = _segmented_reference_float64(
+        *(to_bhtd(x) for x in (q, k, v, do)), segment_ids
+    )
+    assert o.shape == q.shape and all(g.shape == q.shape for g in grads)
+    assert numerics.scaled_max_error(to_bhtd(o), expected_o) <= numerics.tolerance("float32")
+    for grad, expected in zip(grads, expected_grads, strict=True):
+        assert numerics.scaled_max_error(to_bhtd(grad), expected) <= numerics.tolerance("float32")
+
+
+def test_the_bthd_layout_needs_whole_lane_blocks_per_head():
+    q = jnp.zeros((1, 16, 2, 64))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        flash_attention.flash_attention(q, q, q, True, 8, 8, "kernel", True, layout="BTHD")
+    one_head = jnp.zeros((1, 16, 1, 64))  # one head: its block is the whole last dim
+    out = flash_attention.flash_attention(
+        one_head, one_head, one_head, True, 8, 8, "kernel", True, layout="BTHD"
+    )
+    assert out.shape == one_head.shape
 
 
 def test_segment_ids_must_be_b_by_t():
