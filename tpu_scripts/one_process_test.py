@@ -76,23 +76,9 @@ def test_a_shared_run_gives_each_lesson_its_own_results(tmp_path):
     """Two lessons in one process: each bundle holds its own check, not the first one's (the
     results recorder starts empty for every lesson), and the record says 'shared'."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tpu_scripts",
-            "course-run",
-            "--local",
-            "--one-process",
-            "--keep-going",
-            "--lessons",
-            "workspace,arrays_devices",
-            "--runs-root",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=runtime.child_env(),
+        [sys.executable, "-m", "tpu_scripts", "course-run", "--local", "--one-process",
+         "--keep-going", "--lessons", "workspace,arrays_devices", "--runs-root", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=runtime.child_env(),
     )  # fmt: skip  (child_env: without pytest's variables, marimo's mode is "script")
     run = next((tmp_path / "local").iterdir())
     assert done.returncode == 0, (run / "run.json").read_text()[-3000:]
