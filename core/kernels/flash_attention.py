@@ -15,9 +15,9 @@ them as (N, T, D) with N = B * H. Per-row statistics (log-sum-exp L, delta) are 
   Q K^T (a positive scale does not move a max) and P = exp2((S - m) * log2(e) / sqrt(D)), the
   scale and the change of base one multiply. The mask's iotas, compares and selects run only
   on the blocks that cross the diagonal: at T = 8192 with 1024 blocks, 8 of the 36 computed.
-- Backward (the flash identity): P = exp(S - L) is recomputed from the saved L, never
-  stored (as exp2(Q K^T * log2(e) / sqrt(D) - L * log2(e)), L * log2(e) formed once per
-  row); dV = P^T dO, dP = dO V^T, dS = P * (dP - delta) with delta = rowsum(dO * O),
+- Backward (the flash identity): P = exp(S - L) is recomputed from the saved L (kept as the
+  forward kernel wrote it, (N, T, 1), so it is not laid out again between the passes), never
+  stored (as exp2(Q K^T * log2(e) / sqrt(D) - L * log2(e)), L * log2(e) formed per row); dV = P^T dO, dP = dO V^T, dS = P * (dP - delta) with delta = rowsum(dO * O),
   dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D). Two kernels: dK, dV on grid (N, T/bk, T/bq)
   (q blocks the reduction), dQ on grid (N, T/bq, T/bk).
 - ``flash_attention``: a jax.custom_vjp whose backward is those kernels (``backward=
@@ -321,7 +321,7 @@ def _probabilities(q, k, lse_log2, i, j, cfg, scale, seg_refs, causal_mask):
 
 
 def _dkdv_kernel(*refs, cfg, scale, segmented):
-    q_ref, k_ref, v_ref, do_ref, lse_log2_ref, delta_ref = refs[:6]
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs[:6]
     seg_refs = refs[6:8] if segmented else ()
     dk_ref, dv_ref, dk_acc, dv_acc = refs[8:] if segmented else refs[6:]
     j, i = pl.program_id(1), pl.program_id(2)  # k block j owns the output; q blocks reduce
@@ -333,7 +333,8 @@ def _dkdv_kernel(*refs, cfg, scale, segmented):
 
     def _step(causal_mask):
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_log2_ref[...], i, j, cfg, scale, seg_refs, causal_mask)
+        lse_log2 = lse_ref[...] * LOG2_E  # (bq, 1): per row, not per score
+        p = _probabilities(q, k, lse_log2, i, j, cfg, scale, seg_refs, causal_mask)
         dv_acc[...] += jax.lax.dot_general(
             p.astype(do.dtype), do, _CONTRACT_FIRST, preferred_element_type=jnp.float32
         )
@@ -352,7 +353,7 @@ def _dkdv_kernel(*refs, cfg, scale, segmented):
 
 
 def _dq_kernel(*refs, cfg, scale, segmented):
-    q_ref, k_ref, v_ref, do_ref, lse_log2_ref, delta_ref = refs[:6]
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs[:6]
     seg_refs = refs[6:8] if segmented else ()
     dq_ref, dq_acc = refs[8:] if segmented else refs[6:]
     i, j = pl.program_id(1), pl.program_id(2)
@@ -363,7 +364,8 @@ def _dq_kernel(*refs, cfg, scale, segmented):
 
     def _step(causal_mask):
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        p = _probabilities(q, k, lse_log2_ref[...], i, j, cfg, scale, seg_refs, causal_mask)
+        lse_log2 = lse_ref[...] * LOG2_E  # (bq, 1): per row, not per score
+        p = _probabilities(q, k, lse_log2, i, j, cfg, scale, seg_refs, causal_mask)
         dp = jax.lax.dot_general(do, v, _CONTRACT_LAST, preferred_element_type=jnp.float32)
         ds = p * (dp - delta_ref[...])
         dq_acc[...] += scale * jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
@@ -386,14 +388,14 @@ def _row_sums(x, y, cfg, heads: int):
 
 
 def _backward_kernels(q, k, v, o, lse, do, cfg: Config, heads: int = 1, segments=None):
-    """dQ, dK, dV (of _rows_shape, like q) from the two backward kernels; lse (N, T, 1).
+    """dQ, dK, dV (of _rows_shape, like q) from the two backward kernels; lse (N, T, 1) as
+    the forward kernel wrote it.
     ``segments``: None, or (q ids (B, T, 1), k ids (B, T/bk, bk)) int32."""
     n, t, _ = lse.shape
     d = q.shape[-1] // (heads if cfg.layout == "BTHD" else 1)
     bq, bk = cfg.block_q, cfg.block_k
     scale = 1.0 / math.sqrt(d)
     delta = _row_sums(do, o, cfg, heads)
-    lse_log2 = lse * LOG2_E  # once per row here, not once per score in the kernels
     semantics = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
     segmented = segments is not None
     ids = tuple(segments) if segmented else ()
@@ -417,7 +419,7 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config, heads: int = 1, segments
         scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],
         compiler_params=semantics,
         interpret=cfg.mode,
-    )(q, k, v, do, lse_log2, delta, *ids)
+    )(q, k, v, do, lse, delta, *ids)
 
     q_block = lambda n_, i, j: (n_, i)  # noqa: E731
     q_rows = _rows_spec(cfg, heads, bq, d, q_block)
@@ -433,7 +435,7 @@ def _backward_kernels(q, k, v, o, lse, do, cfg: Config, heads: int = 1, segments
         scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
         compiler_params=semantics,
         interpret=cfg.mode,
-    )(q, k, v, do, lse_log2, delta, *ids)
+    )(q, k, v, do, lse, delta, *ids)
     return dq, dk, dv
 
 
@@ -465,26 +467,34 @@ def _segment_layouts(segment_ids_BT, b: int, t: int, block_k: int):
     return ids[:, :, None], ids.reshape(b, t // block_k, block_k)
 
 
-def forward(q, k, v, cfg: Config, segment_ids_BT=None):
-    """The forward kernel: (O in q's layout and dtype, L (B, H, T) f32 log-sum-exp); q, k, v
-    (B, H, T, D), or (B, T, H, D) with ``cfg.layout == "BTHD"``. ``segment_ids_BT``: (B, T)
-    ints; query t sees key s only where their ids are equal."""
+def _forward_rows(q, k, v, cfg: Config, segment_ids_BT=None):
+    """(O in q's layout, L as the kernel wrote it, (N, T, 1) f32): the backward reads that
+    L as it is, so it is never laid out again between the passes."""
     b, h, t, d = _dims(q, cfg)
     cfg.check_shape(t)  # before the k ids are cut into blocks of block_k
     ids = () if segment_ids_BT is None else _segment_layouts(segment_ids_BT, b, t, cfg.block_k)
     call = forward_call(b * h, t, d, q.dtype, cfg, heads=h, segmented=bool(ids))
-    o, lse = call(_rows(q, cfg), _rows(k, cfg), _rows(v, cfg), *ids)
-    return o.reshape(q.shape), lse.reshape(b, h, t)
+    o, lse_rows = call(_rows(q, cfg), _rows(k, cfg), _rows(v, cfg), *ids)
+    return o.reshape(q.shape), lse_rows
+
+
+def forward(q, k, v, cfg: Config, segment_ids_BT=None):
+    """The forward kernel: (O in q's layout and dtype, L (B, H, T) f32 log-sum-exp); q, k, v
+    (B, H, T, D), or (B, T, H, D) with ``cfg.layout == "BTHD"``. ``segment_ids_BT``: (B, T)
+    ints; query t sees key s only where their ids are equal."""
+    b, h, t, _ = _dims(q, cfg)
+    o, lse_rows = _forward_rows(q, k, v, cfg, segment_ids_BT)
+    return o, lse_rows.reshape(b, h, t)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _attention(q, k, v, segment_ids, cfg):
-    return forward(q, k, v, cfg, segment_ids)[0]
+    return _forward_rows(q, k, v, cfg, segment_ids)[0]
 
 
 def _attention_fwd(q, k, v, segment_ids, cfg):
-    o, lse = forward(q, k, v, cfg, segment_ids)
-    return o, (q, k, v, segment_ids, o, lse)
+    o, lse_rows = _forward_rows(q, k, v, cfg, segment_ids)
+    return o, (q, k, v, segment_ids, o, lse_rows)
 
 
 def _to_bhtd(x, cfg):
@@ -508,9 +518,7 @@ def _attention_bwd(cfg, residuals, do):
     if segment_ids is not None:
         segments = _segment_layouts(segment_ids, b, t, cfg.block_k)
     rows = [_rows(x, cfg) for x in (q, k, v, o)]
-    grads = _backward_kernels(
-        *rows, lse.reshape(b * h, t, 1), _rows(do, cfg), cfg, heads=h, segments=segments
-    )
+    grads = _backward_kernels(*rows, lse, _rows(do, cfg), cfg, heads=h, segments=segments)
     return (*(g.reshape(q.shape) for g in grads), None)
 
 
@@ -565,8 +573,9 @@ def forward_and_grads(
     ``flash_attention`` gives the same gradients; its test says so).
     """
     cfg = Config(block_q, block_k, causal, backward, interpret)
-    o, lse = forward(q_BHTD, k_BHTD, v_BHTD, cfg)
-    return o, lse, _attention_bwd(cfg, (q_BHTD, k_BHTD, v_BHTD, None, o, lse), do_BHTD)[:3]
+    o, lse_rows = _forward_rows(q_BHTD, k_BHTD, v_BHTD, cfg)
+    grads = _attention_bwd(cfg, (q_BHTD, k_BHTD, v_BHTD, None, o, lse_rows), do_BHTD)[:3]
+    return o, lse_rows.reshape(q_BHTD.shape[:3]), grads
 
 
 @functools.partial(
