@@ -26,7 +26,8 @@ PLAN.json (checked before anything runs):
   timeout is killed with its process group and kept as timed out.
 - OUT: ``state.json`` (rewritten after every step), ``log.txt`` (each command's output, its
   tail past 200 kB), ``outputs.tar.gz`` (every file each step's ``outputs`` globs matched,
-  under ``<step>/``; at most 16 MiB, larger files are named in the state, not packed).
+  as ``<step>/<its absolute path>``; at most 16 MiB, files past that are named in the state,
+  not packed).
 
 Exit status: 0 every step done, 10 steps remain (run again with OUT/state.json), 2 a plan or
 state that does not validate (nothing runs). Standard library only: it runs before anything
@@ -159,7 +160,7 @@ def setup_marker(plan: dict) -> pathlib.Path:
 
 
 def archive_outputs(plan: dict, ran: list[str], out: pathlib.Path, state: dict) -> None:
-    """outputs.tar.gz: each step of this call's files matched by its globs, under <step>/;
+    """outputs.tar.gz: each step of this call's files matched by its globs, as <step>/<path>;
     files past the archive's limit are named in the state instead."""
     left_out, total = [], 0
     path = out / "outputs.tar.gz"
@@ -177,7 +178,8 @@ def archive_outputs(plan: dict, ran: list[str], out: pathlib.Path, state: dict) 
                         left_out.append(f"{step['name']}: {found} ({size} bytes)")
                         continue
                     total += size
-                    archive.add(file, arcname=f"{step['name']}/{file.name}")
+                    # the whole path under the step: two results.json never collide
+                    archive.add(file, arcname=f"{step['name']}/{found.lstrip('/')}")
     state["calls"][-1]["archived_bytes"] = total
     state["calls"][-1]["left_out"] = left_out
 

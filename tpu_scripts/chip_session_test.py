@@ -59,7 +59,7 @@ def test_a_plan_continues_in_the_next_call_from_its_state(tmp_path):
     assert state["calls"][0]["deferred"] == ["long"] and state["calls"][0]["setup"] == "exit 0"
     assert state["done"]["first"]["exit"] == 0 and not state["done"]["first"]["timed_out"]
     with tarfile.open(first_out / "outputs.tar.gz") as archive:
-        assert archive.getnames() == ["first/result.json"]
+        assert archive.getnames() == [f"first/{str(result).lstrip('/')}"]
     assert "=== first:" in (first_out / "log.txt").read_text()
     # the next call, with the state brought back: only "long", and setup not again (a warm
     # machine keeps its marker)
@@ -216,3 +216,25 @@ def test_each_kept_plan_names_scripts_flags_and_lessons_that_exist(path):
             else:
                 assert (chip_session.ROOT / command[1]).is_file(), f"{step['name']}: {command}"
                 parsers[command[1]]().parse_args(command[2:])
+
+
+def test_outputs_keep_their_paths_so_same_named_files_do_not_collide(tmp_path):
+    """A course run's bundles are all results.json: each is packed under its own path."""
+    runs = tmp_path / "runs"
+    code = (
+        "import pathlib; "
+        f"[(pathlib.Path({str(runs)!r}) / s).mkdir(parents=True) for s in ('jit', 'vmap')]; "
+        f"[(pathlib.Path({str(runs)!r}) / s / 'results.json').write_text(s) "
+        "for s in ('jit', 'vmap')]"
+    )
+    step = {"name": "course", "argv": [sys.executable, "-c", code], "timeout_s": 60,
+            "outputs": [str(runs / "*" / "results.json")]}  # fmt: skip
+    out = tmp_path / "out"
+    assert (
+        chip_session.main([str(_write_plan(tmp_path, {"steps": [step]})), "--out", str(out)]) == 0
+    )
+    with tarfile.open(out / "outputs.tar.gz") as archive:
+        names = archive.getnames()
+        texts = {n: archive.extractfile(n).read().decode() for n in names}
+    base = f"course/{str(runs).lstrip('/')}"
+    assert texts == {f"{base}/jit/results.json": "jit", f"{base}/vmap/results.json": "vmap"}
