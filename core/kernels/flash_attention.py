@@ -17,7 +17,8 @@ them as (N, T, D) with N = B * H. Per-row statistics (log-sum-exp L, delta) are 
   on the blocks that cross the diagonal: at T = 8192 with 1024 blocks, 8 of the 36 computed.
 - Backward (the flash identity): P = exp(S - L) is recomputed from the saved L (kept as the
   forward kernel wrote it, (N, T, 1), so it is not laid out again between the passes), never
-  stored (as exp2(Q K^T * log2(e) / sqrt(D) - L * log2(e)), L * log2(e) formed per row); dV = P^T dO, dP = dO V^T, dS = P * (dP - delta) with delta = rowsum(dO * O),
+  stored (as exp2(Q K^T * log2(e) / sqrt(D) - L * log2(e)), L * log2(e) formed per row);
+  dV = P^T dO, dP = dO V^T, dS = P * (dP - delta) with delta = rowsum(dO * O),
   dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D). Two kernels: dK, dV on grid (N, T/bk, T/bq)
   (q blocks the reduction), dQ on grid (N, T/bq, T/bk).
 - ``flash_attention``: a jax.custom_vjp whose backward is those kernels (``backward=
