@@ -11,6 +11,9 @@ import ast
 import functools
 import pathlib
 import re
+import sys
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("core", "apps", "capstones", "interop", "tpu_scripts", "benchmarks")
@@ -87,6 +90,11 @@ NO_JAX_CHILDREN = {
     "tpu_scripts/fake_gcloud.py": "bash, standing in for gcloud",
     "core/lessons/operations/mlops.py": "Kubeflow's local runner in .venv-kfp (no JAX there)",
 }
+# Modules whose own process never imports JAX, so a child of theirs is the only process that
+# can hold the chip: its environment is the host's, as it is.
+PARENT_WITHOUT_JAX = {
+    "tpu_scripts/chip_session.py": "standard library only; each step is the chip's one process",
+}
 # Modules that copy os.environ for another reason than a child's environment.
 NOT_A_CHILD_ENVIRONMENT = {
     "tpu_scripts/one_process.py": "a snapshot of this process's environment, put back after "
@@ -139,6 +147,7 @@ def test_child_environments_are_not_built_from_os_environ_by_hand():
     for path, tree in _sources():
         where = str(path.relative_to(REPO))
         exempt = where in NO_JAX_CHILDREN or where in NOT_A_CHILD_ENVIRONMENT
+        exempt = exempt or where in PARENT_WITHOUT_JAX
         if where == "core/runtime.py" or exempt:
             continue
         if PINNED_TO_CPU.search(path.read_text()):
@@ -192,3 +201,16 @@ def test_a_childs_pythonpath_keeps_the_parents():
             if not built:
                 found.append(f"{where}:{node.lineno}")
     assert not found, "a child's PYTHONPATH set without runtime.python_path:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("module", sorted(PARENT_WITHOUT_JAX))
+def test_a_parent_without_jax_imports_only_the_standard_library(module):
+    """The exemption holds only while the parent cannot hold the chip: it imports no JAX and
+    nothing of the project (which would)."""
+    tree = ast.parse((REPO / module).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}  # fmt: skip
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.level == 0}  # fmt: skip
+    imported -= {"__future__"}
+    assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names

@@ -65,7 +65,7 @@ def load_plan(path: pathlib.Path) -> dict:
     """The plan, checked: steps with unique names, argv lists of strings, positive timeouts."""
     try:
         plan = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise PlanError(f"{path}: {exc}") from None
     if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list) or not plan["steps"]:
         raise PlanError(f"{path}: a plan is an object with a non-empty list 'steps'")
@@ -106,7 +106,7 @@ def load_state(path: pathlib.Path | None) -> dict:
         return {"done": {}, "calls": []}
     try:
         state = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise PlanError(f"{path}: {exc}") from None
     if not isinstance(state, dict) or not isinstance(state.get("done"), dict):
         raise PlanError(f"{path}: not a chip_session state (no 'done')")

@@ -178,7 +178,17 @@ def test_each_precisions_passes_hold_their_rounding_bound_and_each_pass_counts(s
     # more passes, closer to float64 (the v5e record: 3.0e-3, 1.5e-5, 1.7e-7 at 1024^3)
     exact = np.float64(x) @ np.float64(w)
     errors = {level: numerics.scaled_max_error(p, exact) for level, p in products.items()}
-    assert errors["DEFAULT"] > 100 * errors["HIGH"] > 100 * 5 * errors["HIGHEST"], errors
+    assert errors["DEFAULT"] > 100 * errors["HIGH"], errors
+    # Each pass counts. HIGH's and HIGHEST's float32 results both sit near float32's own
+    # summation rounding at large k (k = 4096 on an AMD EPYC host: HIGH 3.6e-6, HIGHEST
+    # 1.7e-6, their order set by the CPU's summation), so the passes are compared with the
+    # same term products summed in float64: what each level's bfloat16 terms leave out.
+    xs, ws = ([np.float64(t) for t in q.bfloat16_terms(a, 3)] for a in (x, w))
+    left_out = {
+        level: numerics.scaled_max_error(sum(xs[i] @ ws[j] for i, j in pairs), exact)
+        for level, pairs in q.MXU_PASSES.items()
+    }
+    assert left_out["DEFAULT"] > 100 * left_out["HIGH"] > 100 * 5 * left_out["HIGHEST"], left_out
 
 
 def test_the_bfloat16_terms_add_up_to_the_operand():
