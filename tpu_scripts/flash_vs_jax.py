@@ -138,9 +138,12 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}"
 
 
-def time_program(program, args, warmup: int, calls: int) -> tuple[float, list[float]]:
-    """(compile seconds, seconds of each timed call): compiled ahead of time, ``warmup``
-    calls, then ``calls`` calls each ended by block_until_ready."""
+def time_program(
+    program, args, warmup: int, calls: int, chain: int = 1
+) -> tuple[float, list[float]]:
+    """(compile seconds, seconds per kernel call of each timed dispatch): compiled ahead of
+    time, ``warmup`` dispatches, then ``calls`` dispatches each ended by block_until_ready,
+    each one's seconds divided by ``chain``, the calls a dispatch runs."""
     import jax
 
     start = time.perf_counter()
@@ -152,7 +155,7 @@ def time_program(program, args, warmup: int, calls: int) -> tuple[float, list[fl
     for _ in range(calls):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
-        seconds.append(time.perf_counter() - start)
+        seconds.append((time.perf_counter() - start) / chain)
     return compile_s, seconds
 
 
@@ -204,8 +207,8 @@ class Sweep:
                 chain = self.args.chain
                 program = attention_sweep.programs(kernel, attend, self.interpret, chain)[pass_]
                 inputs = operands[:3] if pass_ == "forward" else operands
-                compile_s, dispatches = time_program(
-                    program, inputs, self.args.warmup, self.args.calls
+                compile_s, seconds = time_program(
+                    program, inputs, self.args.warmup, self.args.calls, chain
                 )
                 item = attention_sweep.row(
                     kernel,
@@ -213,7 +216,7 @@ class Sweep:
                     t,
                     *blocks,
                     "ok",
-                    seconds=[seconds / chain for seconds in dispatches],
+                    seconds=seconds,
                     compile_s=compile_s,
                     chain=chain,
                     **common,
@@ -344,12 +347,13 @@ def run(args) -> int:
     return 0
 
 
-def timing_statement(chain: int) -> str:
-    """How a row's seconds were timed, for the document and the record's notes."""
+def timing_statement(chain: int, calls: str = "kernel calls") -> str:
+    """How a row's seconds were timed, for the document and the record's notes; ``calls``
+    names what a dispatch chains (the matmul sweep's are products)."""
     if chain == 1:
-        return "one kernel call per timed dispatch (the host's dispatch and sync included)"
+        return f"one of the {calls} per timed dispatch, the host's dispatch and sync included"
     return (
-        f"{chain} chained kernel calls per timed dispatch, the median dispatch divided by "
+        f"{chain} chained {calls} per timed dispatch, the median dispatch divided by "
         f"{chain} (the host's dispatch and sync spread over the chain)"
     )
 

@@ -40,10 +40,14 @@ class TpuEntry:
     device_count: int
     record: str  # the record's path, repo-relative when it is the repo's
     lesson: dict  # the record's entry (documents.CourseLesson as JSON)
-    # whether apps/<slug>.py differs from the app the run ran (its sha256 in the entry); None
-    # when the record did not keep it (records before 2026-12-06's fifth session) or the app
-    # file is not here
-    app_changed: bool | None = None
+    apps_dir: pathlib.Path | None = None  # where the app is now (None: the course's apps/)
+
+    @property
+    def app_changed(self) -> bool | None:
+        """Whether apps/<slug>.py differs from the app the run ran (the entry's sha256); None
+        when the record did not keep it (records before 2026-12-06's fifth session) or the
+        app is not here. Read when asked, so an app showing its own entry hashes only itself."""
+        return app_changed(self.slug, self.lesson.get("app_sha256"), self.apps_dir)
 
     def line(self, width: int | None = None) -> str:
         """``"passed on TPU v5 lite (2026-12-06)"``, or the status with its reason (cut to
@@ -132,7 +136,7 @@ def entries(
                 device_count=chips.count,
                 record=shown_path(path),
                 lesson=lesson.model_dump(mode="json"),
-                app_changed=app_changed(lesson.slug, lesson.app_sha256, apps_dir),
+                apps_dir=apps_dir,
             )
     return found, problems
 
