@@ -18,6 +18,9 @@ PLAN.json (checked before anything runs):
 
 - ``setup`` runs once per machine (a marker under the system's temporary folder says it
   did): a fresh machine installs again, a warm one does not. Its seconds count in the budget.
+  ``setup_inputs`` (optional globs under the root) join the marker: each matched file's path
+  and size. A call that carries a new wheelhouse part (one part a call, under the carry
+  limit) runs setup again, which installs only that part.
 - ``env`` is added to every command's environment; ``{root}`` is the checkout's root and
   ``$NAME`` the host's own value of NAME (os.path.expandvars).
 - A step starts only when its ``timeout_s`` fits in what is left of ``--budget-s``; one that
@@ -69,11 +72,13 @@ def load_plan(path: pathlib.Path) -> dict:
         raise PlanError(f"{path}: {exc}") from None
     if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list) or not plan["steps"]:
         raise PlanError(f"{path}: a plan is an object with a non-empty list 'steps'")
-    unknown = sorted(set(plan) - {"setup", "env", "steps"})
+    unknown = sorted(set(plan) - {"setup", "setup_inputs", "env", "steps"})
     if unknown:
-        raise PlanError(f"{path}: unknown keys {unknown}; known: setup, env, steps")
+        raise PlanError(f"{path}: unknown keys {unknown}; known: setup, setup_inputs, env, steps")
     if "setup" in plan and not _is_argv(plan["setup"]):
         raise PlanError(f"{path}: 'setup' must be a non-empty list of strings")
+    if "setup_inputs" in plan and ("setup" not in plan or not _is_argv(plan["setup_inputs"])):
+        raise PlanError(f"{path}: 'setup_inputs' is a non-empty list of globs beside a 'setup'")
     env = plan.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise PlanError(f"{path}: 'env' must map names to strings")
@@ -154,8 +159,16 @@ def run_command(argv: list[str], env: dict, timeout_s: float, log) -> tuple[int 
 
 
 def setup_marker(plan: dict) -> pathlib.Path:
-    """The marker that says this machine ran this plan's setup (its argv's sha256)."""
-    digest = hashlib.sha256(json.dumps(plan["setup"]).encode()).hexdigest()[:16]
+    """The marker that says this machine ran this plan's setup on these inputs: the sha256 of
+    its argv and of each file its ``setup_inputs`` globs match (path under the root, size)."""
+    inputs = sorted(
+        (str(pathlib.Path(name).relative_to(ROOT)), os.path.getsize(name))
+        for pattern in plan.get("setup_inputs", [])
+        for name in glob.glob(str(ROOT / pattern))
+        if os.path.isfile(name)
+    )
+    key = json.dumps([plan["setup"], inputs])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return pathlib.Path(tempfile.gettempdir()) / f"chip_session-setup-{digest}.done"
 
 

@@ -91,6 +91,26 @@ def test_a_fresh_machine_runs_setup_again_and_a_failed_setup_runs_nothing(tmp_pa
     assert runs.read_text().split() == ["setup", "a", "setup", "a"]
 
 
+def test_a_newly_carried_setup_input_runs_setup_again_on_a_warm_machine(tmp_path, monkeypatch):
+    """One wheelhouse part a call: the second part's arrival reruns setup, a repeat does not."""
+    root = tmp_path / "checkout"
+    (root / "wheels" / "part-01").mkdir(parents=True)
+    (root / "wheels" / "part-01" / "manifest.json").write_text("{}")
+    monkeypatch.setattr(chip_session, "ROOT", root)
+    runs = tmp_path / "runs.txt"
+    step = {"name": "a", "argv": _append(runs, "a"), "timeout_s": 60}
+    plan = {"setup": _append(runs, "setup"), "setup_inputs": ["wheels/*/*"], "steps": [step]}
+    path = _write_plan(tmp_path, plan)
+    for call in ("o1", "o2"):
+        assert chip_session.main([str(path), "--out", str(tmp_path / call), "--redo", "a"]) == 0
+    (root / "wheels" / "part-02").mkdir()
+    (root / "wheels" / "part-02" / "manifest.json").write_text("{}")
+    assert chip_session.main([str(path), "--out", str(tmp_path / "o3"), "--redo", "a"]) == 0
+    assert runs.read_text().split() == ["setup", "a", "a", "setup", "a"]
+    state = json.loads((tmp_path / "o2" / "state.json").read_text())
+    assert state["calls"][-1]["setup"] == "already done on this machine"
+
+
 def test_a_step_past_its_timeout_is_killed_with_its_children(tmp_path):
     """The step starts a grandchild that would outlive it; both are gone once it is killed."""
     pid_file = tmp_path / "grandchild.pid"
@@ -147,6 +167,10 @@ def test_env_names_the_checkout_root_and_the_hosts_own_values(tmp_path, monkeypa
         ),
         ({"steps": [{"name": "a", "argv": ["true"], "timeout_s": 1}], "stepz": []}, "unknown keys"),
         ({"setup": [], "steps": [{"name": "a", "argv": ["true"], "timeout_s": 1}]}, "'setup'"),
+        (
+            {"setup_inputs": ["w/*"], "steps": [{"name": "a", "argv": ["true"], "timeout_s": 1}]},
+            "'setup_inputs'",
+        ),
     ],
 )
 def test_a_bad_plan_is_refused_before_anything_runs(tmp_path, capsys, plan, words):
