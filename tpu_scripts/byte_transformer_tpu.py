@@ -351,28 +351,73 @@ def profile_step(config, out: pathlib.Path, steps: int = 3) -> dict:
     return result
 
 
-def record_mfu(
-    name: str, out: pathlib.Path, command: list[str], table: dict, load: dict | None = None
-) -> str:
-    """Write the MFU figures as benchmark record ``name`` under out/records; its path.
-    ``load``: records.measure_load's reading (default: this process's run so far)."""
-    from core.perf import records
+PROFILE_FIGURES = {  # record figure -> (HLO category of the profile, its column)
+    "profile_matmul_share": ("convolution fusion", "share"),
+    "profile_matmul_fraction_of_peak": ("convolution fusion", "fraction_of_peak"),
+    "profile_attention_share": ("custom-call", "share"),
+    "profile_attention_ms_per_step": ("custom-call", "ms_per_step"),
+    "profile_attention_fraction_of_peak": ("custom-call", "fraction_of_peak"),
+    "profile_elementwise_share": ("loop fusion", "share"),
+    "profile_data_formatting_share": ("data formatting", "share"),
+}
+MFU_NOTES = (
+    "MFU = model FLOPs per step (causal attention halved) / median step / bf16 peak; "
+    "*_mfu_attention_not_halved counts causal attention over the full T x T (12 L B T^2 D), "
+    "as MaxText's published v5e figures do; profile_*: the same run's profiled steps of the "
+    "configuration by HLO category (core.perf.profile_categories.category_table): matmul = "
+    "'convolution fusion' at the compiler's model_flops, attention = 'custom-call' (the Pallas "
+    "flash kernel) credited with the causal attention FLOPs 6 L B T^2 D, elementwise = 'loop "
+    "fusion'; shares are of the busy time"
+)
 
+
+def mfu_record_figures(table: dict, profile: dict | None = None) -> dict:
+    """The record's figures: per configuration of ``table`` (mfu_comparison) its MFU, also
+    with causal attention over the full T x T, step (ms), tokens/s and model FLOPs; and, from
+    ``profile`` (profile_step) when it has categories, the step's busy ms and PROFILE_FIGURES
+    (a category the profile lacks counts 0)."""
     figures = {}
     for label, line in table.items():
         key = label.replace("-", "_")
-        if "error" in line:
-            figures[f"{key}_error"] = line["error"]
+        if not isinstance(line, dict) or "median_step_s" not in line:
+            if isinstance(line, dict) and "error" in line:
+                figures[f"{key}_error"] = line["error"]
             continue
         figures[f"{key}_mfu"] = line["mfu"] if line["mfu"] is not None else "no TPU peak"
         figures[f"{key}_step_ms"] = line["median_step_s"] * 1e3
         figures[f"{key}_tokens_per_s"] = line["tokens_per_s"]
         figures[f"{key}_model_flops_per_step"] = float(line["model_flops_per_step"])
+        if line["mfu"] is not None and line.get("attention_flops_per_step"):
+            full = line["model_flops_per_step"] + line["attention_flops_per_step"]
+            figures[f"{key}_mfu_attention_not_halved"] = (
+                line["mfu"] * full / line["model_flops_per_step"]
+            )
+    categories = {row["category"]: row for row in (profile or {}).get("categories", [])}
+    if categories:
+        figures["profile_busy_ms_per_step"] = sum(r["ms_per_step"] for r in categories.values())
+        for name, (category, column) in PROFILE_FIGURES.items():
+            figures[name] = float(categories.get(category, {}).get(column, 0.0))
+    return figures
+
+
+def record_mfu(
+    name: str,
+    out: pathlib.Path,
+    command: list[str],
+    table: dict,
+    load: dict | None = None,
+    profile: dict | None = None,
+) -> str:
+    """Write mfu_record_figures(table, profile) as benchmark record ``name`` under
+    out/records; its path. ``load``: records.measure_load's reading (default: this
+    process's run so far)."""
+    from core.perf import records
+
     path = records.write_record(
         name,
         " ".join(command),
-        figures,
-        notes="MFU = model FLOPs per step (causal attention halved) / median step / bf16 peak",
+        mfu_record_figures(table, profile),
+        notes=MFU_NOTES,
         root=out / "records",
         load=load,
     )
@@ -474,7 +519,8 @@ def run_child(argv: list[str]) -> int:
         _say(f"profile: {profile.get('error') or str(len(profile['top_ops'])) + ' top ops'}")
     if args.record:
         try:
-            _say(f"record: {record_mfu(args.record, out, ['python', *sys.argv], table)}")
+            command = ["python", *sys.argv]
+            _say(f"record: {record_mfu(args.record, out, command, table, profile=profile)}")
         except Exception as exc:  # noqa: BLE001 - a busy host refuses; the JSON keeps all
             table["record_error"] = {"error": _error_text(exc)}
             _say(f"record not written: {table['record_error']['error']}")

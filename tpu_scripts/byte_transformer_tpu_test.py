@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from capstones.byte_transformer import run_manifest
 from core import curriculum, runtime
 
@@ -203,3 +205,40 @@ def test_mfu_comparison_keeps_going_past_a_failed_config(monkeypatch, tmp_path):
     record = records.load(path)
     assert record.figures["default_mfu"] == float(f"{flops / 0.5 / 197e12:.4e}")
     assert record.figures["tpu_v5e_error"].startswith("RuntimeError")
+
+
+def test_the_record_counts_attention_both_ways_and_reads_the_profile_by_category():
+    """MFU over the full T x T against its closed form (the halved count plus the attention
+    FLOPs once more); the profile's figures are its categories' own columns."""
+    from tpu_scripts import byte_transformer_tpu
+
+    table = {
+        "tpu-v5e": {
+            "mfu": 0.5,
+            "median_step_s": 0.25,
+            "tokens_per_s": 1000.0,
+            "model_flops_per_step": 300.0,
+            "attention_flops_per_step": 60.0,
+        },
+        "big": {"error": "RESOURCE_EXHAUSTED"},
+    }
+    profile = {
+        "categories": [
+            {"category": "convolution fusion", "share": 0.7, "fraction_of_peak": 0.8,
+             "ms_per_step": 7.0},
+            {"category": "custom-call", "share": 0.2, "fraction_of_peak": 0.25,
+             "ms_per_step": 2.0},
+            {"category": "loop fusion", "share": 0.1, "fraction_of_peak": 0.0,
+             "ms_per_step": 1.0},
+        ]
+    }  # fmt: skip
+    figures = byte_transformer_tpu.mfu_record_figures(table, profile)
+    assert figures["tpu_v5e_mfu_attention_not_halved"] == pytest.approx(0.5 * 360 / 300)
+    assert figures["tpu_v5e_step_ms"] == 250.0
+    assert figures["profile_busy_ms_per_step"] == pytest.approx(10.0)
+    assert figures["profile_attention_ms_per_step"] == 2.0
+    assert figures["profile_matmul_fraction_of_peak"] == 0.8
+    assert figures["profile_data_formatting_share"] == 0.0  # not in this profile
+    assert figures["big_error"] == "RESOURCE_EXHAUSTED" and "big_mfu" not in figures
+    assert not any(k.startswith("profile_") for k in byte_transformer_tpu.mfu_record_figures(
+        table, {"error": "no trace"}))  # fmt: skip
