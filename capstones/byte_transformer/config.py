@@ -27,6 +27,7 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 # "dense" (core.lm.attention, the whole T x T), "flash" (core.kernels.flash_attention, the
 # Pallas kernel with segment ids: interpret mode off a TPU, so slow on a CPU).
 ATTENTION_CORES = ("blocked", "dense", "flash")
+FLASH_LAYOUTS = ("BHTD", "BTHD")  # core.kernels.flash_attention.LAYOUTS
 CACHE_PRECISIONS = ("fp32", "bf16", "int8")
 _TYPE_NAMES = {int: "an int", float: "a float", bool: "true or false", str: "a string"}
 MAX_SEED = 2**32 - 1  # seeds are uint32 (numpy's default_rng refuses negative ones)
@@ -57,6 +58,11 @@ class Config:
     attention: str = "blocked"  # ATTENTION_CORES
     attention_block_q: int = 512  # the flash kernel's blocks along T (capped at seq_len)
     attention_block_k: int = 512
+    # the flash kernel's q, k, v layout: "BHTD" (the model transposes its (B, T, H, K)
+    # projections; XLA lays them out head-major, so the transpose is nearly free) or "BTHD"
+    # (read in place, each head a 128-lane block: heads of 128 or a single head). On a v5e
+    # chip the preset's step was slower with BTHD (see PRESETS below).
+    flash_layout: str = "BHTD"
     # data: Python's own standard library, split by file
     seq_len: int = 256
     batch_size: int = 16
@@ -118,6 +124,16 @@ class Config:
             )
         if self.attention not in ATTENTION_CORES:
             raise ValueError(f"attention must be one of {ATTENTION_CORES}, got {self.attention!r}")
+        if self.flash_layout not in FLASH_LAYOUTS:
+            raise ValueError(
+                f"flash_layout must be one of {FLASH_LAYOUTS}, got {self.flash_layout!r}"
+            )
+        head_dim = self.d_model // self.num_heads
+        if self.flash_layout == "BTHD" and head_dim % 128 and self.num_heads > 1:
+            raise ValueError(
+                f"flash_layout='BTHD' reads each head as 128-lane blocks: heads of "
+                f"{head_dim} (d_model / num_heads) need 'BHTD', or heads a multiple of 128"
+            )
         if self.attention == "flash":
             for name in ("attention_block_q", "attention_block_k"):
                 if self.seq_len % self.flash_blocks[name == "attention_block_k"]:
@@ -243,8 +259,12 @@ class Config:
 #     8192), large multiples of 128 on every side;
 #   - attention by the flash kernel with segment ids (no T x T scores or mask in HBM; its
 #     blocks 512 x 512 until the chip's sweep, tpu_scripts/flash_vs_jax.py, says better),
-#     reading q, k, v in the projections' (B, T, H, 128) layout (training.flash_layout:
-#     "BTHD", each head a 128-lane block), so no transposes or layout copies around it;
+#     in the "BHTD" layout (flash_layout): with "BTHD" (q, k, v read in the projections'
+#     (B, T, H, 128) layout) the step on one v5e chip took 265.8 ms against 259.0 ms, its
+#     data formatting 12.0 ms against 6.5 (benchmarks/records/byte_transformer_mfu/
+#     2026-12-06_tpu-v5-lite-x1-unknown-13core-tpu.json and its git history): XLA already
+#     lays the projections out head-major, and the kernel's row-major (B, T, H*D) view
+#     made it copy them back;
 #   - no remat: plan.memory.training_memory estimates, in GiB, 3.4 of state in (12 N: f32
 #     params, Adam mu, nu) + 7.7 of saved activations (6 layers x 1.25: the f32 MLP
 #     pre-activation 0.5, GELU output 0.25, q/k/v 0.19, five more b T D bf16 tensors 0.31;

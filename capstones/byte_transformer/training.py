@@ -113,11 +113,10 @@ def abstract_state(config: config_lib.Config):
 
 
 def flash_layout(config: config_lib.Config) -> str:
-    """The flash kernel's layout for this model: "BTHD" (q, k, v read in the projections'
-    (B, T, H, K) layout, no transposes) when each head is whole 128-lane blocks or there is
-    one head, else "BHTD" (transposed around the kernel). flash_attention.LAYOUTS."""
-    head_dim = config.d_model // config.num_heads
-    return "BTHD" if head_dim % 128 == 0 or config.num_heads == 1 else "BHTD"
+    """The flash kernel's layout for this model, config.flash_layout: "BHTD" (q, k, v
+    transposed around the kernel) or "BTHD" (read in the projections' (B, T, H, K) layout,
+    heads of 128 lanes; Config checks that). flash_attention.LAYOUTS."""
+    return config.flash_layout
 
 
 def flash_attention_fn(config: config_lib.Config, segment_ids_BT) -> Callable:

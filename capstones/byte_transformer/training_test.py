@@ -436,6 +436,7 @@ def test_flash_attention_core_gives_the_dense_loss_and_gradients(d_model, layout
         attention="flash",
         attention_block_q=16,
         attention_block_k=16,
+        flash_layout=layout,
     )
     assert training.flash_layout(flash) == layout
     dense = dataclasses.replace(flash, attention="dense")
@@ -463,10 +464,15 @@ def test_flash_attention_core_gives_the_dense_loss_and_gradients(d_model, layout
     assert max(errors) <= numerics.tolerance("float32")
 
 
-def test_the_tpu_preset_reads_its_heads_in_place():
-    """The tpu-v5e preset's heads are 128 wide (2048 / 16): its flash core takes q, k, v in
-    the projections' (B, T, H, K) layout, with no transposes around the kernel."""
+def test_the_flash_layout_is_the_configs_and_bthd_needs_heads_of_128_lanes():
+    """The preset keeps "BHTD" (the layout its chip step was fastest in); "BTHD" is a choice
+    for heads of 128 lanes (or one head), refused with the reason for others."""
     preset = config_lib.preset("tpu-v5e")
     assert preset.d_model // preset.num_heads == 128
-    assert training.flash_layout(preset) == "BTHD"
-    assert training.flash_layout(config_lib.Config()) == "BHTD"  # the default: heads of 64
+    assert training.flash_layout(preset) == "BHTD"
+    in_place = dataclasses.replace(preset, flash_layout="BTHD")
+    assert training.flash_layout(in_place) == "BTHD"
+    with pytest.raises(ValueError, match="heads of 64"):
+        config_lib.Config(flash_layout="BTHD")  # the default: d_model 256 over 4 heads
+    with pytest.raises(ValueError, match="flash_layout must be one of"):
+        config_lib.Config(flash_layout="BHDT")

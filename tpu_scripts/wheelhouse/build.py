@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 from core import envlock
 from tpu_scripts.wheelhouse import imports, inventory, manifest, profiles, tags
@@ -138,6 +139,48 @@ def build_id(lock_text: str, the_plan: Plan) -> str:
     return digest.hexdigest()[:12]
 
 
+_EXACT_PIN = re.compile(
+    r"Requires-Dist:\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?"  # name [extras]
+    r"\s*\(?\s*===?\s*[^,;()\s]+\s*\)?\s*(?:;(.*))?$"  # == one version, alone; ; markers
+)
+
+
+def exact_pins(wheel: pathlib.Path) -> set[str]:
+    """The distributions ``wheel`` requires at one exact version (``name==X``; not under an
+    extra), from its METADATA, normalized. Such a pair checks each other at import (pydantic
+    and pydantic-core): both must be installed at once."""
+    with zipfile.ZipFile(wheel) as archive:
+        found = [n for n in archive.namelist() if n.count("/") == 1]
+        metadata = next((n for n in found if n.endswith(".dist-info/METADATA")), None)
+        text = archive.read(metadata).decode("utf-8", "replace") if metadata else ""
+    pins = set()
+    for line in text.splitlines():
+        match = _EXACT_PIN.match(line.strip())
+        if match and "extra" not in (match[2] or ""):
+            pins.add(envlock.normal(match[1]))
+    return pins
+
+
+def exact_pin_groups(wheels: dict[str, pathlib.Path]) -> list[set[str]]:
+    """The wheels' file names grouped by exact pins among them (connected sets of 2 or
+    more): each group must travel in one part (manifest.split's ``together``)."""
+    parent = {name: name for name in wheels}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    for name, path in sorted(wheels.items()):
+        for pinned in exact_pins(path) & set(wheels):
+            parent[root(pinned)] = root(name)
+    groups: dict[str, set[str]] = {}
+    for name, path in wheels.items():
+        groups.setdefault(root(name), set()).add(path.name)
+    return [group for _, group in sorted(groups.items()) if len(group) > 1]
+
+
 def write_parts(
     out: pathlib.Path, wheels: dict[str, pathlib.Path], the_plan: Plan, lock_text: str, limit: int
 ) -> list[pathlib.Path]:
@@ -150,7 +193,8 @@ def write_parts(
         for (name, *_), layer in zip(the_plan.layers, layers, strict=True)
         for file in layer
     }
-    groups = manifest.split(layers, limit) or [[]]
+    carried = {name: path for name, path in wheels.items() if name in the_plan.carried}
+    groups = manifest.split(layers, limit, exact_pin_groups(carried)) or [[]]
     # the host's pins of a profile go with the first part that holds one of its wheels
     pin_part = {}
     for (_, _, hosted), layer in zip(the_plan.layers, layers, strict=True):

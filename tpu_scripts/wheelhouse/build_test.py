@@ -107,3 +107,27 @@ def test_parts_have_manifests_under_the_limit_and_the_host_s_pins_travel_with_th
     assert sorted(p.name for p in (tmp_path / "wh").glob("part-*")) == [f.name for f in again]
     assert manifest.read(again[0])["build"] != docs[0]["build"]
     assert json.loads((again[0] / "manifest.json").read_text())["target"].startswith("CPython 3.11")
+
+
+def test_a_wheel_and_its_exact_pin_travel_in_one_part(tmp_path):
+    """The borrowed host's lesson: pydantic-core in part 1 and pydantic in part 3 broke the
+    host's own pydantic (its import checks pydantic-core's exact version) until part 3 came.
+    Split alone, the first-fit packing would part them; exact pins keep them together."""
+    src = tmp_path / "src"
+    pins = {"api": ("api-core==2.0",), "other": ("api>=1.0", "extra-thing==1.0; extra == 'x'")}
+    wheels = {name: fake_wheels.make_wheel(src, name, padding=size, requires=pins.get(name, ()))
+              for name, size in [("big", 5000), ("api-core", 3000), ("other", 2500),
+                                 ("api", 1500)]}  # fmt: skip
+    assert build.exact_pins(wheels["api"]) == {"api-core"}
+    assert build.exact_pins(wheels["other"]) == set()  # a range, and an extra's pin
+    assert build.exact_pin_groups(wheels) == [{wheels["api"].name, wheels["api-core"].name}]
+    lines = {name: fake_wheels.lock_line(path, name) for name, path in wheels.items()}
+    layers = [("core", ["api-core", "big"], []), ("ops", ["api", "other"], [])]
+    plan = build.Plan(["core", "ops"], lines, {}, {}, None, [], layers)
+    sizes = [{wheels[n].name: wheels[n].stat().st_size for n in names} for _, names, _ in layers]
+    apart = manifest.split(sizes, 8000)  # without the pins: api-core and api in different parts
+    assert not any({wheels["api"].name, wheels["api-core"].name} <= set(p) for p in apart)
+    folders = build.write_parts(tmp_path / "wh", wheels, plan, "lock", 8000)
+    held = [{w["name"] for w in manifest.read(folder)["wheels"]} for folder in folders]
+    assert any({"api", "api-core"} <= names for names in held)
+    assert sorted(n for names in held for n in names) == sorted(wheels)

@@ -26,12 +26,17 @@ def sha256_file(path: pathlib.Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def split(layers: list[dict[str, int]], limit: int) -> list[list[str]]:
+def split(
+    layers: list[dict[str, int]], limit: int, together: list[set[str]] = ()
+) -> list[list[str]]:
     """Files ({name: bytes}, in layers) into parts of at most ``limit`` bytes each: layer by
     layer, largest first, each file into the first part with room (first-fit decreasing). A
     layer's files never go to a part after those its predecessors opened unless those are
-    full, so the first parts hold the first layer whole. ValueError names a file larger than
-    ``limit``."""
+    full, so the first parts hold the first layer whole. Each set of ``together`` goes into
+    one part, placed with its first layer's files (parts are installed one call at a time:
+    a wheel whose exact pin waits in a later part would meet the host's other version).
+    ValueError names a file, or a set, larger than ``limit``."""
+    layers = _bundle(layers, together)
     sizes = {name: size for layer in layers for name, size in layer.items()}
     too_big = {name: size for name, size in sizes.items() if size > limit}
     if too_big:
@@ -44,6 +49,7 @@ def split(layers: list[dict[str, int]], limit: int) -> list[list[str]]:
         )
     parts: list[list[str]] = []
     room: list[int] = []
+    bundled = {_BUNDLE.join(sorted(group)): sorted(group) for group in together if len(group) > 1}
     for layer in layers:
         for name in sorted(layer, key=lambda n: (-layer[n], n)):
             for i, left in enumerate(room):
@@ -54,7 +60,29 @@ def split(layers: list[dict[str, int]], limit: int) -> list[list[str]]:
             else:
                 parts.append([name])
                 room.append(limit - layer[name])
-    return [sorted(part) for part in parts]
+    return [sorted(f for name in part for f in bundled.get(name, [name])) for part in parts]
+
+
+_BUNDLE = " + "  # the name of a set of ``together`` while it is split as one item
+
+
+def _bundle(layers: list[dict[str, int]], together) -> list[dict[str, int]]:
+    """``layers`` with each set of ``together`` (of 2 or more files) as one item, named by
+    its files joined with _BUNDLE and sized as their sum, in the first layer holding one."""
+    where = {name: i for i, layer in enumerate(layers) for name in layer}
+    sizes = {name: size for layer in layers for name, size in layer.items()}
+    out = [dict(layer) for layer in layers]
+    for group in together:
+        if len(group) < 2:
+            continue
+        unknown = sorted(set(group) - set(where))
+        if unknown:
+            raise ValueError(f"together names files in no layer: {unknown}")
+        first = min(where[name] for name in group)
+        for name in group:
+            del out[where[name]][name]
+        out[first][_BUNDLE.join(sorted(group))] = sum(sizes[name] for name in group)
+    return out
 
 
 def part_manifest(build: dict, number: int, count: int, wheels: list[dict], pins: list[dict]):

@@ -74,3 +74,22 @@ def test_read_refuses_what_is_not_a_part(tmp_path):
     (folder / "manifest.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="bad file name"):
         manifest.read(folder)
+
+
+def test_split_keeps_each_together_set_in_one_part_under_the_limit():
+    rng = random.Random(1)
+    for _ in range(50):
+        limit = rng.randint(200, 1000)
+        layers = [
+            {f"l{j}-f{i}": rng.randint(1, limit // 2) for i in range(rng.randint(2, 20))}
+            for j in range(rng.randint(1, 3))
+        ]
+        names = sorted(name for layer in layers for name in layer)
+        pair = set(rng.sample(names, 2))
+        parts = manifest.split(layers, limit, [pair])
+        sizes = {name: size for layer in layers for name, size in layer.items()}
+        assert sorted(name for part in parts for name in part) == names
+        assert all(sum(sizes[name] for name in part) <= limit for part in parts)
+        assert sum(pair <= set(part) for part in parts) == 1
+    with pytest.raises(ValueError, match="no layer"):
+        manifest.split([{"a": 1}], 10, [{"a", "b"}])
