@@ -141,7 +141,7 @@ def build_id(lock_text: str, the_plan: Plan) -> str:
 
 _EXACT_PIN = re.compile(
     r"Requires-Dist:\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?"  # name [extras]
-    r"\s*\(?\s*===?\s*[^,;()\s]+\s*\)?\s*(?:;(.*))?$"  # == one version, alone; ; markers
+    r"\s*\(?\s*===?\s*[^,;()\s]+\s*\)?\s*(?:;(.*))?\Z"  # == one version; ; markers
 )
 
 
