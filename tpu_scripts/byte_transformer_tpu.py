@@ -379,9 +379,8 @@ def mfu_record_figures(table: dict, profile: dict | None = None) -> dict:
     figures = {}
     for label, line in table.items():
         key = label.replace("-", "_")
-        if not isinstance(line, dict) or "median_step_s" not in line:
-            if isinstance(line, dict) and "error" in line:
-                figures[f"{key}_error"] = line["error"]
+        if "error" in line:
+            figures[f"{key}_error"] = line["error"]
             continue
         figures[f"{key}_mfu"] = line["mfu"] if line["mfu"] is not None else "no TPU peak"
         figures[f"{key}_step_ms"] = line["median_step_s"] * 1e3

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 
 from core import envlock
 from tpu_scripts.wheelhouse import imports, inventory, manifest, profiles, tags
@@ -139,31 +138,25 @@ def build_id(lock_text: str, the_plan: Plan) -> str:
     return digest.hexdigest()[:12]
 
 
-_EXACT_PIN = re.compile(
-    r"Requires-Dist:\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?"  # name [extras]
-    r"\s*\(?\s*===?\s*[^,;()\s]+\s*\)?\s*(?:;(.*))?\Z"  # == one version; ; markers
-)
+def exact_pins(requirements) -> set[str]:
+    """The distributions ``requirements`` (packaging Requirements, as
+    profiles.requirements_of gives them for the TPU host) ask for at one exact version
+    (``name==X``), normalized. Such a pair checks each other at import (pydantic and
+    pydantic-core): both must be installed at once."""
+    return {
+        envlock.normal(requirement.name)
+        for requirement in requirements
+        if len(requirement.specifier) == 1
+        and next(iter(requirement.specifier)).operator in ("==", "===")
+    }
 
 
-def exact_pins(wheel: pathlib.Path) -> set[str]:
-    """The distributions ``wheel`` requires at one exact version (``name==X``; not under an
-    extra), from its METADATA, normalized. Such a pair checks each other at import (pydantic
-    and pydantic-core): both must be installed at once."""
-    with zipfile.ZipFile(wheel) as archive:
-        found = [n for n in archive.namelist() if n.count("/") == 1]
-        metadata = next((n for n in found if n.endswith(".dist-info/METADATA")), None)
-        text = archive.read(metadata).decode("utf-8", "replace") if metadata else ""
-    pins = set()
-    for line in text.splitlines():
-        match = _EXACT_PIN.match(line.strip())
-        if match and "extra" not in (match[2] or ""):
-            pins.add(envlock.normal(match[1]))
-    return pins
-
-
-def exact_pin_groups(wheels: dict[str, pathlib.Path]) -> list[set[str]]:
+def exact_pin_groups(
+    wheels: dict[str, pathlib.Path], requires=profiles.requirements_of
+) -> list[set[str]]:
     """The wheels' file names grouped by exact pins among them (connected sets of 2 or
-    more): each group must travel in one part (manifest.split's ``together``)."""
+    more; ``requires(name)``: a distribution's requirements): each group must travel in one
+    part (write_parts' ``together``, manifest.split's)."""
     parent = {name: name for name in wheels}
 
     def root(name: str) -> str:
@@ -172,8 +165,8 @@ def exact_pin_groups(wheels: dict[str, pathlib.Path]) -> list[set[str]]:
             name = parent[name]
         return name
 
-    for name, path in sorted(wheels.items()):
-        for pinned in exact_pins(path) & set(wheels):
+    for name in sorted(wheels):
+        for pinned in exact_pins(requires(name)) & set(wheels):
             parent[root(pinned)] = root(name)
     groups: dict[str, set[str]] = {}
     for name, path in wheels.items():
@@ -182,9 +175,15 @@ def exact_pin_groups(wheels: dict[str, pathlib.Path]) -> list[set[str]]:
 
 
 def write_parts(
-    out: pathlib.Path, wheels: dict[str, pathlib.Path], the_plan: Plan, lock_text: str, limit: int
+    out: pathlib.Path,
+    wheels: dict[str, pathlib.Path],
+    the_plan: Plan,
+    lock_text: str,
+    limit: int,
+    together: list[set[str]] = (),
 ) -> list[pathlib.Path]:
-    """Replace ``out``'s part-NN folders by this build's; their paths."""
+    """Replace ``out``'s part-NN folders by this build's; their paths. Each set of file
+    names in ``together`` (exact_pin_groups) goes into one part."""
     sizes = {path.name: path.stat().st_size for path in wheels.values()}
     layers = [{wheels[n].name: sizes[wheels[n].name] for n in names} for _, names, _ in
               the_plan.layers]  # fmt: skip
@@ -193,8 +192,7 @@ def write_parts(
         for (name, *_), layer in zip(the_plan.layers, layers, strict=True)
         for file in layer
     }
-    carried = {name: path for name, path in wheels.items() if name in the_plan.carried}
-    groups = manifest.split(layers, limit, exact_pin_groups(carried)) or [[]]
+    groups = manifest.split(layers, limit, together) or [[]]
     # the host's pins of a profile go with the first part that holds one of its wheels
     pin_part = {}
     for (_, _, hosted), layer in zip(the_plan.layers, layers, strict=True):
@@ -247,7 +245,9 @@ def main(args) -> int:
     try:
         the_plan = plan(args.profile.split(","), lock_text, host, args.include)
         wheels = fetch(the_plan.carried, out / DOWNLOADS)
-        folders = write_parts(out, wheels, the_plan, lock_text, int(args.part_mb * 1e6))
+        limit = int(args.part_mb * 1e6)
+        together = exact_pin_groups(wheels)
+        folders = write_parts(out, wheels, the_plan, lock_text, limit, together)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -113,21 +113,36 @@ def test_a_wheel_and_its_exact_pin_travel_in_one_part(tmp_path):
     """The borrowed host's lesson: pydantic-core in part 1 and pydantic in part 3 broke the
     host's own pydantic (its import checks pydantic-core's exact version) until part 3 came.
     Split alone, the first-fit packing would part them; exact pins keep them together."""
+    from packaging.requirements import Requirement
+
     src = tmp_path / "src"
     pins = {"api": ("api-core==2.0",), "other": ("api>=1.0", "extra-thing==1.0; extra == 'x'")}
-    wheels = {name: fake_wheels.make_wheel(src, name, padding=size, requires=pins.get(name, ()))
+
+    def requires(name):  # as profiles.requirements_of gives them: markers for the host
+        found = [Requirement(text) for text in pins.get(name, ())]
+        return [r for r in found if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+    wheels = {name: fake_wheels.make_wheel(src, name, padding=size)
               for name, size in [("big", 5000), ("api-core", 3000), ("other", 2500),
                                  ("api", 1500)]}  # fmt: skip
-    assert build.exact_pins(wheels["api"]) == {"api-core"}
-    assert build.exact_pins(wheels["other"]) == set()  # a range, and an extra's pin
-    assert build.exact_pin_groups(wheels) == [{wheels["api"].name, wheels["api-core"].name}]
+    assert build.exact_pins(requires("api")) == {"api-core"}
+    assert build.exact_pins(requires("other")) == set()  # a range, and an extra's pin
+    together = build.exact_pin_groups(wheels, requires)
+    assert together == [{wheels["api"].name, wheels["api-core"].name}]
     lines = {name: fake_wheels.lock_line(path, name) for name, path in wheels.items()}
     layers = [("core", ["api-core", "big"], []), ("ops", ["api", "other"], [])]
     plan = build.Plan(["core", "ops"], lines, {}, {}, None, [], layers)
     sizes = [{wheels[n].name: wheels[n].stat().st_size for n in names} for _, names, _ in layers]
     apart = manifest.split(sizes, 8000)  # without the pins: api-core and api in different parts
     assert not any({wheels["api"].name, wheels["api-core"].name} <= set(p) for p in apart)
-    folders = build.write_parts(tmp_path / "wh", wheels, plan, "lock", 8000)
+    folders = build.write_parts(tmp_path / "wh", wheels, plan, "lock", 8000, together)
     held = [{w["name"] for w in manifest.read(folder)["wheels"]} for folder in folders]
     assert any({"api", "api-core"} <= names for names in held)
     assert sorted(n for names in held for n in names) == sorted(wheels)
+
+
+def test_the_lock_s_pydantic_pins_its_core_exactly_here():
+    """exact_pins on this environment's own metadata (the lock's): the pair that broke."""
+    from tpu_scripts.wheelhouse import profiles
+
+    assert "pydantic-core" in build.exact_pins(profiles.requirements_of("pydantic"))

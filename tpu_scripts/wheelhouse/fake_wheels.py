@@ -19,20 +19,17 @@ def make_wheel(
     files: dict[str, str] | None = None,
     tag: str = "py3-none-any",
     padding: int = 0,
-    requires: tuple[str, ...] = (),
 ) -> pathlib.Path:
     """Write ``NAME-VERSION-TAG.whl`` into ``folder``: ``files`` ({path: text}; default one
     module ``name.py``), a valid METADATA, WHEEL and RECORD, and ``padding`` bytes of data in
-    a stored (uncompressed) file so its size is known; ``requires``: its Requires-Dist
-    lines (``"other==1.0"``)."""
+    a stored (uncompressed) file so its size is known."""
     folder.mkdir(parents=True, exist_ok=True)
     module = name.replace("-", "_")
     files = dict(files or {f"{module}.py": f"VERSION = {version!r}\n"})
     if padding:
         files[f"{module}_data/blob.txt"] = "x" * padding
     info = f"{module}-{version}.dist-info"
-    needs = "".join(f"Requires-Dist: {line}\n" for line in requires)
-    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{needs}"
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     files[f"{info}/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: fake_wheels\nRoot-Is-Purelib: true\nTag: {tag}\n"
     )

@@ -26,6 +26,9 @@ def sha256_file(path: pathlib.Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+_BUNDLE = " + "  # the name of a set of ``together`` while it is split as one item
+
+
 def split(
     layers: list[dict[str, int]], limit: int, together: list[set[str]] = ()
 ) -> list[list[str]]:
@@ -61,9 +64,6 @@ def split(
                 parts.append([name])
                 room.append(limit - layer[name])
     return [sorted(f for name in part for f in bundled.get(name, [name])) for part in parts]
-
-
-_BUNDLE = " + "  # the name of a set of ``together`` while it is split as one item
 
 
 def _bundle(layers: list[dict[str, int]], together) -> list[dict[str, int]]:
