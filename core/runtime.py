@@ -345,7 +345,7 @@ def course_path(relative: str | os.PathLike) -> pathlib.Path:
 # --- what the host lacks ------------------------------------------------------------------
 
 # The optional frameworks lessons import, by module: the distribution that provides it. A TPU
-# host's install may leave them out (a borrowed chip's host had neither torch nor gymnasium).
+# host's install may leave them out (a v5e TPU VM's own index had neither torch nor gymnasium).
 OPTIONAL_MODULES = {
     "torch": "torch",
     "tensorflow": "tensorflow-cpu",

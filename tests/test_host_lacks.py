@@ -1,7 +1,7 @@
 """A host that lacks something a lesson needs says so: `STOPPED:` naming it and how to get it,
 exit 0, never a traceback (issue 37, kind 7).
 
-On the borrowed TPU host pod_slices raised OSError [Errno 97] (no loopback socket there), and
+On a v5e TPU VM without networking pod_slices raised OSError [Errno 97] (no loopback socket there), and
 attention and functional_env stopped at ModuleNotFoundError (torch, gymnasium were not
 installed). Here such a host is made for the run by tests/fixtures/host_lacks/sitecustomize.py
 (modules uninstalled as import sees them, AF_INET sockets failing with Errno 97), and an app

@@ -1,10 +1,12 @@
-"""A plan of commands for a borrowed TPU host, run within one device call, continued in the next.
+"""A plan of commands for a TPU host held for a limited time, run within one command's time
+budget, continued by the next command.
 
-A borrowed chip runs one command a call (at most 10 minutes), brings back a few files, and
-hands the machine back after a short idle, so a fresh call may find a bare machine. This runs
-a plan's steps in order until the call's budget would not hold the next one, and writes what
-it did to OUT: carry ``OUT/state.json`` back as ``--state`` and the next call goes on from the
-first step not done.
+A host held for a limited time (a TPU VM from a queue or a spot reservation, a shared machine
+that cuts each command off after some minutes) may stop a command before a long plan is done,
+and may be handed back between commands, so the next one can find a bare machine. This runs a
+plan's steps in order until the budget would not hold the next one, and writes what it did to
+OUT: bring ``OUT/state.json`` back as ``--state`` and the next command goes on from the first
+step not done.
 
     python3 -m tpu_scripts.chip_session PLAN.json --state STATE.json --out OUT [--budget-s 570]
         [--redo NAME,...]
@@ -19,12 +21,12 @@ PLAN.json (checked before anything runs):
 - ``setup`` runs once per machine (a marker under the system's temporary folder says it
   did): a fresh machine installs again, a warm one does not. Its seconds count in the budget.
   ``setup_inputs`` (optional globs under the root) join the marker: each matched file's path
-  and size. A call that carries a new wheelhouse part (one part a call, under the carry
-  limit) runs setup again, which installs only that part.
+  and size. A command that brings a new wheelhouse part (one part per transfer, under the host's
+  transfer limit) runs setup again, which installs only that part.
 - ``env`` is added to every command's environment; ``{root}`` is the checkout's root and
   ``$NAME`` the host's own value of NAME (os.path.expandvars).
 - A step starts only when its ``timeout_s`` fits in what is left of ``--budget-s``; one that
-  does not waits for the next call. A step that ran is done whatever its exit status (the
+  does not waits for the next command. A step that ran is done whatever its exit status (the
   status and the output's tail are kept); ``--redo`` runs named steps again. A step past its
   timeout is killed with its process group and kept as timed out.
 - OUT: ``state.json`` (rewritten after every step), ``log.txt`` (each command's output, its

@@ -31,7 +31,7 @@ before calls were kept has no load: the record says so (``load`` null) and is no
 ``--pytest-summary FILE --pytest-command CMD`` adds ``pytest``'s counts on that machine: FILE
 is a junit xml (``pytest --junitxml FILE``) or a text holding pytest's final summary line
 (``=== 3 failed, 385 passed, 5 skipped in 496.12s ===``, e.g. ``pytest ... | tail -1``).
-Repeat the pair for a run continued over several device calls (``pytest_on_chip --after``):
+Repeat the pair for a run continued over several commands (``pytest_on_chip --after``):
 the record adds the counts and keeps every command.
 """
 

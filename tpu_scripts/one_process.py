@@ -1,8 +1,8 @@
 """Exported lessons run one after another in this one Python process (``course-run --local
 --one-process``).
 
-Each program that opens a TPU pays for it at its start (libtpu's start and the imports;
-device/KINDS.md has the borrowed v5e's figure), more than many lessons' own work, so a whole
+Each program that opens a TPU pays for it at its start (libtpu's start and the imports:
+6-15 s on a v5e host), more than many lessons' own work, so a whole
 course run lesson by lesson in its own process spends much of the chip's time starting. Here the
 process, its imports and the chip are opened once.
 

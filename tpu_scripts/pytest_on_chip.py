@@ -1,4 +1,4 @@
-"""`pytest core/` on a TPU chip, in one call: python -m tpu_scripts.pytest_on_chip --out DIR.
+"""`pytest core/` on a TPU chip, in one command: python -m tpu_scripts.pytest_on_chip --out DIR.
 
 Runs the chosen test paths in the suite's chip mode (JAX_TPU_LAB_TEST_BACKEND=tpu, one
 process: a chip serves one process at a time) and writes to DIR:
@@ -7,13 +7,13 @@ process: a chip serves one process at a time) and writes to DIR:
     pytest.log     the whole output
     summary.json   the counts read from junit.xml, the summary line, the command, the exit code
 
-The run stops before ``--budget`` seconds (default 510: under 9 minutes, so a device call of
-10 minutes holds it with its start and transfers): pytest gets SIGINT, writes its report for
-the tests that ran, and the summary says the run was cut. With pytest-timeout installed one
-test may take at most ``--per-test`` seconds. Standard library only (the chip's host has
-Python 3.11, JAX, libtpu and pytest from its local index).
+The run stops before ``--budget`` seconds (default 510: under 9 minutes, so a host that cuts
+commands off at 10 minutes holds it with its start and transfers): pytest gets SIGINT,
+writes its report for the tests that ran, and the summary says the run was cut. With
+pytest-timeout installed one test may take at most ``--per-test`` seconds. Standard library
+only (a TPU VM's image may bring just Python 3.11, JAX, libtpu and pytest).
 
-A cut run continues in the next device call: ``--after DIR/junit.xml`` (repeatable) leaves out
+A cut run continues in the next command: ``--after DIR/junit.xml`` (repeatable) leaves out
 every test an earlier report holds, by exact node id (pytest's own ``--deselect`` matches
 prefixes: deselecting ``test_p[1]`` would drop ``test_p[10]`` too). The records combine the
 reports: ``course-record --pytest-summary A/junit.xml --pytest-summary B/junit.xml``.
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if not 30 <= args.budget <= 540:
-        parser.error(f"--budget must be 30..540 seconds (a device call holds 600): {args.budget:g}")
+        parser.error(f"--budget must be 30..540 seconds (under a 600 s limit): {args.budget:g}")
     missing = [p for p in args.paths if not (REPO_ROOT / p.split("::")[0]).exists()]
     if missing:
         parser.error(f"no such test path: {', '.join(missing)}")

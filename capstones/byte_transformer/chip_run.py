@@ -315,7 +315,9 @@ def record_from_result(run_dir: pathlib.Path, host_record: pathlib.Path, root) -
             f"{host_record}: its accelerator is not the run's {train.get('device_kind')!r}"
         )
     if host.date != date:
-        raise ValueError(f"{host_record} is of {host.date}, the run of {date}: not one lease")
+        raise ValueError(
+            f"{host_record} is of {host.date}, the run of {date}: not one session on the host"
+        )
     versions = {k: str(v) for k, v in train["versions"].items()}
     differing = [  # a host record written by records.make_record names no libtpu
         k
@@ -327,7 +329,7 @@ def record_from_result(run_dir: pathlib.Path, host_record: pathlib.Path, root) -
     notes = (
         f"{chip_run_record.NOTES}. Written after the run by --record-from (its record part ran "
         f"out of the run's budget on the host): the machine from {host_record.name}, a record "
-        "the same TPU host wrote in the same lease"
+        "the same TPU host wrote in the same session"
     )
     document = records.record_of(
         spec["record"] or chip_run_record.RECORD_NAME,

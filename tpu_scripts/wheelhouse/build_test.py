@@ -9,7 +9,8 @@ from core import envlock
 from tpu_scripts.wheelhouse import build, fake_wheels, inventory, manifest, profiles
 
 LOCK = envlock.COURSE_LOCK.read_text()
-BORROWED = pathlib.Path(__file__).with_name("hosts") / "tpu-v5e-borrowed.json"
+# A v5e TPU VM without internet, CPython 3.11.7, a local index (/opt/pypi) and /opt/wheels
+OFFLINE_V5E = pathlib.Path(__file__).with_name("hosts") / "tpu-v5e-offline-py311.json"
 
 
 def _sha(name):
@@ -52,11 +53,11 @@ def test_include_carries_what_the_host_has_first():
     assert plan.layers[0][0] == "include"
 
 
-def test_the_borrowed_host_s_inventory_leaves_its_torch_and_index_behind():
-    host = inventory.load(BORROWED)
+def test_an_offline_v5e_host_s_inventory_leaves_its_torch_and_index_behind():
+    host = inventory.load(OFFLINE_V5E)
     assert {n for n, e in host["installed"].items() if e["first"]} == set(profiles.HOST_FIRST)
     plan = build.plan(["all"], LOCK, host)
-    # KINDS.md: the host's index lacks chex, grain, marimo, mlflow; torch lies in /opt/wheels
+    # the host's index lacks chex, grain, marimo, mlflow; torch lies in /opt/wheels
     assert {"chex", "grain", "marimo", "mlflow"} <= set(plan.carried)
     assert "torch" in plan.from_host and "flax" in plan.from_host
 
@@ -110,7 +111,7 @@ def test_parts_have_manifests_under_the_limit_and_the_host_s_pins_travel_with_th
 
 
 def test_a_wheel_and_its_exact_pin_travel_in_one_part(tmp_path):
-    """The borrowed host's lesson: pydantic-core in part 1 and pydantic in part 3 broke the
+    """An offline v5e host's lesson: pydantic-core in part 1 and pydantic in part 3 broke the
     host's own pydantic (its import checks pydantic-core's exact version) until part 3 came.
     Split alone, the first-fit packing would part them; exact pins keep them together."""
     from packaging.requirements import Requirement

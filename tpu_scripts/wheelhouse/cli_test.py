@@ -1,4 +1,4 @@
-"""README's wheelhouse commands parse, and the host's one-line install fits one device call."""
+"""README's wheelhouse commands parse, and the host's one-line install fits one command line."""
 
 import pathlib
 import shlex
@@ -28,7 +28,7 @@ def test_every_wheelhouse_command_in_the_readme_parses():
     assert "\nwheelhouse: $(STAMP)" in (ROOT / "Makefile").read_text()
 
 
-def test_the_borrowed_host_s_one_line_install_fits_a_device_command():
+def test_an_offline_host_s_one_line_install_fits_one_command_line():
     line = next(
         line for line, argv in _commands() if argv[:1] == ["install"] and "/tmp/site" in line
     )

@@ -14,8 +14,9 @@ import re
 SCHEMA = "jax-tpu-lab/wheelhouse-part"
 MANIFEST = "manifest.json"
 PART_NAME = "part-{:02d}"
-# What one transfer to the borrowed host may carry is 64 MiB with the working tree (~6 MB);
-# 55 MB (52.5 MiB) of wheels a part leaves room for the tree and the manifest.
+# A host without internet may take files in transfers of limited size (64 MiB with a checkout
+# of ~6 MB, on the v5e host the course was tried on); 55 MB (52.5 MiB) of wheels a part leaves
+# room for the checkout and the manifest.
 PART_LIMIT_BYTES = 55_000_000
 WHEEL_FIELDS = ("name", "version", "file", "sha256", "size")
 PIN_FIELDS = ("name", "version", "sha256")

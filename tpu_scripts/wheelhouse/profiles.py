@@ -72,8 +72,8 @@ NOT_IMPORTED = {
     "pytest-timeout": "a pytest plugin (pytest --timeout)",
     "pytest-xdist": "a pytest plugin (pytest -n)",
 }
-# On the TPU host (KINDS.md, DESIGN.md "Tried on a TPU"), first on PYTHONPATH: never carried,
-# and their own dependencies are the host's.
+# On a Cloud TPU VM whose image brings JAX, jaxlib and libtpu, first on PYTHONPATH: never
+# carried, and their own dependencies are the host's.
 HOST_FIRST = ("jax", "jaxlib", "libtpu", "numpy", "scipy", "ml-dtypes", "opt-einsum")
 # Imported by code that runs in its own environment, never on the course's TPU host.
 OWN_ENVIRONMENT = {
