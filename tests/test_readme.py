@@ -31,17 +31,21 @@ def manual(root: pathlib.Path = ROOT) -> dict[str, str]:
 
 
 def planted_copy(tmp_path: pathlib.Path, page: str, text: str) -> pathlib.Path:
-    """A copy of README.md and docs/*.md under ``tmp_path``, the rest of the checkout linked
-    beside them, with ``text`` added to the page ``page`` (created when missing)."""
+    """A copy of README.md and docs/*.md under ``tmp_path``, the checkout's folders and other
+    files linked beside them (never a page: the plant must not reach the checkout), with
+    ``text`` added to the page ``page`` (created when missing)."""
     (tmp_path / "docs").mkdir()
-    for name in manual():
-        shutil.copy2(ROOT / name, tmp_path / name)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for path in pages:
+        shutil.copy2(path, tmp_path / path.relative_to(ROOT))
     for folder in (ROOT, ROOT / "docs"):
         for entry in folder.iterdir():
             link = tmp_path / entry.relative_to(ROOT)
-            if not link.exists() and entry.name not in (".git", ".venv"):
+            if entry not in pages and not link.exists() and entry.name not in (".git", ".venv"):
                 link.symlink_to(entry)
-    with (tmp_path / page).open("a", encoding="utf-8") as out:
+    target = tmp_path / page
+    assert not target.is_symlink() and target.resolve().is_relative_to(tmp_path.resolve())
+    with target.open("a", encoding="utf-8") as out:
         out.write(text)
     return tmp_path
 
