@@ -160,6 +160,66 @@ def _check_qk(q_BTHK, k_BSHK):
         )
 
 
+# --- grouped-query attention: H query heads share G key/value heads -----------------------
+
+
+def _check_groups(q_BTHK, k_BSGK, v_BSGK) -> int:
+    """H / G, the query heads per key/value head (ValueError when G does not divide H)."""
+    h, g = q_BTHK.shape[2], k_BSGK.shape[2]
+    if v_BSGK.shape != k_BSGK.shape:
+        raise ValueError(f"v {tuple(v_BSGK.shape)} must have k's shape {tuple(k_BSGK.shape)}")
+    if g < 1 or h % g:
+        raise ValueError(
+            f"grouped-query attention needs the {g} key/value heads G to divide the {h} query "
+            "heads H: each K/V head serves H / G query heads"
+        )
+    if q_BTHK.shape[0] != k_BSGK.shape[0] or q_BTHK.shape[-1] != k_BSGK.shape[-1]:
+        raise ValueError(
+            f"q {tuple(q_BTHK.shape)} and k {tuple(k_BSGK.shape)} must agree in B and K"
+        )
+    return h // g
+
+
+@functools.partial(jax.jit, static_argnames="causal")
+def grouped_query_attention(q_BTHK, k_BSGK, v_BSGK, mask=None, causal=False) -> jax.Array:
+    """Attention where query head h reads key/value head h // (H / G) (GQA; G = H is
+    multi-head attention, G = 1 multi-query). The K/V heads are never copied: queries are
+    grouped as (G, H / G) and each group meets its one K/V head. out_BTHK in q's dtype.
+
+    A cache then holds G heads instead of H: H / G times fewer bytes per token."""
+    per_group = _check_groups(q_BTHK, k_BSGK, v_BSGK)
+    b, t, h, k = q_BTHK.shape
+    g, s = k_BSGK.shape[2], k_BSGK.shape[1]
+    q_BTGRK = q_BTHK.reshape(b, t, g, per_group, k)
+    scores = jnp.einsum(
+        "btgrk,bsgk->bgrts", q_BTGRK, k_BSGK, preferred_element_type=jnp.float32
+    ) / math.sqrt(k)
+    allowed = combine_masks(mask, causal, t, s)
+    if allowed is not None:  # a mask broadcasts to (B, H, T, S): split H into (G, H / G)
+        allowed = jnp.broadcast_to(allowed, (b, h, t, s)).reshape(b, g, per_group, t, s)
+        scores = jnp.where(allowed, scores, MASK_VALUE)
+    probs = softmax_BHTS(scores)
+    out = jnp.einsum(
+        "bgrts,bsgk->btgrk", probs.astype(v_BSGK.dtype), v_BSGK, preferred_element_type=jnp.float32
+    )
+    return out.reshape(b, t, h, k).astype(q_BTHK.dtype)
+
+
+def repeat_kv_heads(kv_BSGK, num_heads: int) -> jax.Array:
+    """(B, S, G, K) -> (B, S, H, K): K/V head g copied to query heads g*H/G .. (g+1)*H/G - 1."""
+    g = kv_BSGK.shape[2]
+    if g < 1 or num_heads % g:
+        raise ValueError(f"{g} key/value heads do not divide {num_heads} query heads")
+    return jnp.repeat(kv_BSGK, num_heads // g, axis=2)
+
+
+def kv_cache_bytes_per_token(
+    num_layers: int, num_kv_heads: int, head_dim: int, itemsize: int
+) -> int:
+    """The closed form: a key and a value (2) per layer, K/V head and channel."""
+    return 2 * num_layers * num_kv_heads * head_dim * itemsize
+
+
 # --- a self-attention layer from the pieces: x -> q, k, v -> attention -------------------
 
 NORMAL_CHUNK = 1 << 14
@@ -288,6 +348,19 @@ def reference_float64(q_BTHK, k_BSHK, v_BSHK, mask=None, causal=False) -> np.nda
     weights = np.exp(scores)
     probs = weights / weights.sum(axis=-1, keepdims=True)
     return np.einsum("bhts,bshk->bthk", probs, v)
+
+
+def gqa_reference_float64(q_BTHK, k_BSGK, v_BSGK, mask=None, causal=False) -> np.ndarray:
+    """GQA the plain way, in NumPy float64: copy every K/V head to the H / G query heads it
+    serves (np.repeat), then ordinary multi-head attention (``reference_float64``)."""
+    h, g = q_BTHK.shape[2], k_BSGK.shape[2]
+    if g < 1 or h % g:
+        raise ValueError(f"{g} key/value heads do not divide {h} query heads")
+    k, v = (
+        np.repeat(np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64), h // g, axis=2)
+        for a in (k_BSGK, v_BSGK)
+    )
+    return reference_float64(q_BTHK, k, v, mask, causal)
 
 
 def torch_reference(q_BTHK, k_BSHK, v_BSHK, causal=False) -> np.ndarray:

@@ -225,3 +225,29 @@ def test_causality_claims_hold_over_seeds_and_the_lesson_extremes(dtype):
             worst = min(worst, free[later].min() / np.median(free[~later]))
     print(f"{dtype}: smallest later gradient without the mask / median {worst:.2e}")
     assert worst > 0
+
+
+@pytest.mark.parametrize(
+    "heads, kv_heads, causal", [(4, 1, True), (4, 2, False), (6, 3, True), (2, 2, True)]
+)
+def test_grouped_query_attention_matches_repeated_heads_float64(heads, kv_heads, causal):
+    key = jax.random.key(heads * 10 + kv_heads)
+    kq, kk, kv = jax.random.split(key, 3)
+    q = jax.random.normal(kq, (2, 5, heads, 4))
+    k = jax.random.normal(kk, (2, 5, kv_heads, 4))
+    v = jax.random.normal(kv, (2, 5, kv_heads, 4))
+    got = attention.grouped_query_attention(q, k, v, causal=causal)
+    reference = attention.gqa_reference_float64(q, k, v, causal=causal)
+    assert numerics.scaled_max_error(got, reference) <= numerics.tolerance("float32")
+
+
+def test_grouped_query_attention_refuses_groups_that_do_not_divide():
+    q = jnp.zeros((1, 3, 4, 2))
+    k = jnp.zeros((1, 3, 3, 2))
+    with pytest.raises(ValueError, match="divide"):
+        attention.grouped_query_attention(q, k, k)
+
+
+def test_kv_cache_bytes_per_token_closed_form():
+    # 2 (key and value) x 2 layers x 2 kv heads x 8 channels x 2 bytes (bfloat16)
+    assert attention.kv_cache_bytes_per_token(2, 2, 8, 2) == 128

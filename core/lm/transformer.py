@@ -26,6 +26,7 @@ import optax
 from flax import nnx
 
 from core.lm import attention, causal_blocked, tokenizer
+from core.lm import positions as rotary
 from core.lm.precision import F32, Precision
 
 # the precision policies and bf16's accumulation limits live in precision.py; the lessons
@@ -34,6 +35,12 @@ from core.lm.precision import POLICIES as POLICIES
 from core.lm.precision import dot_prefix_errors as dot_prefix_errors
 from core.lm.precision import policy_tolerance as policy_tolerance
 from core.lm.precision import running_sums as running_sums
+
+# the independent NumPy float64 references live in reference.py; lessons reach them here too
+from core.lm.reference import block_parameters as block_parameters
+from core.lm.reference import block_reference as block_reference
+from core.lm.reference import block_weights as block_weights
+from core.lm.reference import lm_reference as lm_reference
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +56,11 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5
     precision: Precision = Precision()
     dropout_rate: float = 0.0  # on the embeddings and each residual branch, training only
+    # Grouped-query attention: G key/value heads shared by the H query heads (None: G = H).
+    num_kv_heads: int | None = None
+    # Rotary position embeddings on q and k (core/lm/positions.py) instead of the learned
+    # position table: off by default, so the byte Transformer keeps its trained design.
+    rope: bool = False
 
     def __post_init__(self):
         if self.width < 1 or self.num_heads < 1:
@@ -68,12 +80,28 @@ class TransformerConfig:
             raise ValueError(f"mlp_width F must be >= 1, got {self.mlp_width}")
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
+        if self.num_kv_heads is not None and (
+            self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads
+        ):
+            raise ValueError(
+                f"num_kv_heads G={self.num_kv_heads} must divide num_heads H={self.num_heads}: "
+                "each key/value head serves H / G query heads"
+            )
+        if self.rope and self.head_dim % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of channels: head dim K = D / H = {self.head_dim} must be even"
+            )
         if not isinstance(self.precision, Precision):
             raise TypeError(f"precision must be a Precision, got {type(self.precision).__name__}")
 
     @property
     def head_dim(self) -> int:
         return self.width // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """G, the key/value heads (H unless num_kv_heads is set)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     @property
     def hidden(self) -> int:
@@ -188,33 +216,45 @@ def _default_attention(q_BTHK, k_BSHK, v_BSHK, mask):
 
 
 class Attention(nnx.Module):
-    """Multi-head self-attention: projections w_DHK, output w_HKD, core.lm.attention inside."""
+    """Multi-head self-attention: projections w_DHK (w_DGK for k and v with G key/value
+    heads), output w_HKD, core.lm.attention inside; RoPE on q and k when config.rope."""
 
     def __init__(self, config: TransformerConfig, key):
         """key: a jax.random.key (or a NormalInit shared with the enclosing model)."""
         init = _init(key)
-        d, h, k = config.width, config.num_heads, config.head_dim
+        d, h, k, g = config.width, config.num_heads, config.head_dim, config.kv_heads
         p = config.precision
         self.precision = p
+        self.num_heads = h
+        self.rope = config.rope
         self.wq = init.take((d, h, k), 1 / math.sqrt(d), p.params)
-        self.wk = init.take((d, h, k), 1 / math.sqrt(d), p.params)
-        self.wv = init.take((d, h, k), 1 / math.sqrt(d), p.params)
+        self.wk = init.take((d, g, k), 1 / math.sqrt(d), p.params)
+        self.wv = init.take((d, g, k), 1 / math.sqrt(d), p.params)
         self.wo = init.take((h, k, d), 1 / math.sqrt(d * 2 * config.num_layers), p.params)
 
-    def __call__(self, x_BTD, mask, kv=None, index=None, attention_fn=None):
-        """out_BTD, kv. Without a cache kv is None; with one, (k_BSHK, v_BSHK) gets the new
+    def __call__(self, x_BTD, mask, kv=None, index=None, attention_fn=None, positions_BT=None):
+        """out_BTD, kv. Without a cache kv is None; with one, (k_BSGK, v_BSGK) gets the new
         keys/values written at slot ``index`` and the queries attend to the whole cache.
+        With RoPE, ``positions_BT`` (default 0..T-1, after ``index`` with a cache) rotates q
+        and k; the cache holds the rotated keys.
 
         ``attention_fn(q_BTHK, k_BSHK, v_BSHK, mask) -> out_BTHK`` replaces the attention
         core (default ``attention.dot_product_attention``); it must honour the mask it is
-        given (see ``AttentionFn``)."""
+        given (see ``AttentionFn``). With G < H key/value heads it gets them repeated to H."""
         c = self.precision.compute
         q, k, v = (
             _dense(x_BTD, w, "btd,dhk->bthk", c).astype(c) for w in (self.wq, self.wk, self.wv)
         )
+        if self.rope:
+            if positions_BT is None:
+                start = 0 if index is None else index
+                positions_BT = jnp.broadcast_to(start + jnp.arange(q.shape[1]), q.shape[:2])
+            q, k = (rotary.apply_rope(a, positions_BT) for a in (q, k))
         if kv is not None:
             k_cache, v_cache = (write_slots(kv[0], k, index), write_slots(kv[1], v, index))
             kv, k, v = (k_cache, v_cache), k_cache.astype(c), v_cache.astype(c)
+        if k.shape[2] != self.num_heads:  # GQA: each K/V head serves H / G query heads
+            k, v = (attention.repeat_kv_heads(a, self.num_heads) for a in (k, v))
         attend = attention_fn or _default_attention
         out = attend(q, k, v, mask)
         return _dense(out, self.wo, "bthk,hkd->btd", c).astype(c), kv
@@ -267,23 +307,25 @@ class Block(nnx.Module):
         dropout_rate=0.0,
         dropout_key=None,
         attention_fn=None,
+        positions_BT=None,
     ):
         """(y_BTD, kv). With ``dropout_key`` each residual branch (attention, MLP) is
-        dropped out at ``dropout_rate`` before it is added. ``attention_fn``: see
-        Attention.__call__."""
+        dropped out at ``dropout_rate`` before it is added. ``attention_fn``, ``positions_BT``
+        (used with RoPE only): see Attention.__call__."""
         x = x_BTD.astype(self.precision.compute)
         keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
-        attended, kv = self.attn(self.norm_attn(x), mask, kv, index, attention_fn)
+        attended, kv = self.attn(self.norm_attn(x), mask, kv, index, attention_fn, positions_BT)
         h = x + dropout(attended, dropout_rate, keys[0])
         return h + dropout(self.mlp(self.norm_mlp(h)), dropout_rate, keys[1]), kv
 
 
-@nnx.jit
-def block_forward(block: Block, x_BTD):
-    """One block on x_BTD with the causal mask, under jit: y_BTD in the compute dtype."""
+@nnx.jit(static_argnames="causal")
+def block_forward(block: Block, x_BTD, positions_BT=None, causal: bool = True):
+    """One block on x_BTD, under jit: y_BTD in the compute dtype. Causal unless ``causal`` is
+    False (every position sees every other); ``positions_BT`` matter only with RoPE."""
     t = x_BTD.shape[1]
-    causal = jnp.tril(jnp.ones((t, t), bool))[None, None]
-    return block(x_BTD, causal)[0]
+    allowed = jnp.tril(jnp.ones((t, t), bool)) if causal else jnp.ones((t, t), bool)
+    return block(x_BTD, allowed[None, None], positions_BT=positions_BT)[0]
 
 
 @jax.tree_util.register_dataclass
@@ -308,7 +350,7 @@ def init_cache(config: TransformerConfig, batch: int, capacity: int | None = Non
             f"need batch >= 1 and 1 <= capacity <= max_len={config.max_len}, "
             f"got {batch}, {capacity}"
         )
-    shape = (config.num_layers, batch, capacity, config.num_heads, config.head_dim)
+    shape = (config.num_layers, batch, capacity, config.kv_heads, config.head_dim)
     dtype = config.precision.cache_dtype
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32))
 
@@ -322,7 +364,8 @@ class TinyLM(nnx.Module):
         p = config.precision
         self.config = config
         self.token_embed = init.take((config.vocab_size, config.width), 1.0, p.params)
-        self.pos_embed = init.take((config.max_len, config.width), 0.1, p.params)
+        if not config.rope:  # with RoPE, positions enter attention instead (no table)
+            self.pos_embed = init.take((config.max_len, config.width), 0.1, p.params)
         self.blocks = nnx.List([Block(config, init) for _ in range(config.num_layers)])
         self.final_norm = LayerNorm(config.width, config)
         self.head = init.take(
@@ -330,16 +373,24 @@ class TinyLM(nnx.Module):
         )
 
     def embed(self, tokens_BT, positions_BT):
-        x = self.token_embed[...][tokens_BT] + self.pos_embed[...][positions_BT]
+        x = self.token_embed[...][tokens_BT]
+        if not self.config.rope:
+            x = x + self.pos_embed[...][positions_BT]
         return x.astype(self.config.precision.compute)
 
-    def backbone(self, x_BTD, mask, dropout_key=None, attention_fn=None):
-        """The blocks on embeddings x_BTD (for gradients with respect to the input)."""
+    def backbone(self, x_BTD, mask, dropout_key=None, attention_fn=None, positions_BT=None):
+        """The blocks on embeddings x_BTD (for gradients with respect to the input);
+        ``positions_BT`` (default 0..T-1) matter only with RoPE."""
         rate = self.config.dropout_rate
         for layer, block in enumerate(self.blocks):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, layer + 1)
             x_BTD, _ = block(
-                x_BTD, mask, dropout_rate=rate, dropout_key=key, attention_fn=attention_fn
+                x_BTD,
+                mask,
+                dropout_rate=rate,
+                dropout_key=key,
+                attention_fn=attention_fn,
+                positions_BT=positions_BT,
             )
         return x_BTD
 
@@ -372,7 +423,7 @@ class TinyLM(nnx.Module):
         x = self.embed(tokens_BT, positions_BT)
         if dropout_key is not None:
             x = dropout(x, self.config.dropout_rate, jax.random.fold_in(dropout_key, 0))
-        return self.unembed(self.backbone(x, mask, dropout_key, attention_fn))
+        return self.unembed(self.backbone(x, mask, dropout_key, attention_fn, positions_BT))
 
     def extend(self, tokens_BT, cache: KVCache):
         """Feed T new tokens after the cache's ``length`` slots: (logits_BTV, new cache).
@@ -407,7 +458,13 @@ class TinyLM(nnx.Module):
         x = self.embed(tokens_BT, positions)
         ks, vs = [], []
         for layer, block in enumerate(self.blocks):
-            x, (k, v) = block(x, mask, (cache.k_LBSHK[layer], cache.v_LBSHK[layer]), start)
+            x, (k, v) = block(
+                x,
+                mask,
+                (cache.k_LBSHK[layer], cache.v_LBSHK[layer]),
+                start,
+                positions_BT=positions,
+            )
             ks.append(k)
             vs.append(v)
         logits = jnp.where(overflow, jnp.nan, self.unembed(x))
@@ -568,78 +625,6 @@ def train_loop(
     return history
 
 
-# --- independent numpy float64 references -----------------------------------------------
-
-
-def block_parameters(block: Block) -> dict[str, nnx.Param]:
-    """A block's parameters (the nnx.Param variables), keyed by short names."""
-    return {
-        "ln1_scale": block.norm_attn.scale,
-        "ln1_bias": block.norm_attn.bias,
-        "wq": block.attn.wq,
-        "wk": block.attn.wk,
-        "wv": block.attn.wv,
-        "wo": block.attn.wo,
-        "ln2_scale": block.norm_mlp.scale,
-        "ln2_bias": block.norm_mlp.bias,
-        "w_in": block.w_in,
-        "b_in": block.b_in,
-        "w_out": block.w_out,
-        "b_out": block.b_out,
-    }
-
-
-def block_weights(block: Block) -> dict[str, np.ndarray]:
-    """A block's parameters as float64 numpy arrays, keyed by name."""
-    return {
-        k: np.asarray(v[...].astype(F32), np.float64) for k, v in block_parameters(block).items()
-    }
-
-
-def _layer_norm_np(x, scale, bias, eps):
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * scale + bias
-
-
-def block_reference(weights: dict, x_BTD, mask_BTS=None, eps: float = 1e-5) -> np.ndarray:
-    """The same pre-LN block written out in numpy float64 (causal when mask_BTS is None)."""
-    x = np.asarray(jnp.asarray(x_BTD).astype(F32), np.float64)
-    t = x.shape[1]
-    allowed = (
-        np.tril(np.ones((t, t), bool))[None] if mask_BTS is None else np.asarray(mask_BTS, bool)
-    )
-    a = _layer_norm_np(x, weights["ln1_scale"], weights["ln1_bias"], eps)
-    q, k, v = (np.einsum("btd,dhk->bthk", a, weights[w]) for w in ("wq", "wk", "wv"))
-    scores = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
-    scores = np.where(allowed[:, None], scores, -np.inf)
-    probs = np.exp(scores - scores.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    h = x + np.einsum("bthk,hkd->btd", np.einsum("bhts,bshk->bthk", probs, v), weights["wo"])
-    m = _layer_norm_np(h, weights["ln2_scale"], weights["ln2_bias"], eps)
-    pre = m @ weights["w_in"] + weights["b_in"]
-    hidden = 0.5 * pre * (1 + np.tanh(np.sqrt(2 / np.pi) * (pre + 0.044715 * pre**3)))
-    return h + hidden @ weights["w_out"] + weights["b_out"]
-
-
-def lm_reference(model: TinyLM, tokens_BT, segment_ids_BT=None, positions_BT=None) -> np.ndarray:
-    """logits_BTV of the whole LM in numpy float64, from the model's weights."""
-    tokens = np.asarray(tokens_BT)
-    b, t = tokens.shape
-    segments = np.ones((b, t), int) if segment_ids_BT is None else np.asarray(segment_ids_BT)
-    positions = (
-        np.broadcast_to(np.arange(t), (b, t)) if positions_BT is None else np.asarray(positions_BT)
-    )
-    mask = (segments[:, :, None] == segments[:, None, :]) & np.tril(np.ones((t, t), bool))[None]
-    as64 = lambda v: np.asarray(v[...].astype(F32), np.float64)  # noqa: E731
-    x = as64(model.token_embed)[tokens] + as64(model.pos_embed)[positions]
-    eps = model.config.layer_norm_eps
-    for block in model.blocks:
-        x = block_reference(block_weights(block), x, mask, eps)
-    x = _layer_norm_np(x, as64(model.final_norm.scale), as64(model.final_norm.bias), eps)
-    return x @ as64(model.head)
-
-
 def token_loss_reference(logits_BTV, packed: tokenizer.Packed) -> tuple[float, int]:
     """(mean loss, count) in numpy float64, walking the placed documents themselves: inside
     each placed piece, position i predicts the piece's token i + 1. Padding and the step from
@@ -678,4 +663,8 @@ def backbone_jacobian_norms_TS(
 def _backbone_jacobian(model, tokens_T, segment_ids_T, positions_T):
     mask = tokenizer.segment_mask_BTS(segment_ids_T[None], causal=True)[:, None]
     x_TD = model.embed(tokens_T[None], positions_T[None])[0]
-    return attention.jacobian(lambda x: model.backbone(x[None], mask)[0].astype(F32), x_TD)
+
+    def backbone(x_TD):
+        return model.backbone(x_TD[None], mask, positions_BT=positions_T[None])[0].astype(F32)
+
+    return attention.jacobian(backbone, x_TD)

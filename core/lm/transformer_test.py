@@ -411,3 +411,57 @@ def test_dropout_at_the_extremes_of_the_rate():
     x = jnp.ones((4, 8), jnp.float32)
     np.testing.assert_array_equal(transformer.dropout(x, 1e-7, jax.random.key(0)), x)
     np.testing.assert_array_equal(transformer.dropout(x, 1 - 1e-7, jax.random.key(0)), 0 * x)
+
+
+# --- options: RoPE instead of the position table, grouped-query attention ------------------
+
+
+@pytest.mark.parametrize("rope, kv_heads", [(True, None), (False, 2), (True, 1)])
+def test_rope_and_gqa_options_match_numpy_and_the_cache(rope, kv_heads):
+    config = transformer.TransformerConfig(
+        width=16, num_heads=4, num_layers=2, max_len=16, rope=rope, num_kv_heads=kv_heads
+    )
+    model = transformer.TinyLM(config, jax.random.key(3))
+    assert hasattr(model, "pos_embed") is not rope  # RoPE has no position table
+    packed = tokenizer.pack_documents([tokenizer.encode(s) for s in ("def f():", "x = 1")], 12)
+    logits = model(packed.tokens_BT, packed.segment_ids_BT, packed.positions_BT)
+    reference = transformer.lm_reference(
+        model, packed.tokens_BT, packed.segment_ids_BT, packed.positions_BT
+    )
+    assert numerics.scaled_max_error(logits, reference) <= numerics.tolerance("float32")
+    # the cache holds G key/value heads, and cached decoding equals the full forward pass
+    cache = transformer.init_cache(config, 1, 9)
+    assert cache.k_LBSHK.shape == (2, 1, 9, config.kv_heads, 4)
+    tokens = jax.random.randint(jax.random.key(1), (1, 9), 0, 256)
+    logits, cache = extend(model, tokens[:, :4], cache)
+    pieces = [logits]
+    for i in range(4, 9):
+        logits, cache = extend(model, tokens[:, i : i + 1], cache)
+        pieces.append(logits)
+    tol = numerics.tolerance("float32")
+    full = transformer.forward(model, tokens)
+    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, rtol=tol, atol=tol)
+
+
+def test_the_default_config_keeps_the_position_table_and_all_heads():
+    config = transformer.TransformerConfig()
+    assert not config.rope and config.kv_heads == config.num_heads
+
+
+def test_block_without_positions_is_order_blind_and_rope_is_not():
+    """Non-causal, no positions: permuting x permutes y (equivariance). With RoPE it does not."""
+    x = jax.random.normal(jax.random.key(0), (1, 6, 16))
+    order = np.array([3, 0, 5, 1, 4, 2])
+    for rope, equivariant in ((False, True), (True, False)):
+        config = transformer.TransformerConfig(width=16, num_heads=2, num_layers=1, rope=rope)
+        block = transformer.Block(config, jax.random.key(1))
+        y = np.asarray(transformer.block_forward(block, x, causal=False))
+        y_perm = np.asarray(transformer.block_forward(block, x[:, order], causal=False))
+        gap = np.abs(y_perm - y[:, order]).max()
+        assert (gap < 1e-5) is equivariant, (rope, gap)
+
+
+@pytest.mark.parametrize("kv_heads, rope", [(3, False), (2, True)])
+def test_config_refuses_bad_kv_heads_and_odd_rope_heads(kv_heads, rope):
+    with pytest.raises(ValueError):
+        transformer.TransformerConfig(width=12, num_heads=4, num_kv_heads=kv_heads, rope=rope)
