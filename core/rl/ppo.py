@@ -56,6 +56,9 @@ class Config:
     anneal_lr: bool = True
     hidden: int = 64  # H: two tanh layers each for actor and critic
     eval_episodes: int = 32  # greedy episodes at the end of training
+    # Keep every sample's log(pi_new / pi_old) after each minibatch step (U x E x B floats):
+    # what an independent recomputation of the clip fraction and KL per epoch needs.
+    log_ratios: bool = False
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -234,16 +237,23 @@ def loss(
             jnp.maximum((value_B - batch.target_B) ** 2, (value_clipped - batch.target_B) ** 2)
         )
         clip_fraction = jnp.mean(jnp.abs(ratio_B - 1.0) > hp["clip_eps"])
+        # KL(pi_old || pi_new) estimated from the sampled actions: mean(r - 1 - log r) >= 0
+        # (Schulman's "k3" estimator, http://joschu.net/blog/kl-approx.html)
+        log_ratio_B = log_prob_B - batch.log_prob_B
+        approx_kl = jnp.mean(ratio_B - 1.0 - log_ratio_B)
     else:
         policy_objective = jnp.mean(log_prob_B * advantage_B)
         value_loss = 0.5 * jnp.mean((value_B - batch.target_B) ** 2)
-        clip_fraction = jnp.zeros(())
+        clip_fraction = approx_kl = jnp.zeros(())
+        log_ratio_B = jnp.zeros_like(log_prob_B)
     total = -policy_objective + hp["vf_coef"] * value_loss - hp["ent_coef"] * entropy
     parts = {
         "policy_objective": policy_objective,
         "value_loss": value_loss,
         "entropy": entropy,
         "clip_fraction": clip_fraction,
+        "approx_kl": approx_kl,
+        "log_ratio_B": jax.lax.stop_gradient(log_ratio_B),  # per sample, before the step
     }
     return total, parts
 
@@ -277,7 +287,10 @@ def make_train(config: Config, params: cartpole.Params = cartpole.DEFAULT):
 
     metrics (U = config.num_updates): ``return_sum_U`` and ``episodes_U`` (the returns of the
     training episodes that ended during each update, summed, and their count), the loss
-    parts per update (``*_U``, means over epochs and minibatches), and ``eval_returns_E``
+    parts per update (``*_U``, means over epochs and minibatches; ``clip_fraction_by_epoch_U``
+    and ``approx_kl_by_epoch_U`` (U, E), each epoch's mean over its minibatches, measured on
+    each minibatch before its step; with ``config.log_ratios`` also ``log_ratio_by_epoch_U``
+    (U, E, B), every sample's log ratio they were computed from), and ``eval_returns_E``
     (greedy episodes after training, E = config.eval_episodes).
     """
     N, T, U = config.num_envs, config.num_steps, config.num_updates
@@ -359,7 +372,13 @@ def make_train(config: Config, params: cartpole.Params = cartpole.DEFAULT):
         (network, opt_state), parts = jax.lax.scan(
             epoch, (network, opt_state), jax.random.split(shuffle_key, config.epochs)
         )
+        log_ratio_EMB = parts.pop("log_ratio_B")
         metrics = {name: jnp.mean(v) for name, v in parts.items()}
+        # per epoch (mean over its minibatches): how far the policy moved from the old one
+        metrics["clip_fraction_by_epoch"] = jnp.mean(parts["clip_fraction"], axis=1)
+        metrics["approx_kl_by_epoch"] = jnp.mean(parts["approx_kl"], axis=1)
+        if config.log_ratios:
+            metrics["log_ratio_by_epoch"] = log_ratio_EMB.reshape(config.epochs, -1)
         metrics["return_sum"] = jnp.sum(jnp.where(done, ep_return, 0.0))
         metrics["episodes"] = jnp.sum(done)
         return (network, opt_state, state_N, obs_N4, hp), metrics

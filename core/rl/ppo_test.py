@@ -86,3 +86,25 @@ def test_ppo_improves_over_seeds():
     eval_mean = np.asarray(metrics["eval_returns_E"]).mean(axis=1)
     assert np.all(eval_mean > 2 * UNTRAINED_RETURN_BOUND), eval_mean
     assert np.all(curve[:, -4:].mean(axis=1) > 1.5 * curve[:, :4].mean(axis=1)), curve
+
+
+def test_per_epoch_clip_fraction_and_kl_match_the_logged_ratios_in_float64():
+    config = ppo.Config(
+        total_timesteps=1024, num_envs=4, num_steps=64, update_epochs=3, eval_episodes=0,
+        learning_rate=3e-3, log_ratios=True,
+    )  # fmt: skip
+    _, metrics = jax.jit(ppo.make_train(config))(jax.random.key(2))
+    u, e, b = config.num_updates, config.epochs, config.batch_size
+    log_r = np.asarray(metrics["log_ratio_by_epoch_U"], np.float64)
+    assert log_r.shape == (u, e, b)
+    ratio = np.exp(log_r)
+    clip = np.mean(np.abs(ratio - 1) > config.clip_eps, axis=-1)
+    kl = np.mean(ratio - 1 - log_r, axis=-1)
+    assert metrics["clip_fraction_by_epoch_U"].shape == (u, e)
+    assert np.abs(np.asarray(metrics["clip_fraction_by_epoch_U"]) - clip).max() <= 2 / b
+    assert numerics.scaled_max_error(metrics["approx_kl_by_epoch_U"], kl) <= 1e-5
+    # the first minibatch of every update's first epoch sees the old policy: r == 1 exactly
+    first = log_r[:, 0, : b // config.minibatches]
+    assert np.all(first == 0.0)
+    # later epochs move the policy: the KL estimate is positive there
+    assert np.all(kl[:, -1] > 0)

@@ -35,6 +35,9 @@ PPO_LESSON = {
 EVAL_EPISODES = 16
 UNTRAINED_GREEDY_MEDIAN = 30.0
 TRAINED_RETURN_CLAIM = 100.0
+# The run counts |r - 1| > eps on float32 ratios, the reference on float64 ones: a ratio
+# within float32 rounding of 1 +- eps may be counted by one and not the other.
+CLIP_COUNT_SLACK_SAMPLES = 2
 
 
 def lesson_config(values: dict) -> ppo.Config:
@@ -52,6 +55,7 @@ def lesson_config(values: dict) -> ppo.Config:
         gae_lambda=values["gae_lambda"],
         ent_coef=values["ent_coef"],
         eval_episodes=EVAL_EPISODES,
+        log_ratios=True,  # the per-epoch clip fraction and KL are checked from them
     )
 
 
@@ -146,4 +150,32 @@ def curve_frame(metrics: dict, config: ppo.Config, label: str) -> pd.DataFrame:
             for s in range(curve_SU.shape[0])
             for u in range(curve_SU.shape[1])
         ]
+    )
+
+
+def epoch_drift_reference(log_ratio_SUEB, clip_eps: float) -> dict[str, np.ndarray]:
+    """NumPy float64 from the run's logged log ratios (S seeds, U updates, E epochs, B
+    samples): per (seed, update, epoch) the clip fraction (|r - 1| > eps), the estimated KL
+    mean(r - 1 - log r) and the largest |r - 1|, r = exp(log ratio)."""
+    log_r = np.asarray(log_ratio_SUEB, np.float64)
+    ratio = np.exp(log_r)
+    return {
+        "clip_fraction": np.mean(np.abs(ratio - 1.0) > clip_eps, axis=-1),
+        "approx_kl": np.mean(ratio - 1.0 - log_r, axis=-1),
+        "largest |r - 1|": np.max(np.abs(ratio - 1.0), axis=-1),
+    }
+
+
+def epoch_drift_frame(metrics: dict, reference: dict) -> pd.DataFrame:
+    """One row per epoch: the run's clip fraction and KL (mean over seeds and updates) and
+    the largest |r - 1| any sample reached in that epoch (from the logged ratios)."""
+    clip_SUE = np.asarray(metrics["clip_fraction_by_epoch_U"], np.float64)
+    kl_SUE = np.asarray(metrics["approx_kl_by_epoch_U"], np.float64)
+    return pd.DataFrame(
+        {
+            "epoch": np.arange(1, clip_SUE.shape[-1] + 1),
+            "clip fraction": clip_SUE.mean(axis=(0, 1)),
+            "approx KL": kl_SUE.mean(axis=(0, 1)),
+            "largest |r - 1|": reference["largest |r - 1|"].max(axis=(0, 1)),
+        }
     )
