@@ -74,9 +74,11 @@ def _():
     mo.md("""
     ## Chips, hosts and workers
 
-    - A **chip** is one TPU accelerator with its own high-bandwidth memory. JAX shows one
-      device per chip. v5e (`v5litepod-N`) and v6e (`v6e-N`) names count chips; v5p names
-      count TensorCores, two per chip, so `v5p-8` is **4** chips.
+    - A **chip** is one TPU accelerator with its own high-bandwidth memory. On v5e, v5p and
+      v6e JAX shows one device per chip (v5p's two TensorCores act as one device); on TPU7x
+      it shows **two**, one per TensorCore, each with half the chip's HBM. v5e
+      (`v5litepod-N`) and v6e (`v6e-N`) names count chips; v5p names count TensorCores, two
+      per chip, so `v5p-8` is **4** chips.
     - A **host** is the VM the chips are attached to: its CPUs, RAM and disk run your Python.
       A v5e or v6e host holds up to 8 chips, a v5p host 4. gcloud calls each host a
       **worker** and numbers them from 0.

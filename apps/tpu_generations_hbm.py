@@ -118,8 +118,11 @@ def _():
             mo.md(
                 "**Derived, not typed in**: ridge point = bf16 FLOP/s / HBM bytes/s; a kernel "
                 "with fewer FLOPs per byte than that is memory-bound on the chip. Per-chip ICI "
-                "= links x per-link bandwidth (the per-link figures are rounded, so the "
-                "product lands ~10% under Cloud's per-chip number)."
+                "= links x per-link bandwidth lands at 0.90 of Cloud's per-chip number on "
+                "every generation. That is no rounding: "
+                + specs.ICI_RATIO_REASON
+                + ". Budget collectives with the per-link figure (what the scaling book's "
+                "collective times use) and read Cloud's as the link rate's ceiling."
             ),
             lab.table(specs.derived_rows()),
             mo.md(
@@ -322,7 +325,12 @@ def _(serving, serving_setup, shape, training, training_setup):
                 "layer's input), **fsdp** vs **data** (state split over chips or replicated), "
                 "a longer **context** (the KV cache grows linearly; attention scores in training "
                 "quadratically), **int8** KV. The activation model is an estimate of what a "
-                "plain implementation saves; the compiler's view follows."
+                "plain implementation saves: it keeps the T x T attention probabilities of "
+                "every head for the backward pass. Flash attention (a fused, blocked kernel, "
+                "such as the Pallas TPU kernel of this course's attention lesson) never stores "
+                "them: it keeps one log-sum-exp per query row and "
+                "recomputes the scores in the backward pass, so that T^2 term drops to T. "
+                "The compiler's view follows."
             ),
         ]
     )
@@ -427,10 +435,12 @@ def _(compile_button, compile_for, compile_layers, remat, strategy):
     - **Peak**: the analytic budget adds every component as if all were alive at once. The
       compiler frees buffers as soon as they are dead and fuses elementwise work (a GELU
       output is recomputed inside the backward fusion instead of being stored), but it also
-      needs workspace, and with **fsdp** each chip all-gathers the full weights for the
-      forward and backward pass and holds full-size gradients until the reduce-scatter:
-      transient bytes the per-chip budget does not count. Its peak can land on either side
-      of the estimate; flip remat and strategy above and watch both move.
+      needs workspace, and with **fsdp** each chip all-gathers a layer's full weights just
+      before that layer runs (in the forward, and again in the backward) and holds that
+      layer's full-size gradient until its reduce-scatter: one or two layers' worth of
+      transient bytes at a time (the next layer's gather overlaps the current layer), not
+      the whole model's, and the per-chip budget does not count them. Its peak can land on
+      either side of the estimate; flip remat and strategy above and watch both move.
     """
             ),
             mo.md(

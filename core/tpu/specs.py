@@ -7,7 +7,14 @@ in, and tested against the published values they should reproduce.
 
 Units: FLOP/s, bytes, bytes/s. "GB" is 1e9 bytes, "GiB" is 2**30 bytes; the table keeps the
 unit its source used. A figure no source publishes is None and reads "not published" in
-every table (TPU7x's per-link ICI, int8 and PCIe figures, for example), never a guess.
+every table (TPU7x's PCIe figure, v5e's fp8), never a guess; a capability a source says the
+chip lacks reads "not supported" (TPU7x's int8 matmuls, per JAX's tpu_info).
+
+Per-chip ICI: links x the scaling book's per-link figure comes to 0.90 of the per-chip figure
+Cloud publishes, on every generation where both exist. That is no rounding: the two sources
+give different link rates (Cloud's per-chip figure over its link count is 100 GB/s one way on
+v5p and v6e, 50 GB/s on v5e; the scaling book uses 90 and 45), and the scaling book's footnote
+says ICI links reach slightly different bandwidths depending on the operation performed.
 """
 
 from __future__ import annotations
@@ -28,7 +35,27 @@ SOURCES = {
         "read 2026-12): its table of v5p, v6e and TPU7x per-chip figures"
     ),
     "older-table": "an earlier version of the scaling-book specs table",
+    "jax-tpu-info": (
+        "JAX's TPU hardware table, jax._src.pallas.mosaic.tpu_info (TpuInfo per chip version; "
+        "rendered at docs.jax.dev/en/latest/pallas/tpu/hardware.html)"
+    ),
 }
+SOURCE_URLS = {
+    "scaling-book": "https://jax-ml.github.io/scaling-book/tpus/",
+    "scaling-book-text": "https://jax-ml.github.io/scaling-book/tpus/",
+    "cloud-v5e": "https://cloud.google.com/tpu/docs/v5e",
+    "cloud-v5p": "https://cloud.google.com/tpu/docs/v5p",
+    "cloud-v6e": "https://cloud.google.com/tpu/docs/v6e",
+    "cloud-tpu7x": "https://cloud.google.com/tpu/docs/tpu7x",
+    "older-table": "https://github.com/jax-ml/scaling-book/blob/main/tpus.md",
+    "jax-tpu-info": "https://docs.jax.dev/en/latest/pallas/tpu/hardware.html",
+}
+NOT_SUPPORTED = "not supported"
+ICI_RATIO_REASON = (
+    "the sources' link rates differ: Cloud's per-chip figure / links is 100 GB/s one way "
+    "(50 on v5e), the scaling book's 90 (45); its footnote: links reach slightly different "
+    "bandwidths depending on the operation"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +83,7 @@ class ChipSpec:
 
     generation: str
     bf16_flops: Figure
-    int8_ops: Figure | None
+    int8_ops: Figure | None  # None with int8_supported False: the chip has no int8 matmul
     hbm_bytes: Figure
     hbm_bandwidth: Figure
     ici_link_one_way: Figure | None  # bytes/s per ICI link, one direction
@@ -76,6 +103,10 @@ class ChipSpec:
     # TPU7x (each TensorCore is a device); probed here with libtpu (core/tpu/generations_test).
     devices_per_chip: int = 1
     fp8_flops: Figure | None = None  # None: no published fp8 figure (no native fp8 either)
+    int8_supported: bool = True  # False on TPU7x: JAX's tpu_info lists no int8 matmul there
+    # The largest slice one ICI domain takes, in chips (the pod for v5e and v6e).
+    max_slice_chips: int = 0
+    max_slice_source: str = ""
 
     @property
     def ridge_point(self) -> float:
@@ -127,12 +158,16 @@ CHIPS: dict[str, ChipSpec] = {
         dcn_egress=_f(3.125e9, "scaling-book", "B/s"),
         pcie=_f(1.6e10, "scaling-book", "B/s"),
         topology_name="v5e:2x2",
+        max_slice_chips=256,
+        max_slice_source="cloud-v5e",
     ),
     "v5p": ChipSpec(
         generation="v5p",
         bf16_flops=_f(4.59e14, "scaling-book", "FLOP/s"),
         int8_ops=_f(9.18e14, "scaling-book", "OP/s"),
-        hbm_bytes=_f(96e9, "scaling-book", "GB", (95 * 2**30, "cloud-v5p")),
+        # Cloud's table: 95 GiB user-allocatable (about 102e9 bytes; its note: 96 GiB
+        # physical, the rest reserved by the runtime); the scaling book writes 96GB.
+        hbm_bytes=_f(95 * 2**30, "cloud-v5p", "GiB", (96e9, "scaling-book")),
         hbm_bandwidth=_f(
             2.8e12, "scaling-book", "B/s", (2.5e12, "scaling-book-text"), (2.765e12, "cloud-v5p")
         ),
@@ -150,6 +185,9 @@ CHIPS: dict[str, ChipSpec] = {
         pcie=_f(1.6e10, "scaling-book", "B/s"),
         topology_name="v5p:2x2x1",
         fp8_flops=_f(4.59e14, "cloud-tpu7x", "FLOP/s"),  # the same as bf16: no fp8 speed-up
+        # "The maximum v5p shape is 16x16x24 (6144 chips)": the pod has 8960 chips
+        max_slice_chips=6144,
+        max_slice_source="cloud-v5p",
     ),
     "v6e": ChipSpec(
         generation="v6e",
@@ -171,32 +209,36 @@ CHIPS: dict[str, ChipSpec] = {
         pcie=_f(3.2e10, "scaling-book", "B/s"),
         topology_name="v6e:2x2",
         fp8_flops=_f(9.18e14, "cloud-tpu7x", "FLOP/s"),
+        max_slice_chips=256,
+        max_slice_source="cloud-v6e",
     ),
-    # Ironwood. Cloud's TPU7x table gives the per-chip figures below; it publishes no int8,
-    # per-link ICI or PCIe figure, and no MXU layout: those read "not published".
+    # Ironwood. Cloud's TPU7x table gives the per-chip figures; the scaling book's TPU chapter
+    # gives the per-link ICI (as v5p: 9e10 one way) and the 3D torus; JAX's tpu_info gives the
+    # 256-wide MXU and no int8 matmul. No source gives a PCIe figure: "not published".
     "tpu7x": ChipSpec(
         generation="tpu7x",
         bf16_flops=_f(2.307e15, "cloud-tpu7x", "FLOP/s"),
         int8_ops=None,
+        int8_supported=False,
         hbm_bytes=_f(192 * 2**30, "cloud-tpu7x", "GiB"),
         hbm_bandwidth=_f(7.38e12, "cloud-tpu7x", "B/s"),
-        ici_link_one_way=None,
-        ici_link_bidirectional=None,
-        ici_links=None,
+        ici_link_one_way=_f(9e10, "scaling-book", "B/s"),
+        ici_link_bidirectional=_f(1.8e11, "scaling-book", "B/s"),
+        ici_links=6,
         ici_chip_bidirectional=_f(1.2e12, "cloud-tpu7x", "B/s"),
-        # The Cloud table names no interconnect topology; the slice names are 3-D
-        # (tpu7x:2x2x1, as libtpu accepts them), like v5p's 3D torus.
-        torus="3-D slices; torus not stated",
+        torus="3D torus",
         largest_pod="9216 chips",
         chips_per_host=4,
         host_chip_layout="2x2x1",
         tensorcores=2,
-        mxus="not published in the TPU7x table",
+        mxus="MXU of 256x256 (jax-tpu-info: mxu_column_size 256)",
         dcn_egress=_f(1.25e10, "cloud-tpu7x", "B/s"),  # 100 Gb/s per chip
         pcie=None,
         topology_name="tpu7x:2x2x1",
         devices_per_chip=2,
         fp8_flops=_f(4.614e15, "cloud-tpu7x", "FLOP/s"),
+        max_slice_chips=9216,
+        max_slice_source="cloud-tpu7x",
     ),
 }
 GENERATIONS = tuple(CHIPS)
@@ -233,12 +275,15 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
-def _figure_text(figure: Figure | None) -> str:
+def _figure_text(figure: Figure | None, absent: str = NOT_PUBLISHED) -> str:
     if figure is None:
-        return NOT_PUBLISHED
+        return absent
     text = _si(figure.value, figure.unit)
     for value, source in figure.alternatives:
-        alt = f"{value / 2**30:.0f} GiB" if value % 2**30 == 0 else _si(value, figure.unit)
+        if value % 2**30 == 0:
+            alt = f"{value / 2**30:.0f} GiB"
+        else:  # a capacity that is no whole GiB is in GB (1e9 bytes)
+            alt = _si(value, "GB" if figure.unit in ("GB", "GiB") else figure.unit)
         text += f" ({source}: {alt})"
     return text
 
@@ -264,7 +309,8 @@ def spec_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
         sources = set()
         for spec in specs:
             figure = get(spec)
-            row[spec.generation] = _figure_text(figure)
+            absent = NOT_SUPPORTED if name == "int8 OP/s" and not spec.int8_supported else None
+            row[spec.generation] = _figure_text(figure, absent or NOT_PUBLISHED)
             if figure is not None:
                 sources.update(s for _, s in figure.values())
         row["source"] = ", ".join(sorted(sources))
@@ -276,11 +322,20 @@ def spec_rows(generations: tuple[str, ...] = GENERATIONS) -> list[dict]:
             "scaling-book, cloud pages",
         ),
         (
+            "largest slice or pod (chips)",
+            lambda s: f"{s.max_slice_chips} ({s.max_slice_source})",
+            "cloud pages",
+        ),
+        (
             "largest pod / chips per host",
             lambda s: f"{s.largest_pod} / {s.host_chip_layout} ({s.chips_per_host})",
             "scaling-book, cloud-tpu7x",
         ),
-        ("TensorCores / MXUs", lambda s: f"{s.tensorcores} TC, {s.mxus}", "scaling-book, cloud"),
+        (
+            "TensorCores / MXUs",
+            lambda s: f"{s.tensorcores} TC, {s.mxus}",
+            "scaling-book, cloud, jax-tpu-info",
+        ),
         (
             "JAX devices per chip",
             lambda s: str(s.devices_per_chip),

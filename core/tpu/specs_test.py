@@ -1,5 +1,3 @@
-import math
-
 import pytest
 
 from core.tpu import specs
@@ -33,15 +31,52 @@ def test_v5p_bandwidth_sources_disagree_and_are_all_kept():
     assert low == pytest.approx(4.59e14 / 2.8e12) and high == pytest.approx(4.59e14 / 2.5e12)
 
 
-@pytest.mark.parametrize(("generation", "links"), [("v5e", 4), ("v5p", 6), ("v6e", 4)])
+@pytest.mark.parametrize(
+    ("generation", "links"), [("v5e", 4), ("v5p", 6), ("v6e", 4), ("tpu7x", 6)]
+)
 def test_per_chip_ici_is_links_times_per_link(generation, links):
     spec = specs.chip(generation)
     assert spec.ici_links == links
     assert spec.ici_link_bidirectional.value == 2 * spec.ici_link_one_way.value
     derived = spec.ici_chip_bidirectional_derived
     assert derived == links * spec.ici_link_bidirectional.value
-    # the per-link figures are rounded: the product lands within 15% of Cloud's per-chip figure
-    assert math.isclose(derived, spec.ici_chip_bidirectional.value, rel_tol=0.15)
+    # Not rounding: on every generation the scaling book's link rate is 0.90 of the one
+    # Cloud's per-chip figure implies (published / links / 2 directions: 100 GB/s one way,
+    # 50 on v5e), the same ratio on all four
+    cloud_one_way = spec.ici_chip_bidirectional.value / links / 2
+    assert spec.ici_link_one_way.value / cloud_one_way == pytest.approx(0.90)
+    assert cloud_one_way == (5e10 if generation == "v5e" else 1e11)
+    row = {r["generation"]: r for r in specs.derived_rows()}[generation]
+    assert row["derived / published"] == "0.90"
+
+
+def test_the_ici_ratio_is_explained_as_two_sources_not_rounding():
+    assert "rounded" not in specs.__doc__ and "rounding" not in specs.ICI_RATIO_REASON
+    assert "100 GB/s" in specs.ICI_RATIO_REASON and "90" in specs.ICI_RATIO_REASON
+
+
+def test_v5p_hbm_is_clouds_95_gib():
+    figure = specs.chip("v5p").hbm_bytes
+    # Cloud's v5p table: 95 GiB (user-allocatable; 96 GiB physical), about 102e9 bytes
+    assert (figure.value, figure.source, figure.unit) == (95 * 2**30, "cloud-v5p", "GiB")
+    assert figure.value == pytest.approx(102e9, rel=0.001)
+    assert dict((s, v) for v, s in figure.values())["scaling-book"] == 96e9
+    row = {r["per chip"]: r for r in specs.spec_rows()}["HBM capacity"]
+    assert row["v5p"] == "95 GiB (scaling-book: 96 GB)"
+
+
+@pytest.mark.parametrize(
+    ("generation", "chips"), [("v5e", 256), ("v5p", 6144), ("v6e", 256), ("tpu7x", 9216)]
+)
+def test_largest_slice_per_generation_has_a_source(generation, chips):
+    spec = specs.chip(generation)
+    assert spec.max_slice_chips == chips
+    assert spec.max_slice_source in specs.SOURCES and spec.max_slice_source in specs.SOURCE_URLS
+
+
+def test_every_source_has_a_public_url():
+    assert set(specs.SOURCE_URLS) == set(specs.SOURCES)
+    assert all(url.startswith("https://") for url in specs.SOURCE_URLS.values())
 
 
 def test_every_figure_names_a_known_source():
@@ -66,7 +101,7 @@ def test_unknown_generation_names_the_choices():
         specs.ridge_point(1.0, 0.0)
 
 
-def test_ironwood_figures_are_the_cloud_tables_and_the_rest_is_not_published():
+def test_ironwood_figures_come_from_cloud_the_scaling_book_and_jax():
     spec = specs.chip("tpu7x")
     # The Cloud TPU7x page's table, per chip: 2307 TFLOP/s bf16, 4614 fp8, 192 GiB HBM at
     # 7380 GB/s, 1200 GB/s bidirectional ICI, 2 TensorCores; 4 chips per VM.
@@ -75,10 +110,15 @@ def test_ironwood_figures_are_the_cloud_tables_and_the_rest_is_not_published():
     assert spec.ici_chip_bidirectional.value == 1200e9
     assert (spec.tensorcores, spec.chips_per_host, spec.devices_per_chip) == (2, 4, 2)
     assert spec.ridge_point == pytest.approx(2307e12 / 7380e9)
-    assert spec.ici_chip_bidirectional_derived is None
+    # the scaling book: 9e10 B/s one way per link, 1.8e11 bidirectional, a 3D torus (6 links)
+    assert (spec.ici_link_one_way.value, spec.ici_link_bidirectional.value) == (9e10, 1.8e11)
+    assert spec.torus == "3D torus" and spec.ici_links == 6
+    assert spec.ici_chip_bidirectional_derived == 6 * 1.8e11
+    assert "256x256" in spec.mxus  # JAX's tpu_info: mxu_column_size 256
     rows = {row["per chip"]: row for row in specs.spec_rows()}
-    assert rows["int8 OP/s"]["tpu7x"] == rows["PCIe"]["tpu7x"] == specs.NOT_PUBLISHED
+    # JAX's tpu_info: no int8 matmul on TPU7x, which is not the same as "not published"
+    assert rows["int8 OP/s"]["tpu7x"] == specs.NOT_SUPPORTED
+    assert rows["PCIe"]["tpu7x"] == specs.NOT_PUBLISHED
     assert rows["HBM capacity"]["tpu7x"] == "192 GiB"
     assert rows["fp8 FLOP/s"]["v5e"] == specs.NOT_PUBLISHED
-    derived = {row["generation"]: row for row in specs.derived_rows()}
-    assert derived["tpu7x"]["derived / published"] == specs.NOT_PUBLISHED
+    assert "not published" not in rows["ICI links per chip"]["tpu7x"]

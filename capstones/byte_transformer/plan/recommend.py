@@ -161,7 +161,7 @@ def move_up_when(config: config_lib.Config, rows: list[dict]) -> list[str]:
     return [
         f"batch per chip: on v5e about {v5e['max_rows_per_chip']:,} rows of "
         f"{config.seq_len} bytes per chip fit (90% of 16 GB); beyond that use more chips or "
-        "remat (hypothesis below), or v6e (32 GB) / v5p (96 GB).",
+        "remat (hypothesis below), or v6e (32 GB) / v5p (95 GiB).",
         "model size: data parallelism keeps 16 bytes per parameter (f32 params, grads, Adam "
         "mu and nu) on every chip; past ~0.5 B parameters (8 GB) a v5e chip has no room left "
         "for activations: shard the state (FSDP) or move to v6e / v5p.",
