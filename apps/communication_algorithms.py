@@ -15,6 +15,8 @@ with app.setup:
 
     from core import distributed, lab, numerics
     from core.distributed import sharding
+    from core.lessons.distributed import communication_algorithms as lesson
+    from core.tpu import specs
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))
@@ -53,7 +55,9 @@ def _():
     - read the collectives and their sizes out of the compiled HLO and check them against
       the closed form;
     - accumulate gradients over K microbatches (one all-reduce instead of K) and check it
-      equals the big-batch gradient.
+      equals the big-batch gradient, then count the all-reduces a **sharded** accumulation
+      step runs in its compiled HLO;
+    - turn each strategy's bytes into microseconds with the published per-link ICI figures.
     """)
     return
 
@@ -137,8 +141,11 @@ def _(devices, length, mesh, seed):
             mo.md(
                 "A ring all-reduce *is* a reduce-scatter followed by an all-gather: each device "
                 "sends 2(D-1)/D·N·4 bytes either way. Split in two, the halves can be placed "
-                "apart: FSDP/ZeRO keeps only the reduce-scattered slice and gathers it when the "
-                "weights are next needed."
+                "apart: FSDP keeps only the reduce-scattered slice of the gradients (and "
+                "updates only its slice of the weights), then all-gathers the weights before "
+                "the next forward. That saves memory, not bytes: a step still sends an "
+                "all-reduce's worth, and ZeRO-3, which gathers the weights again for the "
+                "backward, sends about 1.5 times that."
             ),
         ]
     )
@@ -163,8 +170,9 @@ def _(batch, microbatches, rows_per_microbatch, seed):
     The loss is a mean over rows, so the mean of K = {microbatches.value} microbatch gradients
     (each on {rows_per_microbatch} rows, summed in a `lax.scan`) is the gradient of
     the whole batch of {batch.value}: max difference
-    **{distributed.max_tree_error(grads_accumulated, grads_big):.2g}**. With accumulation,
-    devices all-reduce once per step instead of once per microbatch. Both gradients are
+    **{distributed.max_tree_error(grads_accumulated, grads_big):.2g}**. This runs on one
+    device; with the batch split over devices, accumulation all-reduces once per step
+    instead of once per microbatch (shown in the compiled HLO below). Both gradients are
     computed at HIGHEST matmul precision: on a TPU, DEFAULT runs each float32 matmul as one
     bfloat16 pass, which moves these gradients in their fourth digit.
     """
@@ -173,7 +181,49 @@ def _(batch, microbatches, rows_per_microbatch, seed):
 
 
 @app.cell
-def _(data, devices, g_DN, grads_accumulated, hlo_rows, params, summed):
+def _(devices, mesh, microbatches, params, seed):
+    # The same accumulation with the batch split over the mesh: each device scans its own K
+    # microbatches; then one all-reduce, or one per microbatch. Two rows per microbatch per
+    # device keep every K valid and the compile small.
+    sharded_data = distributed.example_batch(
+        jax.random.fold_in(jax.random.key(seed.value), 2),
+        devices * microbatches.value * 2, 8, 4,
+    )  # fmt: skip
+    with jax.default_matmul_precision("highest"):  # checked against NumPy float64 below
+        accumulation_rows, sharded_grads = lesson.accumulation_versions(
+            mesh, params, sharded_data, microbatches.value
+        )
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## One all-reduce a step, in the compiled HLO
+    The batch ({devices * microbatches.value * 2} rows) split over {devices} devices, each
+    summing its K = {microbatches.value} microbatch gradients in a `lax.scan`; one version
+    all-reduces the sum after the scan, the other each microbatch's gradient inside it. The
+    HLO text holds one all-reduce either way, but the second sits in the scan's while loop,
+    whose trip count XLA writes beside it (`known_trip_count`): it runs K times a step.
+    """
+            ),
+            lab.table(accumulation_rows),
+        ]
+    )
+    return accumulation_rows, sharded_data, sharded_grads
+
+
+@app.cell
+def _(
+    accumulation_rows,
+    data,
+    devices,
+    g_DN,
+    grads_accumulated,
+    hlo_rows,
+    params,
+    sharded_data,
+    sharded_grads,
+    summed,
+):
     # Independent references: NumPy float64 sums and backprop; closed-form byte counts.
     reference_sum_N = g_DN.astype(np.float64).sum(0)
     _, reference_grads = distributed.reference_loss_and_grads(params, data)
@@ -184,20 +234,34 @@ def _(data, devices, g_DN, grads_accumulated, hlo_rows, params, summed):
     _errors["accumulated gradient vs NumPy float64 big-batch gradient"] = (
         distributed.max_tree_error(grads_accumulated, reference_grads)
     )
+    _, _sharded_reference = distributed.reference_loss_and_grads(params, sharded_data)
+    for _every, _grads in sharded_grads.items():
+        _name = "per microbatch" if _every else "once"
+        _errors[f"sharded accumulation (all-reduce {_name}) vs NumPy float64"] = (
+            distributed.max_tree_error(_grads, _sharded_reference)
+        )
+    # closed form: 1 all-reduce a step when accumulating first, K when reducing each one
+    all_reduces_match = all(
+        r["all-reduces run per step"] == r["closed form"] for r in accumulation_rows
+    )
     # one device: XLA may drop the collectives altogether
     bytes_match = all(r["bytes"] == r["closed form bytes"] for r in hlo_rows) and (
         len(hlo_rows) == 3 or devices == 1
     )
     _tolerances = dict.fromkeys(_errors, CHECK_TOLERANCE)
-    _tolerances["accumulated gradient vs NumPy float64 big-batch gradient"] = (
-        distributed.accumulation_tolerance()  # CHECK_TOLERANCE on a CPU
-    )
+    for _name in _errors:
+        if "accumulat" in _name:
+            _tolerances[_name] = distributed.accumulation_tolerance()  # CHECK_TOLERANCE on CPU
     check = lab.Check(
-        "both sums equal NumPy float64, accumulation equals the big-batch gradient, and HLO "
-        "bytes equal the closed form" + ("" if bytes_match else " (HLO bytes DIFFER)"),
+        "both sums equal NumPy float64, accumulation (one device and sharded) equals the "
+        "big-batch gradient, and HLO bytes and all-reduces per step equal the closed form"
+        + ("" if bytes_match else " (HLO bytes DIFFER)"),
         _errors,
         _tolerances,
-        facts={"HLO bytes equal the closed form": bytes_match},
+        facts={
+            "HLO bytes equal the closed form": bytes_match,
+            "all-reduces per step: 1 accumulating, K reducing each microbatch": (all_reduces_match),
+        },
     )
     check
     return (check,)
@@ -207,13 +271,22 @@ def _(data, devices, g_DN, grads_accumulated, hlo_rows, params, summed):
 def _(devices, microbatches, parameter_count):
     strategy_rows = distributed.strategy_bytes(parameter_count, devices, microbatches.value)
     _frame = pd.DataFrame(strategy_rows)
+    _links = ", ".join(
+        f"{g} {specs.chip(g).ici_link_bidirectional.value / 1e9:.0f} GB/s"
+        for g in specs.GENERATIONS
+    )
     mo.vstack(
         [
             mo.md(
                 "## Bytes each device sends per optimizer step\nThe MLP above has "
                 f"{parameter_count} parameters ({parameter_count * 4} bytes of float32 "
-                f"gradient), {devices} devices, K = {microbatches.value} (ring model)."
+                f"gradient), {devices} devices, K = {microbatches.value} (ring model). "
+                "Microseconds: the bytes over one ICI link used in both directions (a ring "
+                f"with wraparound along one mesh axis; per-link bidirectional: {_links}, "
+                "from the scaling book's TPU chapter), bandwidth only: each hop's latency "
+                "(about a microsecond) dominates a gradient this small."
             ),
+            lab.table(lesson.strategy_rows_with_seconds(strategy_rows)),
             alt.Chart(_frame, title="bytes sent per device per step")
             .mark_bar()
             .encode(

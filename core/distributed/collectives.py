@@ -428,23 +428,30 @@ def accumulation_tolerance(backend: str | None = None) -> float:
 
 
 def strategy_bytes(n: int, devices: int, microbatches: int, itemsize: int = 4) -> list[dict]:
-    """Ring bytes each device sends per optimizer step for an N-parameter gradient, by strategy."""
+    """Ring bytes each device sends per optimizer step for an N-parameter model, by strategy.
+
+    Gradients and weights have the same N x itemsize bytes. FSDP keeps 1/D of the weights, so
+    before the next forward it all-gathers them: with the reduce-scatter of the gradients that
+    is an all-reduce's bytes. ZeRO-3 as usually run frees the gathered weights after the
+    forward and gathers them again for the backward: 1.5 all-reduces."""
     full = n * itemsize
     allreduce = ring_bytes("all-reduce", full, devices)
+    scatter = ring_bytes("reduce-scatter", full, devices)
+    gather = ring_bytes("all-gather", full, devices)
     return [
         {
             "strategy": f"all-reduce every microbatch ({microbatches}×)",
             "bytes": microbatches * allreduce,
         },
         {"strategy": "accumulate, then one all-reduce", "bytes": allreduce},
+        {"strategy": "reduce-scatter + all-gather", "bytes": scatter + gather},
         {
-            "strategy": "reduce-scatter + all-gather",
-            "bytes": ring_bytes("reduce-scatter", full, devices)
-            + ring_bytes("all-gather", full, devices),
+            "strategy": "FSDP: reduce-scatter grads, all-gather weights for the forward",
+            "bytes": scatter + gather,
         },
         {
-            "strategy": "reduce-scatter only (FSDP/ZeRO keeps 1/D)",
-            "bytes": ring_bytes("reduce-scatter", full, devices),
+            "strategy": "ZeRO-3: reduce-scatter, all-gather for the forward and the backward",
+            "bytes": scatter + 2 * gather,
         },
     ]
 

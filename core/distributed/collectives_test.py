@@ -176,6 +176,20 @@ def test_strategy_bytes_accumulation_saves_k_times():
     )
 
 
+@pytest.mark.parametrize(("n", "devices"), [(100, 4), (4096, 8), (10, 2)])
+def test_fsdp_sends_an_all_reduce_and_zero3_one_and_a_half(n, devices):
+    # FSDP keeps 1/D of the weights and all-gathers them before the next forward: reduce-
+    # scatter (D-1)/D·4N plus all-gather (D-1)/D·4N, the ring all-reduce's 2(D-1)/D·4N;
+    # ZeRO-3 gathers again for the backward: 3(D-1)/D·4N
+    rows = {r["strategy"]: r["bytes"] for r in distributed.strategy_bytes(n, devices, 3)}
+    allreduce = 2 * (devices - 1) / devices * 4 * n
+    fsdp = [v for k, v in rows.items() if k.startswith("FSDP")]
+    zero3 = [v for k, v in rows.items() if k.startswith("ZeRO-3")]
+    assert fsdp == [pytest.approx(allreduce)]
+    assert zero3 == [pytest.approx(1.5 * allreduce)]
+    assert not any("keeps 1/D" in k for k in rows)
+
+
 @pytest.mark.parametrize(("batch", "k"), [(8, 1), (8, 4), (12, 3)])
 def test_accumulated_grads_equal_big_batch(batch, k):
     params = distributed.init_mlp(jax.random.key(3), 5, 7, 3)
