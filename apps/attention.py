@@ -46,7 +46,12 @@ def _():
     Attention lets every position of a sequence **look things up** in the other positions:
     each token asks a question (its *query*), every token advertises what it holds (its *key*)
     and what it will hand over (its *value*). How well a query matches a key decides how much
-    of that key's value flows back. Nothing more is needed for the core of a Transformer.
+    of that key's value flows back. This is the core of a Transformer, but not all of it:
+    attention by itself knows nothing of **order**. Without a mask, shuffle the tokens and the
+    outputs come out shuffled the same way (attention is *permutation-equivariant*); the causal
+    mask tells a token which tokens came before it, but not in what order. A Transformer adds
+    position information (learned position embeddings, or rotary embeddings, RoPE, in the
+    lesson on the Transformer block).
 
     In this lesson you will build attention from pieces small enough to see whole:
 
@@ -188,7 +193,8 @@ def _(head, k_BTHK, q_BTHK, x_BTD):
     matrices turn it into a **query** `q[t] = x[t] @ w_q` ("what am I looking for?"), a
     **key** `k[t] = x[t] @ w_k` ("what do I contain?") and a **value** `v[t] = x[t] @ w_v`
     ("what do I pass on?"). With several heads, each head has its own K = {q_BTHK.shape[-1]}
-    channels of q, k and v, and looks for something different.
+    channels of q, k and v, so training can teach each head to look for something different.
+    Here the weights are random draws: the heads differ only by chance.
     """
             ),
             head,
@@ -394,7 +400,11 @@ def _(config, pieces):
     _size = max(6, min(16, 140 // config.seq_len))
     mo.vstack(
         [
-            mo.md("### All heads at once: each learns its own pattern of where to look"),
+            mo.md(
+                "### All heads at once: each head's pattern of where to look\n"
+                "The weights are random, not trained: these patterns come from the draws of "
+                "the seed (change it and they change). Training is what gives a head a purpose."
+            ),
             alt.Chart(pd.DataFrame(_frames))
             .mark_rect()
             .encode(
@@ -518,7 +528,8 @@ def _():
       picture fills in, and every row's probabilities spread over all keys.
     - Raise **head dim K** to 16 and watch the std of the raw products grow while the scaled
       scores stay near 1.
-    - Pick **bfloat16**: the outputs now carry about 3 significant digits, and the check's
+    - Pick **bfloat16**: the outputs now carry 8 significant bits, about 2.4 decimal digits
+      (8 · log₁₀ 2), and the check's
       tolerance widens from 1e-5 to 2e-2, but masked probabilities are still exactly 0 and
       the causality proof still holds exactly.
     - Move the **query row** to 0: with the mask on, the first token can only attend to itself

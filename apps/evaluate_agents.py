@@ -170,7 +170,8 @@ def _():
     same key, indices uniform with replacement) and takes their percentiles in NumPy float64:
     a correct method agrees to float32 rounding at any seed count, while the normal
     interval, resampling without replacement or a one-sided quantile miss by far more
-    (`core/rl/evaluation_test.py` plants each, and compares with scipy at 8 and 20 seeds).
+    (each of those mistakes, planted, fails this comparison; at 8 and 20 seeds it agrees with
+    scipy too).
     """)
     return
 

@@ -166,8 +166,8 @@ def _(spot_button):
         spot, _shown = None, mo.md(f"""
         Not run headless (four JAX processes): `python apps/failure_runbooks.py --spot-drill`
         runs it, or on its own: `python -m capstones.byte_transformer.spot_drill OUT_DIR
-        --after {" ".join(map(str, SPOT_NOTICES))}` (writes `OUT_DIR/spot_drill.json`). Proven
-        over three notices at different steps by `capstones/byte_transformer/spot_drill_test.py`.
+        --after {" ".join(map(str, SPOT_NOTICES))}` (writes `OUT_DIR/spot_drill.json`). It
+        holds for notices at three different steps, not only one.
         """)  # fmt: skip
     _shown
     return (spot,)
