@@ -111,10 +111,15 @@ def _(bm, bn, dtype, k, kernel, m, n, program):
                 }], out_specs=pl.BlockSpec({ops[2].block}, lambda i, j: {ops[2].index_map}), ...)
     ```
     The grid is {grid}: {len(ids)} program instances, run one after another in row-major
-    order (on a TPU core they are a loop; the last grid axis is the fastest). Every operand's
-    block must tile the array exactly, and on a TPU its last two dims must be multiples of
-    {tiling.min_tile(dtype.value)[0]} x {tiling.min_tile(dtype.value)[1]} for {dtype.value}
-    (or the whole dim): try bm = 96 or bn = 64.
+    order (on a TPU core they are a loop; the last grid axis is the fastest). Pallas's TPU
+    rule: a block's last two dims must be divisible by {tiling.BLOCK_RULE[0]} and
+    {tiling.BLOCK_RULE[1]} (for every dtype) or equal the array's: try bn = 64. A block need
+    not divide the array: Pallas pads the last block with unspecified values and drops the
+    excess from the output. This lesson asks for whole blocks all the same (try bm = 96): the
+    padding is garbage, harmless in rows that are dropped but wrong wherever it is summed, as
+    in a matmul's K blocks. For {dtype.value}, blocks in multiples of
+    {tiling.native_tile(dtype.value)[0]} x {tiling.native_tile(dtype.value)[1]} match the
+    vector register's layout (16-bit types pack two rows per sublane): faster, not required.
     """
             ),
         ]

@@ -31,8 +31,8 @@ def test_access_rows_cover_every_output_block_once():
     ("args", "words"),
     [
         (("matmul", 256, 256, 256, 96, 128, "float32", 0), "does not divide"),
-        (("matmul", 256, 256, 256, 128, 64, "float32", 0), "multiple of 128"),
-        (("add", 256, 256, 256, 8, 128, "bfloat16", 0), "multiple of 16"),
+        (("matmul", 256, 256, 256, 128, 64, "float32", 0), "divisible by 128"),
+        (("add", 256, 256, 256, 4, 128, "bfloat16", 0), "divisible by 8"),
         (("add", 1024, 128, 1024, 8, 128, "float32", 0), "too slow"),
         (("add", 256, 128, 256, 128, 128, "float32", 4), "program 4 does not exist"),
     ],
