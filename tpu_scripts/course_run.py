@@ -118,15 +118,25 @@ def remote_run_command(slug: str, multi_host: bool, offline: bool = False) -> st
 # Local steps: export, wheel
 
 
-def export_scripts(slugs: list[str], apps_dir: pathlib.Path, staged: pathlib.Path) -> None:
-    """Export each lesson's app into ``staged/`` (kept when its source hash is unchanged)."""
+def export_scripts(
+    slugs: list[str], apps_dir: pathlib.Path, staged: pathlib.Path, say=None
+) -> None:
+    """Export each lesson's app into ``staged/`` (kept when its source hash is unchanged),
+    several at a time, with a line per app (export.export_many; ``say``: default print, flushed
+    at once, so a terminal or a log read through a pipe sees each line as it comes)."""
+    say = say or export.say
+    todo = []
     for slug in slugs:
         app = curriculum.app_path(slug, apps_dir)
         script = staged / script_name(slug)
         digest = hashlib.sha256(app.read_bytes()).hexdigest()
-        if script.is_file() and export.source_digest(script) == digest:
-            continue
-        export.export_app(app, script)
+        if not (script.is_file() and export.source_digest(script) == digest):
+            todo.append((app, script))
+    if todo:
+        kept = len(slugs) - len(todo)
+        say(f"# exporting {len(todo)} lesson(s) into {staged}"
+            + (f" ({kept} already exported)" if kept else ""))  # fmt: skip
+        export.export_many(todo, say=say)
 
 
 # ----------------------------------------------------------------------------------------

@@ -162,6 +162,21 @@ class Flags:
             )
         return parser
 
+    def script_parser(self, prog: str | None = None) -> argparse.ArgumentParser:
+        """The parser of a script run (`python apps/x.py`, an exported script): the flags and
+        ``--out DIR``; ``prog`` names the program in its usage line (default: argv[0]). Its
+        help is what `python x.py --help` prints (tpu_scripts/export.py reads it from here)."""
+        parser = self.parser()
+        if prog is not None:
+            parser.prog = prog
+        parser.add_argument(
+            "--out",
+            default=None,
+            metavar="DIR",
+            help="write the results (results.json, results.md, charts/) into DIR",
+        )
+        return parser
+
     def parse(
         self, argv: Sequence[str] | None = None, *, strict: bool | None = None
     ) -> argparse.Namespace:
@@ -183,14 +198,7 @@ class Flags:
         )
         if argv is None:
             argv = [] if mode() == "test" else sys.argv[1:]
-        parser = self.parser()
-        if headless:
-            parser.add_argument(
-                "--out",
-                default=None,
-                metavar="DIR",
-                help="write the results (results.json, results.md, charts/) into DIR",
-            )
+        parser = self.script_parser() if headless else self.parser()
         args, unknown = parser.parse_known_args(list(argv))
         if unknown and (headless if strict is None else strict):
             parser.error(_unrecognized(unknown, parser))
