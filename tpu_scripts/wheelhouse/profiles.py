@@ -11,6 +11,7 @@ is a leaf: neither it nor what it depends on is followed.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import importlib.metadata
@@ -37,7 +38,7 @@ PROFILES = (
         tuple(
             "marimo altair pandas pydantic flax optax orbax-checkpoint grain chex scikit-learn "
             "matplotlib pyyaml etils fastapi uvicorn httpx prometheus-client kubernetes-validate "
-            "jsonschema".split()
+            "jsonschema flatbuffers".split()
         ),
     ),
     Profile("torch", "PyTorch (the CPU build): the references of many lessons", ("torch",)),
@@ -65,8 +66,26 @@ PROFILES = (
     ),
 )
 BY_NAME = {profile.name: profile for profile in PROFILES}
+# Modules that a library the course uses imports inside a function (or in a try), so no import
+# of the course's own names them and no Requires-Dist declares them: the dotted name whose use
+# in the code an app reaches needs them (``jax.export``: an import of it, or an attribute
+# ``jax.export.x``), and why. profiles_test runs those paths and checks what they import.
+LAZY_IMPORTS = {
+    "flatbuffers": (
+        "jax.export",
+        "jax.export's serialize/deserialize import it (jax/_src/export/serialization.py); "
+        "jax declares no dependency on it",
+    ),
+}
+# Imported at run time by a library the course uses, where present, for a feature the course
+# never turns on: not carried (profiles_test's run-time check leaves them out, saying why).
+UNUSED_AT_RUN_TIME = {
+    "filelock": "jax imports it for jax_compilation_cache_max_size (jax/_src/lru_cache.py), "
+    "which the course never sets",
+}
 # Roots that no import names, and why the host needs them anyway.
 NOT_IMPORTED = {
+    **{name: why for name, (_, why) in LAZY_IMPORTS.items()},
     "chex": "the workspace lesson reports its version (core/lessons/setup/workspace.py)",
     "onnxscript": "torch.onnx.export's dynamo exporter imports it (interop/onnx_io.py)",
     "pytest-timeout": "a pytest plugin (pytest --timeout)",
@@ -218,7 +237,39 @@ def coverage(
     dists = provided_by(names)
     out = {}
     for app in apps if apps is not None else imports.app_files(root):
-        missing = gaps(imports.third_party(app, root), dists)
+        missing = gaps(with_lazy_imports(imports.third_party(app, root), root), dists)
         if missing:
             out[app.stem] = missing
     return out
+
+
+def with_lazy_imports(
+    imported: dict[str, set[str]], root: pathlib.Path = imports.ROOT
+) -> dict[str, set[str]]:
+    """``imported`` ({module: files}) plus the LAZY_IMPORTS modules that those files' code
+    reaches (a file that imports or uses their dotted name)."""
+    out = {name: set(files) for name, files in imported.items()}
+    files = sorted(set().union(*imported.values())) if imported else []
+    for file in files:
+        used = _dotted_uses(root / file)
+        for module, (dotted, _) in LAZY_IMPORTS.items():
+            if any(name == dotted or name.startswith(dotted + ".") for name in used):
+                out.setdefault(module, set()).add(f"{file} (lazily)")
+    return out
+
+
+@functools.cache
+def _dotted_uses(path: pathlib.Path) -> frozenset[str]:
+    """The dotted names ``path``'s code imports or reads as attributes of a name (``jax.export
+    .deserialize``, ``from jax import export``: jax.export); comments and strings are not code."""
+    if not path.is_file():
+        return frozenset()
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Attribute):
+            found.add(ast.unparse(node))
+    return frozenset(found)

@@ -88,3 +88,84 @@ def test_the_host_s_own_jax_stack_is_a_leaf():
 
     closure = profiles.closure(["optax"], envlock.pins(lock))
     assert "optax" in closure and not set(closure) & set(profiles.HOST_FIRST)
+
+
+EXPORTING_APPS = ("export_serving_contract", "inference_capacity", "rollback_provenance")
+
+
+def test_the_apps_that_serialize_with_jax_export_need_flatbuffers():
+    """On a v5e host with the core wheelhouse these three ended in "ImportError: Please
+    install 'flatbuffers' in order to use Exported serialization": jax imports it only when
+    an Exported is serialized, and declares no dependency on it."""
+    apps = [imports.ROOT / "apps" / f"{stem}.py" for stem in EXPORTING_APPS]
+    without = profiles.provided_by(["core"]) - {"flatbuffers"}
+    for app in apps:
+        reached = profiles.with_lazy_imports(imports.third_party(app))
+        assert "flatbuffers" in profiles.gaps(reached, without), app.stem
+    # with the core profile, none lacks anything but the optional packages it requires
+    assert all(set(gaps) <= {"mlflow", "mlflow.entities"}
+               for gaps in profiles.coverage(["core"], apps).values())  # fmt: skip
+    assert profiles.coverage(["core", "operations"], apps) == {}
+    # an app that never exports needs no flatbuffers
+    plain = profiles.with_lazy_imports(imports.third_party(imports.ROOT / "apps" / "vmap.py"))
+    assert "flatbuffers" not in plain
+
+
+# The course's paths through what JAX, Flax and Orbax import only when used: jax.export's
+# serialization (the deployment lessons' artifact), an Orbax checkpoint saved and restored,
+# a profiler trace. Run in a fresh process; it prints every module it imported from a file.
+RUN_TIME_PATHS = """
+import json, pathlib, sys, tempfile
+import jax, jax.numpy as jnp
+from core.perf import trace
+from core.serving.predict import export
+from core.state import checkpoint
+
+out = pathlib.Path(tempfile.mkdtemp())
+export.write_artifacts(export.train(steps=5), out / "artifact", max_batch=4)
+export.load_artifacts(out / "artifact")
+state = {"w": jnp.ones((4, 4))}
+with checkpoint.Checkpointer(out / "ckpt", save_every=1, async_save=False) as ckpt:
+    ckpt.save(1, state, {"next_index": 0}, {"width": 4}, {})
+checkpoint.Checkpointer(out / "ckpt").restore_latest(checkpoint.abstract_like(state))
+trace.capture(jax.jit(lambda p: p * 0.5), jnp.ones((8, 8)), out / "trace", steps=2)
+print(json.dumps(sorted(n for n, m in list(sys.modules.items()) if getattr(m, "__file__", None))))
+"""
+
+
+def test_what_the_course_imports_at_run_time_is_in_the_core_profile(tmp_path):
+    """Not only what the source names: run the paths and check every module they loaded
+    (by the distribution whose files hold it) against the core profile and the host's JAX."""
+    import json
+    import subprocess
+    import sys
+
+    from core import runtime
+
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_TIME_PATHS],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env=runtime.child_env(JAX_PLATFORMS="cpu", PYTHONPATH=runtime.python_path(imports.ROOT)),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {"flatbuffers", "orbax.checkpoint", "tensorstore"} <= set(loaded)
+    third_party = {
+        name: {"run"}
+        for name in loaded
+        if name.split(".")[0] not in (*sys.stdlib_module_names, *imports.FIRST_PARTY)
+        and profiles.providers(name)[1]  # held by an installed distribution's files
+    }
+    gaps = profiles.gaps(third_party, profiles.provided_by(["core"]))
+    # setuptools' _distutils_hack and this checkout's editable-install finder are the site's
+    # start-up hooks (.pth files), not imports of the course
+    hooks = {"setuptools", "jax-tpu-lab"}
+    unused = {
+        module
+        for module in gaps
+        if profiles.providers(module)[1] <= set(profiles.UNUSED_AT_RUN_TIME) | hooks
+    }
+    assert set(gaps) == unused, sorted(set(gaps) - unused)
