@@ -57,11 +57,15 @@ def _():
     What a TPU job costs follows from how well it uses the chip. In this lesson you will
 
     - **measure** a jitted training step on this CPU and set it against the roofline: FLOPs and
-      bytes from XLA's cost analysis (checked against the closed form), achieved FLOP/s, MFU and
-      the bound. *Every measured figure here is this CPU's, not a TPU's*;
+      bytes from XLA's cost analysis (checked against the closed form), achieved FLOP/s, the
+      bound, and two utilizations: **MFU** counts the model's FLOPs (its matmuls, the 6N per
+      token of the cost table), **HFU** every FLOP XLA executes (elementwise work too).
+      *Every measured figure here is this CPU's, not a TPU's*;
     - turn a stated MFU into **cost per million tokens** on v5e, v5p, v6e and TPU7x with
       on-demand, spot and committed prices: dated inputs with their source, left out where no
-      source gave one (`core/tpu/prices.json`; enter your own quote below);
+      source gave one (`core/tpu/prices.json`; enter your own quote below). Those sources
+      are secondary (a news report of Google's announcement, a blog): the price list that
+      counts is https://cloud.google.com/tpu/pricing;
     - put **cost-attribution labels** on every launch and generate the **budget and alert**
       commands, checked against gcloud's recorded grammar;
     - give the job **least privilege**: a custom role and one bucket, checked against
@@ -110,6 +114,7 @@ def _():
 def _(batch, hidden):
     measured = lesson.measure(batch.value, 32, hidden.value, 10)
     lab.report("MFU of the step (this CPU)", measured.mfu)
+    lab.report("HFU of the step (this CPU)", measured.hfu)
     lab.table(measured.rows(), f"One SGD step of a 32-{hidden.value}-10 MLP, batch "
               f"{batch.value}, on {measured.machine}")  # fmt: skip
     return (measured,)
@@ -172,8 +177,7 @@ def _(run_button, seed, trials_control):
     trials = sweep.run_sweep(run_dir.name, problem, _trials, seed=seed.value)
     spec = sweep.vizier_spec("tpe")
     sweep.write_vizier_spec(f"{run_dir.name}/vizier_study_spec.json", spec)
-    _price = pricing.lookup(pricing.load(), "v6e", "on-demand")
-    _chip_hours = sum(t.seconds for t in trials) / 3600
+    _cpu_hours = sum(t.seconds for t in trials) / 3600
     trial_rows = [
         {"trial": t.number, "lr": t.lr, "momentum": t.momentum, sweep.METRIC: t.value,
          "seconds (this CPU)": t.seconds, "MLflow run": t.run_id[:8]}
@@ -181,8 +185,8 @@ def _(run_button, seed, trials_control):
     ]  # fmt: skip
     _table = lab.table(trial_rows, f"{len(trials)} trials (Optuna TPE, seed {seed.value}); "
                        f"MLflow store {run_dir.name}/mlflow")  # fmt: skip
-    lab.report("sweep chip-hours if each trial ran on one chip", _chip_hours, "chip-hours")
-    lab.report("sweep cost at v6e on-demand", _chip_hours * _price.usd_per_chip_hour, "USD")
+    # CPU time only: a TPU chip-hour price times CPU seconds would be no cost of anything
+    lab.report("sweep time on this CPU", _cpu_hours, "CPU-hours")
     mo.vstack([
         _table,  # the trials a learner just ran (it was never shown, only recorded)
         mo.md("Vizier study spec (validated, `vizier_study_spec.json`):"),

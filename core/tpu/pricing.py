@@ -129,10 +129,14 @@ def cost_rows(table: PriceTable, mfu: float, parameters: float, chips: int = 1) 
     """
     if chips < 1:
         raise ValueError(f"chips must be >= 1, got {chips}")
+    if chips > max(specs.chip(g).max_slice_chips for g in specs.GENERATIONS):
+        raise ValueError(f"chips must be at most the largest slice of any generation, got {chips}")
     per_token = training_flops_per_token(parameters)
     rows = []
     for generation in specs.GENERATIONS:
         peak = specs.chip(generation).bf16_flops.value
+        # a slice larger than the generation's largest has no hourly bill (specs.py's limit)
+        too_big = chips > specs.chip(generation).max_slice_chips
         rate = tokens_per_second(peak, mfu, per_token)
         for tier in TIERS:
             price = lookup(table, generation, tier)
@@ -144,7 +148,13 @@ def cost_rows(table: PriceTable, mfu: float, parameters: float, chips: int = 1) 
                     "USD per chip-hour": price.usd_per_chip_hour if price else None,
                     "USD per Mtok": usd_per_mtok(price.usd_per_chip_hour, rate) if price else None,
                     f"USD per hour, {chips} chips": (
-                        price.usd_per_chip_hour * chips if price else None
+                        price.usd_per_chip_hour * chips if price and not too_big else None
+                    ),
+                    "slice": (
+                        f"over {generation}'s largest slice "
+                        f"({specs.chip(generation).max_slice_chips} chips)"
+                        if too_big
+                        else "fits"
                     ),
                     "region": price.region if price else "",
                     "retrieved": price.retrieved if price else "",

@@ -90,3 +90,18 @@ def test_bad_arguments():
         pricing.training_flops_per_token(0)
     with pytest.raises(ValueError, match="positive"):
         pricing.usd_per_mtok(0, 10)
+
+
+@pytest.mark.parametrize("chips", [257, 6144, 9216])
+def test_a_slice_larger_than_a_generation_allows_has_no_hourly_bill(chips):
+    # Cloud's largest slices: v5e and v6e 256 chips, v5p 6144 (16x16x24), TPU7x 9216
+    largest = {"v5e": 256, "v6e": 256, "v5p": 6144, "tpu7x": 9216}
+    rows = pricing.cost_rows(pricing.load(), 0.4, 1e9, chips=chips)
+    for row in rows:
+        over = chips > largest[row["generation"]]
+        assert (row["slice"] != "fits") == over
+        if over:
+            assert row[f"USD per hour, {chips} chips"] is None
+            assert str(largest[row["generation"]]) in row["slice"]
+    with pytest.raises(ValueError, match="largest slice"):
+        pricing.cost_rows(pricing.load(), 0.4, 1e9, chips=9217)

@@ -1,9 +1,13 @@
 """Lesson "Capacity, utilization, and operating cost": a measured step against the roofline.
 
 A two-layer tanh MLP's SGD step (float32) is jitted, its FLOPs and bytes read from XLA's
-cost analysis and compared with the closed form, and timed with core.perf.timing. Achieved
-FLOP/s over this CPU's measured matmul peak is its MFU here; the bound comes from its
-arithmetic intensity against this CPU's ridge point. Every figure is this CPU's.
+cost analysis and compared with the closed form, and timed with core.perf.timing. Two
+utilizations against this CPU's measured matmul peak: MFU (model FLOPs utilization) counts
+the model's FLOPs, the closed form of its matmuls (forward 2 N per example for N weights,
+backward 4 N less the input gradient nobody needs, as the cost table's 6 N per token);
+HFU (hardware FLOPs utilization) counts what XLA executes, elementwise work and
+transcendentals included, so HFU >= MFU. The bound comes from the arithmetic
+intensity against this CPU's ridge point. Every figure is this CPU's.
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ class Utilization:
 
     @property
     def mfu(self) -> float:
+        """Model FLOPs utilization: the closed form's (matmul) FLOPs per second over peak."""
+        return self.closed_form_flops / self.step_s / self.peak_flops
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilization: every FLOP XLA counts (elementwise too) over peak."""
         return self.achieved / self.peak_flops
 
     @property
@@ -73,7 +83,10 @@ class Utilization:
             {"figure": "bytes accessed (XLA)", "value": f"{self.xla_bytes:.4g}"},
             {"figure": "achieved FLOP/s", "value": f"{self.achieved / 1e9:.3g} GFLOP/s"},
             {"figure": "this CPU's matmul peak", "value": f"{self.peak_flops / 1e9:.3g} GFLOP/s"},
-            {"figure": "MFU on this CPU", "value": f"{self.mfu:.1%}"},
+            {"figure": "MFU on this CPU (model FLOPs: the matmuls' closed form)",
+             "value": f"{self.mfu:.1%}"},
+            {"figure": "HFU on this CPU (every FLOP XLA counts, elementwise too)",
+             "value": f"{self.hfu:.1%}"},
             {"figure": "intensity / ridge (FLOP/byte)",
              "value": f"{self.intensity:.3g} / {self.peak_flops / self.bandwidth:.3g}"},
             {"figure": "bound", "value": self.bound},

@@ -31,8 +31,16 @@ def test_the_step_matches_numpy_float64_backprop(shape):
 
 def test_measure_reports_consistent_figures():
     result = lesson.measure(32, 16, 64, 8, repeats=3, peaks=PEAKS)
-    assert result.mfu == pytest.approx(result.achieved / 1e11)
+    # MFU counts the model's FLOPs, HFU every FLOP XLA executes; PEAKS' 1e11 FLOP/s is the
+    # peak. Model FLOPs of B=32 rows, F=16, H=64, C=8: forward 2B(FH + HC), backward dW1 2BFH,
+    # dW2 and dH 2BHC each (no gradient for the input)
+    b, f, h, c = 32, 16, 64, 8
+    model_flops = 2 * b * (f * h + h * c) + 2 * b * f * h + 2 * 2 * b * h * c
+    assert result.closed_form_flops == model_flops
+    assert result.mfu == pytest.approx(model_flops / result.step_s / 1e11)
+    assert result.hfu == pytest.approx(result.xla_flops / result.step_s / 1e11)
+    assert result.hfu >= result.mfu
     assert result.bound in ("compute-bound", "memory-bound")
-    assert len(result.rows()) == 9
+    assert len(result.rows()) == 10
     with pytest.raises(ValueError, match="hidden"):
         lesson.measure(32, 16, 0, 8, peaks=PEAKS)
