@@ -37,7 +37,9 @@ def _():
 
     Without `jit`, JAX runs your function **eagerly**: every `jnp` operation is sent to the
     device on its own, with Python in between. `jax.jit(f)` instead **traces** `f` once
-    per input shape and dtype into a program (a jaxpr), hands the whole program to the XLA
+    per distinct call signature (each argument's shape and dtype, but also the pytree
+    structure of the arguments, the values of static arguments, weak types of Python
+    scalars, and the sharding) into a program (a jaxpr), hands the whole program to the XLA
     compiler, which fuses operations and plans memory, and then runs the compiled program
     with one dispatch. The compile costs time once; every later call is cheaper. In this
     lesson you will
@@ -114,8 +116,9 @@ def _(function, repeats, seed, size):
     compiled(x).block_until_ready()     # the steady state: one dispatch, no Python per op
     ```
     The jaxpr has **{timing["jaxpr_ops"]}** operations (eager mode sends each one separately);
-    the compiled program launches **{timing["fusions"]}** fused
-    {"kernel" if timing["fusions"] == 1 else "kernels"}. Steady state: jit
+    XLA grouped them into **{timing["fusions"]}**
+    {"fusion" if timing["fusions"] == 1 else "fusions"} (on this CPU, loops inside one
+    compiled executable; on a TPU, each fusion is one program the chip runs). Steady state: jit
     **{1e3 * timing["jit_s"]:.4f} ms** vs eager **{1e3 * timing["eager_s"]:.4f} ms**, a
     **{timing["speedup"]:.1f}x** speed-up on {MACHINE}.
     {_pays_off}
