@@ -12,7 +12,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.kernels import matmul, pipeline
+    from core.kernels import matmul, pipeline, vmem
     from core.lab import charts, text
     from core.lessons.pallas import tiling_pipelining
 
@@ -57,8 +57,9 @@ def _():
     much VMEM the kernel holds, how many bytes cross from HBM, and whether the copies can hide
     behind the compute. In this lesson you will
 
-    - size blocks against each generation's VMEM (jax's own hardware table), with the memory
-      cost of double buffering;
+    - size blocks against each generation's VMEM (jax's own hardware table) and against the
+      smaller **scoped** limit the compiler grants a kernel by default, with the memory cost
+      of double buffering;
     - see the pipeline's timeline with one buffer and with two;
     - write the pipeline by hand: explicit DMAs and semaphores, run in TPU interpret mode and
       checked against NumPy float64;
@@ -101,12 +102,22 @@ def _(bk, bm, bn, buffers, dtype):
             for r in vmem_rows
         ]
         + [
+            {
+                "generation": r["generation"],
+                "MiB": r["default scoped limit (MiB)"],
+                "what": "default scoped limit",
+            }
+            for r in vmem_rows
+        ]
+        + [
             {"generation": r["generation"], "MiB": r["blocks need (MiB)"], "what": "blocks need"}
             for r in vmem_rows
         ]
     )
     _chart = (
-        alt.Chart(_bars, title="VMEM per TensorCore vs what the blocks need")
+        alt.Chart(
+            _bars, title="VMEM per TensorCore, the default scoped limit, what the blocks need"
+        )
         .mark_bar()
         .encode(
             y=alt.Y("generation:N", title=None, sort=list(tiling_pipelining.GENERATIONS)),
@@ -114,7 +125,7 @@ def _(bk, bm, bn, buffers, dtype):
             x=alt.X("MiB:Q", title="MiB"),
             color=alt.Color(
                 "what:N",
-                scale=alt.Scale(range=[charts.PALETTE[0], charts.PALETTE[1]]),
+                scale=alt.Scale(range=list(charts.PALETTE[:3])),
                 legend=alt.Legend(orient="bottom", title=None),
             ),
             tooltip=["generation", "what", alt.Tooltip("MiB:Q", format=".2f")],
@@ -130,13 +141,17 @@ def _(bk, bm, bn, buffers, dtype):
             ),
             lab.table(
                 vmem_rows,
-                caption="VMEM per TensorCore from jax's pltpu.get_tpu_info_for_chip",
+                caption="VMEM per TensorCore from jax's pltpu.get_tpu_info_for_chip; the "
+                f"default scoped limit as libtpu {vmem.LIBTPU_VERSION}'s compiler reports it",
             ),
             _chart,
             mo.md(
                 "Double buffering doubles the blocks' VMEM: the price of hiding the copies. "
-                "The compiler also applies a scoped VMEM limit below the physical size; "
-                "`pltpu.CompilerParams(vmem_limit_bytes=...)` sets it."
+                "**Fits** is judged against the scoped limit, not the physical VMEM: Mosaic "
+                "gives a kernel only that much unless it asks for more with "
+                "`pltpu.CompilerParams(vmem_limit_bytes=...)` (or a whole program with XLA's "
+                "`--xla_tpu_scoped_vmem_limit_kib`); blocks over the limit fail to compile "
+                'with "Scoped allocation ... exceeded scoped vmem limit".'
             ),
         ]
     )

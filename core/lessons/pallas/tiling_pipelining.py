@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from core.kernels import tiling
+from core.kernels import tiling, vmem
 
 DTYPES = ("bfloat16", "float32")
 # Generation -> the name of jax's ChipVersion member.
@@ -59,18 +59,28 @@ def vmem_parts(bm: int, bk: int, bn: int, dtype: str, buffers: int) -> dict[str,
 
 
 def vmem_rows(bm: int, bk: int, bn: int, dtype: str, buffers: int) -> list[dict]:
-    """Per generation: VMEM per core, what the blocks need, the fraction, whether it fits."""
+    """Per generation: VMEM per core, Mosaic's default scoped limit, what the blocks need, and
+    whether they fit: by default (the scoped limit), or only with ``vmem_limit_bytes`` raised
+    towards the physical VMEM."""
     need = sum(vmem_parts(bm, bk, bn, dtype, buffers).values())
     rows = []
     for generation in GENERATIONS:
         have = chip_info(generation)["vmem_bytes"]
+        scoped = vmem.default_scoped_vmem_bytes(generation)
+        if vmem.fits(need, generation):
+            verdict = "yes"
+        elif need <= have:
+            verdict = f"only with vmem_limit_bytes >= {need / 2**20:.1f} MiB"
+        else:
+            verdict = "no"
         rows.append(
             {
                 "generation": generation,
                 "VMEM per core (MiB)": have / 2**20,
+                "default scoped limit (MiB)": scoped / 2**20,
                 "blocks need (MiB)": need / 2**20,
-                "share of VMEM": f"{100 * need / have:.1f}%",
-                "fits": "yes" if need <= have else "no",
+                "share of the limit": f"{100 * need / scoped:.1f}%",
+                "fits": verdict,
             }
         )
     return rows
@@ -199,6 +209,13 @@ def dma_problem(rows: int, k: int, chunk: int, dtype: str) -> str | None:
         )
     if (reason := tiling.block_problem("a chunk of x", (rows, k), (chunk, k), dtype)) is not None:
         return reason
+    sublanes = tiling.native_tile(dtype)[0]
+    if chunk % sublanes and chunk != rows:
+        return (
+            f"chunk {chunk} is not a multiple of {sublanes} rows: this lesson keeps every DMA "
+            f"on whole {dtype} tiles ({sublanes} x 128: 16-bit types pack two rows per "
+            "sublane), so no copy starts halfway through a tile"
+        )
     if rows // chunk > MAX_CHUNKS:
         return (
             f"{rows // chunk} chunks: interpret mode runs every copy and multiply as its own "

@@ -30,6 +30,16 @@ def test_vmem_parts_by_hand():
     assert rows[0]["blocks need (MiB)"] == 256
 
 
+def test_fits_is_judged_against_the_default_scoped_limit():
+    # bf16 512 x 1024 x 1024, 2 buffers: 2 x (1 + 2 + 1) MiB + 2 MiB f32 accumulator = 10 MiB
+    rows = {r["generation"]: r for r in tp.vmem_rows(512, 1024, 1024, "bfloat16", 2)}
+    assert rows["v5e"]["fits"] == "yes" and rows["v5e"]["default scoped limit (MiB)"] == 16
+    # 1024 x 2048 x 2048: 2 x (4 + 8 + 4) + 8 = 40 MiB: under v5e's 128 MiB, over its 16
+    rows = {r["generation"]: r for r in tp.vmem_rows(1024, 2048, 2048, "bfloat16", 2)}
+    assert rows["v5e"]["fits"] == "only with vmem_limit_bytes >= 40.0 MiB"
+    assert rows["v6e"]["fits"].startswith("only with")
+
+
 def test_roofline_by_hand():
     # 1024^3, 128 blocks, bf16: x read 8x, y read 8x, out once: (2 * 8 + 1) * 2 MiB
     r = tp.roofline(1024, 1024, 1024, 128, 128, 128, "bfloat16", "v5e")
