@@ -30,6 +30,13 @@ with app.setup:
             choices=tuple(transformer.POLICIES),
         ),
         lab.Flag("seed", 0, "PRNG seed for the weights and the input", lo=0, hi=9999),
+        lab.Flag(
+            "positions",
+            "RoPE",
+            "position information in the block's attention",
+            choices=("none", "RoPE"),
+        ),
+        lab.Flag("swap", 3, "swap token 0 with this token (order test)", lo=1, hi=127),
         description=(
             "A Transformer block and mixed precision: pre-LayerNorm block, precision policies, "
             "bf16 error."
@@ -55,7 +62,9 @@ def _():
     - pick a **precision policy** (which numbers are stored, multiplied and summed in which
       dtype) and measure what bf16 compute costs in accuracy, position by position;
     - see *where* bf16 loses precision: a long sum in bf16 stops growing, which is why every
-      accumulator (matmul sums, softmax and LayerNorm statistics) stays float32.
+      accumulator (matmul sums, softmax and LayerNorm statistics) stays float32;
+    - give the block a sense of **order** with rotary position embeddings (RoPE), and see that
+      without them attention cannot tell which token came where.
     """)
     return
 
@@ -370,6 +379,128 @@ def _(accumulation_length, dot_errors, stall_sums, stall_sums_f32):
     return
 
 
+@app.cell
+def _():
+    positions_choice = FLAGS.control("positions", ARGS, label="positions")
+    swap = FLAGS.control("swap", ARGS, label="swap token 0 with token")
+    mo.vstack(
+        [
+            mo.md(
+                """
+    ## 4 · Where is the order? Rotary position embeddings
+
+    Attention compares every query with every key; nothing in it says *where* a token sits.
+    Without a mask, swap two tokens and the outputs come back swapped the same way: the block
+    is **permutation-equivariant**. A language model must know that "dog bites man" is not
+    "man bites dog", so position has to enter somewhere. RoPE (Su et al., RoFormer,
+    https://arxiv.org/abs/2104.09864) rotates each pair of channels of q and k at position
+    `m` by the angle `m · θᵢ`, `θᵢ = 10000^(−2i/K)`. Rotations compose, so after RoPE
+    `q_m · k_n` depends on the positions only through `n − m`. The learned position table of
+    the LM lesson adds a vector to `x` instead; RoPE has no parameters.
+    """
+            ),
+            mo.hstack([positions_choice, swap], justify="start"),
+        ]
+    )
+    return positions_choice, swap
+
+
+@app.cell
+def _(f32_config, positions_choice, seed, swap, x_BTD):
+    _t = f32_config.max_len
+    lab.guard(
+        None
+        if swap.value < _t
+        else f"token {swap.value} does not exist: the sequence has {_t} tokens (0..{_t - 1}).",
+        headline="Nothing to swap.",
+    )
+    use_rope = positions_choice.value == "RoPE"
+    rope_config = transformer.TransformerConfig(
+        width=f32_config.width,
+        num_heads=f32_config.num_heads,
+        num_layers=1,
+        max_len=_t,
+        rope=use_rope,
+    )
+    # the same draws as the block above: RoPE adds no parameter
+    order_block = transformer.Block(rope_config, jax.random.fold_in(jax.random.key(seed.value), 0))
+    order_T = np.arange(_t)
+    order_T[[0, swap.value]] = order_T[[swap.value, 0]]
+    positions_BT = jnp.arange(_t)[None]
+    order_gaps = {}
+    for _causal in (False, True):
+        _y = np.asarray(transformer.block_forward(order_block, x_BTD, positions_BT, _causal))
+        _y_swapped = np.asarray(
+            transformer.block_forward(order_block, x_BTD[:, order_T], positions_BT, _causal)
+        )
+        # equivariance: the output of the swapped input is the swapped output
+        order_gaps[_causal] = np.abs(_y_swapped[0] - _y[0, order_T]).max(-1)
+    order_y_BTD = transformer.block_forward(order_block, x_BTD, positions_BT, True)
+    order_reference_BTD = transformer.block_reference(
+        transformer.block_weights(order_block),
+        x_BTD,
+        rope_positions_BT=np.asarray(positions_BT) if use_rope else None,
+    )
+    order_check = lab.Check(
+        f"causal block with positions '{positions_choice.value}' (float32) vs the same block in "
+        "NumPy float64" + (" with RoPE from the paper's rotation matrices" if use_rope else ""),
+        numerics.scaled_max_error(order_y_BTD, order_reference_BTD),
+        numerics.tolerance("float32"),
+    )
+    order_check
+    return order_check, order_gaps, use_rope
+
+
+@app.cell
+def _(order_gaps, swap, use_rope):
+    _frame = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "position t": np.arange(len(gaps)),
+                    "gap": np.maximum(gaps, 1e-9),
+                    "mask": "causal" if causal else "no mask",
+                }
+            )
+            for causal, gaps in order_gaps.items()
+        ]
+    )
+    _free = float(order_gaps[False].max())
+    _after = float(order_gaps[True][swap.value :].max())
+    _seen = (
+        "With RoPE the scores depend on where each token sits, so swapping changes the "
+        "outputs: order is seen."
+        if use_rope
+        else "Without positions both are float32 rounding: the block cannot tell the order of "
+        "what it sees. The causal mask alone shows only who came before (positions between "
+        "the two swapped tokens do change)."
+    )
+    _kind = "RoPE" if use_rope else "no positions"
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    Swap token 0 with token {swap.value} and compare the block's output with its own output
+    swapped the same way. Largest gap without a mask: **{_free:.2g}**; causal, at positions
+    t ≥ {swap.value} (which see both tokens either way): **{_after:.2g}** ({_kind}).
+    {_seen}
+    Switch **positions** to compare.
+    """
+            ),
+            alt.Chart(_frame, title="|swapped output - output swapped| per position (1e-9: none)")
+            .mark_line(point=alt.OverlayMarkDef(size=12))
+            .encode(
+                x=alt.X("position t:Q"),
+                y=alt.Y("gap:Q", scale=alt.Scale(type="log")),
+                color=alt.Color("mask:N", legend=alt.Legend(orient="bottom")),
+                tooltip=["mask", "position t", alt.Tooltip("gap:Q", format=".3g")],
+            )
+            .properties(width=520, height=200),
+        ]
+    )
+    return
+
+
 @app.cell(hide_code=True)
 def _():
     mo.md("""
@@ -404,6 +535,19 @@ def test_policy_error_is_bounded(policy_config, policy_errors_T):
     all_f32 = policy_config.precision.compute == policy_config.precision.params == "float32"
     bound = numerics.tolerance("float32") if all_f32 else 5e-2
     assert policy_errors_T.max() <= bound
+    return
+
+
+@app.cell
+def test_order_check_passes(order_check):
+    order_check.assert_passed()
+    return
+
+
+@app.cell
+def test_order_is_seen_only_with_positions(order_gaps, use_rope):
+    # no mask: equivariant (gap at float32 rounding) without positions, not with RoPE
+    assert (order_gaps[False].max() < 1e-4) is not use_rope
     return
 
 
