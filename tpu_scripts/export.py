@@ -22,7 +22,7 @@ import sys
 import time
 import types
 
-from core import documents, runtime
+from core import documents, flags, runtime
 
 
 class NotAMarimoApp(ValueError):
@@ -92,9 +92,9 @@ elif _os.environ.get("{MULTIHOST_ENV}") == "1":
 # `python app.py --help` imports what the app's setup imports (JAX, its lesson modules) before
 # it prints: seconds per app, minutes for a course, on a host whose time is paid by the hour.
 # Most apps declare their flags with constants, so their help is built here from the setup
-# block's own text with core.lab.Flags (no JAX, no lesson module); the rest (a default such as
-# min(8, jax.device_count())) run --help, several at a time, and keep its answer in a cache
-# keyed by the app's and the library's sources.
+# block's own text with core.flags' classes (no JAX, no marimo, no lesson module); the rest (a
+# default such as min(8, jax.device_count())) run --help, several at a time, and keep its
+# answer in a cache keyed by the app's and the library's sources.
 
 HELP_COLUMNS = 80  # the terminal width --help is formatted for (a child without a terminal's)
 # The builtins a flag's constant may call; anything else (jax, a function of a lesson module)
@@ -195,10 +195,10 @@ def _constants(body: list[ast.stmt], known: dict, package: str = "") -> dict:
     return known
 
 
-def lab_module():
-    from core import lab
-
-    return lab
+def lab_module() -> types.SimpleNamespace:
+    """What ``lab.Flag`` and ``lab.Flags`` mean in a static reading: core.flags' marimo-free
+    definitions (core.lab.Flags is a FlagSet with the parsing of a run and the controls)."""
+    return types.SimpleNamespace(Flag=flags.Flag, Flags=flags.FlagSet)
 
 
 def static_flags(source: str):
@@ -210,17 +210,17 @@ def static_flags(source: str):
         if isinstance(node, ast.With) and any(
             ast.unparse(item.context_expr) == "app.setup" for item in node.items
         ):
-            flags = _constants(node.body, {}).get("FLAGS")
-            return flags if isinstance(flags, lab_module().Flags) else None
+            found = _constants(node.body, {}).get("FLAGS")
+            return found if isinstance(found, flags.FlagSet) else None
     return None
 
 
-def help_of(flags, prog: str) -> str:
-    """What `python PROG --help` prints for ``flags`` (core.lab.Flags.script_parser), at
-    HELP_COLUMNS, without its trailing newline."""
+def help_of(flag_set, prog: str) -> str:
+    """What `python PROG --help` prints for ``flag_set`` (core.flags.FlagSet.script_parser, which
+    core.lab.Flags parses a script run with), at HELP_COLUMNS, without its trailing newline."""
     import argparse
 
-    parser = flags.script_parser(prog)
+    parser = flag_set.script_parser(prog)
     parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=HELP_COLUMNS - 2)
     return parser.format_help().strip()
 
