@@ -29,6 +29,26 @@ def host_has_tpu() -> bool:
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
+def use_cpu_without_tpu() -> bool:
+    """Choose JAX's CPU backend on a host without TPU chips where JAX_PLATFORMS is unset, as a
+    command line's entry point does before anything starts JAX. With libtpu installed (the
+    `tpu` extra, for the TPU compiler) JAX would otherwise try the TPU first and print
+    libtpu's start-up errors ("unexpected worker hostname ... TPU_WORKER_HOSTNAMES", a source
+    location trace), which read as a failure. Sets JAX_PLATFORMS=cpu in os.environ (children
+    inherit it) and in JAX's config where JAX is imported and no backend has started. A TPU
+    VM, or a JAX_PLATFORMS already chosen, is left as it is. Returns whether it chose."""
+    if os.environ.get("JAX_PLATFORMS") or host_has_tpu():
+        return False
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    if "jax" in sys.modules:  # imported already: its config read the variable before
+        import jax
+        from jax._src import xla_bridge
+
+        if not xla_bridge.backends_are_initialized():
+            jax.config.update("jax_platforms", "cpu")
+    return True
+
+
 def use_cpu_devices(count: int | None = None) -> int:
     """Ask JAX for ``count`` virtual CPU devices (default: $JAX_NUM_CPU_DEVICES or 8).
 

@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return wheelhouse_cli.main(argv[1:])
     if wheelhouse_local.wants(argv) and wheelhouse_local.prepare(argv) != 0:
         return 1  # course-run --local --wheelhouse: installed first, on a bare host too
+    from core import runtime
+
+    runtime.use_cpu_without_tpu()  # a host without a TPU: the CPU backend, libtpu quiet
     from tpu_scripts import compare, course_record, course_run_cli, export, launch
 
     parser = build_parser()

@@ -2,7 +2,11 @@
 
 import sys
 
+from core import runtime
 from core.perf import allocator
+
+# On a host without a TPU, JAX's CPU backend, chosen before JAX starts: libtpu stays quiet.
+runtime.use_cpu_without_tpu()
 
 # Before JAX or torch start a thread: malloc keeps freed step buffers instead of unmapping
 # them (core/perf/allocator.py; JAX_LAB_MALLOC_DEFAULTS=1 keeps glibc's defaults).

@@ -251,4 +251,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    runtime.use_cpu_without_tpu()  # a host without a TPU: the CPU backend, libtpu quiet
     sys.exit(main())
