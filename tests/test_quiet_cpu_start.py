@@ -112,6 +112,7 @@ ENTRY_POINTS = (
     "tpu_scripts/__main__.py",
     "core/assessment/__main__.py",
     "core/serving/predict/__main__.py",
+    "core/workload/job.py",
 )
 
 

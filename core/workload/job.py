@@ -395,4 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from core import runtime
+
+    runtime.use_cpu_without_tpu()  # a host without a TPU: the CPU backend, libtpu quiet
     sys.exit(main())
