@@ -61,3 +61,42 @@ def test_the_session_has_its_own_trained_weights_cache():
     folder = pathlib.Path(os.environ[weights_cache.ENV_VAR])
     assert folder.is_dir()
     assert pathlib.Path.home() / ".cache" not in folder.parents
+
+
+def test_fast_compile_appends_its_flags_and_keeps_the_callers():
+    environ = {"XLA_FLAGS": "--xla_backend_optimization_level=2 --xla_cpu_foo=1"}
+    assert "fast compile" in cache.fast_compile(environ, "cpu")
+    flags = environ["XLA_FLAGS"].split()
+    assert flags[:2] == ["--xla_backend_optimization_level=2", "--xla_cpu_foo=1"]
+    assert flags[2:] == ["--xla_llvm_disable_expensive_passes=true"]  # the caller's level kept
+
+
+@pytest.mark.parametrize("environ, backend", [({cache.ENV_FAST_COMPILE: "0"}, "cpu"), ({}, "tpu")])
+def test_fast_compile_stays_off_when_asked_or_on_a_tpu(environ, backend):
+    cache.fast_compile(environ, backend)
+    assert "XLA_FLAGS" not in environ
+
+
+def test_this_session_compiles_fast_and_its_children_inherit_it():
+    """The suite's XLA:CPU programs compile at O0 (conftest.py): every worker and child sees
+    the flags, and a jitted program still computes what NumPy does."""
+    import os
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    if os.environ.get(cache.ENV_FAST_COMPILE) == "0":
+        pytest.skip(f"{cache.ENV_FAST_COMPILE}=0: the caller kept XLA's default")
+    if os.environ.get("JAX_TPU_LAB_TEST_BACKEND") == "tpu":
+        pytest.skip("on a TPU the flags stay off (they would reach the TPU's compiler)")
+    assert set(cache.FAST_COMPILE_XLA_FLAGS) <= set(os.environ.get("XLA_FLAGS", "").split())
+    x = np.linspace(-3.0, 3.0, 64, dtype=np.float32).reshape(8, 8)
+    got = np.asarray(jax_tanh_matmul(jnp.asarray(x)))
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ x.T), rtol=1e-5, atol=1e-5)
+
+
+def jax_tanh_matmul(x):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda a: jnp.tanh(a @ a.T))(x)
