@@ -273,7 +273,7 @@ def _(devices, microbatches, parameter_count):
     _frame = pd.DataFrame(strategy_rows)
     _links = ", ".join(
         f"{g} {specs.chip(g).ici_link_bidirectional.value / 1e9:.0f} GB/s"
-        for g in specs.GENERATIONS
+        for g in specs.generations_with_link_figures()
     )
     mo.vstack(
         [
@@ -283,7 +283,8 @@ def _(devices, microbatches, parameter_count):
                 f"gradient), {devices} devices, K = {microbatches.value} (ring model). "
                 "Microseconds: the bytes over one ICI link used in both directions (a ring "
                 f"with wraparound along one mesh axis; per-link bidirectional: {_links}, "
-                "from the scaling book's TPU chapter), bandwidth only: each hop's latency "
+                "from the scaling book's TPU chapter; no source gives TPU7x's), bandwidth "
+                "only: each hop's latency "
                 "(about a microsecond) dominates a gradient this small."
             ),
             lab.table(lesson.strategy_rows_with_seconds(strategy_rows)),

@@ -119,7 +119,8 @@ def _():
                 "**Derived, not typed in**: ridge point = bf16 FLOP/s / HBM bytes/s; a kernel "
                 "with fewer FLOPs per byte than that is memory-bound on the chip. Per-chip ICI "
                 "= links x per-link bandwidth lands at 0.90 of Cloud's per-chip number on "
-                "every generation. That is no rounding: "
+                "every generation with a per-link figure (no source gives TPU7x's link count "
+                "or per-link rate). That is no rounding: "
                 + specs.ICI_RATIO_REASON
                 + ". Budget collectives with the per-link figure (what the scaling book's "
                 "collective times use) and read Cloud's as the link rate's ceiling."

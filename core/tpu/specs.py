@@ -27,6 +27,10 @@ SOURCES = {
         "PRs #106 and #122 corrected the v5e HBM bandwidth and the v5p FLOP/s"
     ),
     "scaling-book-text": 'How to Scale Your Model, text of "tpus.md" / "roofline.md"',
+    "scaling-book-appendix": (
+        'How to Scale Your Model, "How to Think About TPUs", Appendix A: More on TPU internals '
+        '(VPU; its figures are v5p\'s unless noted; pop quiz "Calculating VPU throughput")'
+    ),
     "cloud-v5e": "Google Cloud TPU documentation, TPU v5e page",
     "cloud-v5p": "Google Cloud TPU documentation, TPU v5p page",
     "cloud-v6e": "Google Cloud TPU documentation, TPU v6e (Trillium) page",
@@ -43,6 +47,9 @@ SOURCES = {
 SOURCE_URLS = {
     "scaling-book": "https://jax-ml.github.io/scaling-book/tpus/",
     "scaling-book-text": "https://jax-ml.github.io/scaling-book/tpus/",
+    "scaling-book-appendix": (
+        "https://jax-ml.github.io/scaling-book/tpus/#appendix-a-more-on-tpu-internals"
+    ),
     "cloud-v5e": "https://cloud.google.com/tpu/docs/v5e",
     "cloud-v5p": "https://cloud.google.com/tpu/docs/v5p",
     "cloud-v6e": "https://cloud.google.com/tpu/docs/v6e",
@@ -212,9 +219,12 @@ CHIPS: dict[str, ChipSpec] = {
         max_slice_chips=256,
         max_slice_source="cloud-v6e",
     ),
-    # Ironwood. Cloud's TPU7x table gives the per-chip figures; the scaling book's TPU chapter
-    # gives the per-link ICI (as v5p: 9e10 one way) and the 3D torus; JAX's tpu_info gives the
-    # 256-wide MXU and no int8 matmul. No source gives a PCIe figure: "not published".
+    # Ironwood. Cloud's TPU7x table gives the per-chip figures (1200 GB/s bidirectional ICI,
+    # as v5p); JAX's tpu_info gives the 256-wide MXU and no int8 matmul. Neither Cloud's TPU7x
+    # page nor the scaling book's TPU chapter (its ICI table stops at v6e) gives a per-link ICI
+    # figure or a link count, and Cloud's TPU7x table has no topology row: those read "not
+    # published" (a 3D torus is what reports of Google's Hot Chips 2025 talk describe; libtpu
+    # takes 3D topology names, tpu7x:2x2x1). No source gives a PCIe figure either.
     "tpu7x": ChipSpec(
         generation="tpu7x",
         bf16_flops=_f(2.307e15, "cloud-tpu7x", "FLOP/s"),
@@ -222,11 +232,11 @@ CHIPS: dict[str, ChipSpec] = {
         int8_supported=False,
         hbm_bytes=_f(192 * 2**30, "cloud-tpu7x", "GiB"),
         hbm_bandwidth=_f(7.38e12, "cloud-tpu7x", "B/s"),
-        ici_link_one_way=_f(9e10, "scaling-book", "B/s"),
-        ici_link_bidirectional=_f(1.8e11, "scaling-book", "B/s"),
-        ici_links=6,
+        ici_link_one_way=None,
+        ici_link_bidirectional=None,
+        ici_links=None,
         ici_chip_bidirectional=_f(1.2e12, "cloud-tpu7x", "B/s"),
-        torus="3D torus",
+        torus="3D torus, per reports of Google's Hot Chips 2025 talk",
         largest_pod="9216 chips",
         chips_per_host=4,
         host_chip_layout="2x2x1",
@@ -242,6 +252,11 @@ CHIPS: dict[str, ChipSpec] = {
     ),
 }
 GENERATIONS = tuple(CHIPS)
+
+
+def generations_with_link_figures() -> tuple[str, ...]:
+    """The generations whose per-link ICI figure a source publishes (not TPU7x)."""
+    return tuple(g for g, spec in CHIPS.items() if spec.ici_link_bidirectional is not None)
 
 
 def chip(generation: str) -> ChipSpec:

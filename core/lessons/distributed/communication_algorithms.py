@@ -148,8 +148,10 @@ def ici_seconds(ring_bytes_sent: float, generation: str) -> float:
     return ring_bytes_sent / link.value
 
 
-def strategy_rows_with_seconds(rows: list[dict], generations=specs.GENERATIONS) -> list[dict]:
-    """``distributed.strategy_bytes`` rows with one column of ICI microseconds per generation."""
+def strategy_rows_with_seconds(rows: list[dict], generations=None) -> list[dict]:
+    """``distributed.strategy_bytes`` rows with one column of ICI microseconds per generation
+    (default: every generation whose per-link figure is published; TPU7x's is not)."""
+    generations = specs.generations_with_link_figures() if generations is None else generations
     return [
         {
             **row,
@@ -165,6 +167,6 @@ def ici_source_line() -> str:
         {
             g: f"{specs.chip(g).ici_link_bidirectional.value / 1e9:.0f} GB/s "
             f"({specs.chip(g).ici_link_bidirectional.source})"
-            for g in specs.GENERATIONS
+            for g in specs.generations_with_link_figures()
         }
     )
