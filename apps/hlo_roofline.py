@@ -16,7 +16,7 @@ with app.setup:
     from core import lab, numerics
     from core.lab import charts
     from core.perf import machine, roofline, timing
-    from core.tpu import specs, topology_compile
+    from core.tpu import specs, topology_compile, vpu
 
     lab.use_cpu_devices()
     SIZES = tuple(2**i for i in range(3, 12))
@@ -49,9 +49,9 @@ def _():
     - read F and B off the compiler (`compiled.cost_analysis()`) and check them against the
       closed forms (2MNK for a matmul, one op per element for elementwise);
     - place the kernel on a **log-log roofline** of this machine (peak FLOP/s and bandwidth
-      measured here) beside the v5e, v5p, v6e and TPU7x rooflines and ridge points (their
-      MXU roofs: an elementwise kernel runs on the vector unit, whose lower peak no source
-      publishes, so on a TPU it meets its bandwidth roof even sooner than drawn);
+      measured here) beside the TPU rooflines: a matmul under the matrix unit's (MXU) roof of
+      v5e, v5p, v6e and TPU7x, an elementwise kernel under the vector unit's (VPU) roof, some
+      30x lower, derived from its published parts where a source gives them (v5e, v5p);
     - predict the run time from the roofline and compare it with the measured time on this CPU.
     """)
     return
@@ -254,17 +254,39 @@ def _(
 
 @app.cell
 def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
-    _roofs = roofline.roof_rows("this CPU (measured)", peak_flops, bandwidth, lo=0.01, hi=1e4)
+    _roofs = [
+        {**r, "unit": "this CPU"}
+        for r in roofline.roof_rows("this CPU (measured)", peak_flops, bandwidth, lo=0.01, hi=1e4)
+    ]
+    # Each TPU chip has two compute roofs over one memory roof: the MXU's (matmuls, bf16) and
+    # the VPU's (elementwise work, f32), the latter only where its parts are published.
+    _tpu_roofs = {}  # (generation, unit) -> peak FLOP/s
     for _g in specs.GENERATIONS:
-        _spec = specs.chip(_g)
-        _roofs += roofline.roof_rows(
-            f"TPU {_g} (bf16, published)",
-            _spec.bf16_flops.value,
-            _spec.hbm_bandwidth.value,
-            lo=0.01,
-            hi=1e4,
-        )
+        _tpu_roofs[(_g, "MXU")] = specs.chip(_g).bf16_flops.value
+        if vpu.peak(_g) is not None:
+            _tpu_roofs[(_g, "VPU")] = vpu.peak(_g)
+    for (_g, _unit), _peak in _tpu_roofs.items():
+        _roofs += [
+            {**r, "unit": _unit}
+            for r in roofline.roof_rows(
+                f"TPU {_g} {_unit}", _peak, specs.chip(_g).hbm_bandwidth.value, lo=0.01, hi=1e4
+            )
+        ]
     _roof_df = pd.DataFrame(_roofs)
+    # The kernel on each TPU, under the roof of the unit that runs it: MXU for a matmul, VPU
+    # for elementwise work (no VPU roof, no point: v6e and TPU7x publish no VPU parts).
+    _unit_of_kernel = "MXU" if kernel.value == "matmul" else "VPU"
+    tpu_points = [
+        {
+            "what": f"on TPU {_g} ({_unit})",
+            "intensity": closed.intensity,
+            "FLOP/s": roofline.attainable_flops(
+                closed.intensity, _peak, specs.chip(_g).hbm_bandwidth.value
+            ),
+        }
+        for (_g, _unit), _peak in _tpu_roofs.items()
+        if _unit == _unit_of_kernel
+    ]
     # the square matmuls and elementwise kernels as sizes change (closed form intensity)
     _family = (
         [
@@ -296,6 +318,7 @@ def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
                 "intensity": closed.intensity,
                 "FLOP/s": (closed.flops + closed.transcendentals) / measured_s,
             },
+            *tpu_points,
         ]
     )
     _ridges = pd.DataFrame(
@@ -324,7 +347,12 @@ def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
     _y = alt.Y("FLOP/s:Q", scale=_y_scale, axis=alt.Axis(format=".0e"), title="attainable FLOP/s")
     _legend = dict(titleLimit=360, labelLimit=300)  # the kernel is a legend title: unclipped
     _machine = alt.Color("machine:N", title="roofline", legend=alt.Legend(**_legend))
-    _lines = alt.Chart(_roof_df).mark_line().encode(x=_x, y=_y, color=_machine)
+    _dash = alt.StrokeDash(
+        "unit:N",
+        title="compute roof",
+        scale=alt.Scale(domain=["this CPU", "MXU", "VPU"], range=[[1, 0], [1, 0], [6, 3]]),
+    )
+    _lines = alt.Chart(_roof_df).mark_line().encode(x=_x, y=_y, color=_machine, strokeDash=_dash)
     _ridge_rules = (
         alt.Chart(_ridges)
         .mark_rule(strokeDash=[2, 3], color="gray")
@@ -341,6 +369,7 @@ def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
         .mark_point(size=160, filled=True, color="black")
         .encode(x=_x, y=_y, shape=_what, tooltip=["what", alt.Tooltip("FLOP/s:Q", format=".3g")])
     )
+    _placed = "; ".join(f"{p['what']}: {p['FLOP/s']:.3g} FLOP/s" for p in tpu_points)
     mo.vstack(
         [
             mo.md(
@@ -348,14 +377,29 @@ def _(bandwidth, closed, kernel, kernel_text, measured_s, peak_flops):
                 "ridge points. Grey points: the same kind of kernel at other sizes (a square "
                 "matmul's intensity grows like n/6 in f32; a unary elementwise op stays at 1/8 "
                 "FLOP/byte in f32 (1/4 in bf16), memory-bound, on every chip). Filled: your "
-                "kernel, bound and measured."
+                "kernel, bound and measured here, and its bound on each TPU under the roof "
+                "of the unit that runs it (a matmul: the MXU; elementwise: the VPU, whose "
+                "roof is dashed; ridge points are the MXU's). A VPU roof counts one f32 op "
+                "per ALU per cycle: a transcendental (tanh, exp) takes more than one, so its "
+                f"real roof is lower still. Placed: {_placed}."
             ),
             alt.layer(_lines, _ridge_rules, _fam, _pts).properties(
-                width=560, height=340, title=f"roofline: {MACHINE}, measured; TPU chips, published"
+                width=560,
+                height=340,
+                title=f"roofline: {MACHINE}, measured; TPU MXU (solid), VPU (dashed), published",
             ),
+            mo.md(
+                "### The vector unit's roof, from its parts\nVPU FLOP/s per chip = sublanes x "
+                "lanes x ALUs per (lane, sublane) x TensorCores x clock, one f32 op per ALU per "
+                "cycle (the scaling book's appendix works it out for v5p: about 1.4e13, "
+                "[jax-ml.github.io/scaling-book/tpus](https://jax-ml.github.io/scaling-book/"
+                "tpus/#appendix-a-more-on-tpu-internals)). No source gives v6e's or TPU7x's "
+                "ALU count or clock, so they get no VPU roof."
+            ),
+            lab.table(vpu.rows()),
         ]
     )
-    return
+    return (tpu_points,)
 
 
 @app.cell
@@ -415,6 +459,20 @@ def test_roofline_prediction_follows_the_closed_form(
     compute_s = (closed.flops + closed.transcendentals) / peak_flops
     memory_s = closed.bytes / bandwidth
     assert predicted_s == max(compute_s, memory_s)
+    return
+
+
+@app.cell
+def test_each_kernel_sits_under_the_roof_of_its_unit(closed, kernel, tpu_points):
+    # A matmul is placed under each chip's MXU roof, elementwise work under the VPU's; the
+    # VPU's is the published parts' product (v5p: 8 x 128 x 4 ALUs x 2 cores x 1.75 GHz).
+    unit = "MXU" if kernel.value == "matmul" else "VPU"
+    assert tpu_points and all(p["what"].endswith(f"({unit})") for p in tpu_points)
+    for point in tpu_points:
+        generation = point["what"].split()[2]
+        roof = specs.chip(generation).bf16_flops.value if unit == "MXU" else vpu.peak(generation)
+        memory = closed.intensity * specs.chip(generation).hbm_bandwidth.value
+        assert point["FLOP/s"] == min(roof, memory)
     return
 
 
