@@ -16,6 +16,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lessons.transformers import transformer_block
     from core.lm import attention, transformer
 
     lab.use_cpu_devices()
@@ -415,36 +416,32 @@ def _(f32_config, positions_choice, seed, swap, x_BTD):
         headline="Nothing to swap.",
     )
     use_rope = positions_choice.value == "RoPE"
-    rope_config = transformer.TransformerConfig(
-        width=f32_config.width,
-        num_heads=f32_config.num_heads,
-        num_layers=1,
-        max_len=_t,
-        rope=use_rope,
-    )
+    rope_problem = None
+    try:
+        rope_config = transformer.TransformerConfig(
+            width=f32_config.width,
+            num_heads=f32_config.num_heads,
+            num_layers=1,
+            max_len=_t,
+            rope=use_rope,
+        )
+    except ValueError as error:  # RoPE needs an even head dim
+        rope_problem = f"{error}: pick a width and heads whose D / H is even, or positions none."
+    lab.guard(rope_problem, headline="RoPE cannot rotate this head.")
     # the same draws as the block above: RoPE adds no parameter
     order_block = transformer.Block(rope_config, jax.random.fold_in(jax.random.key(seed.value), 0))
-    order_T = np.arange(_t)
-    order_T[[0, swap.value]] = order_T[[swap.value, 0]]
-    positions_BT = jnp.arange(_t)[None]
-    order_gaps = {}
-    for _causal in (False, True):
-        _y = np.asarray(transformer.block_forward(order_block, x_BTD, positions_BT, _causal))
-        _y_swapped = np.asarray(
-            transformer.block_forward(order_block, x_BTD[:, order_T], positions_BT, _causal)
-        )
-        # equivariance: the output of the swapped input is the swapped output
-        order_gaps[_causal] = np.abs(_y_swapped[0] - _y[0, order_T]).max(-1)
-    order_y_BTD = transformer.block_forward(order_block, x_BTD, positions_BT, True)
+    # both orders and both masks as the four rows of one batch: one compiled program
+    order = transformer_block.order_test(order_block, x_BTD, swap.value)
+    order_gaps = order.gaps
     order_reference_BTD = transformer.block_reference(
         transformer.block_weights(order_block),
         x_BTD,
-        rope_positions_BT=np.asarray(positions_BT) if use_rope else None,
+        rope_positions_BT=np.arange(_t)[None] if use_rope else None,
     )
     order_check = lab.Check(
         f"causal block with positions '{positions_choice.value}' (float32) vs the same block in "
         "NumPy float64" + (" with RoPE from the paper's rotation matrices" if use_rope else ""),
-        numerics.scaled_max_error(order_y_BTD, order_reference_BTD),
+        numerics.scaled_max_error(order.causal_y_BTD, order_reference_BTD),
         numerics.tolerance("float32"),
     )
     order_check

@@ -74,6 +74,8 @@ REFUSALS = [
     ("tracing_recompilation", ["--lengths", "a"], "not a length"),
     ("train_generate", ["--heads", "3"], "3 heads do not divide width 32"),
     ("transformer_block", ["--heads", "3"], "3 heads do not divide width 64"),
+    ("transformer_block", ["--swap", "100"], "token 100 of a 64-token sequence"),
+    ("transformer_block", ["--width", "24", "--heads", "8"], "RoPE on an odd head dim 3"),
     ("virtual_devices", ["--rows", "3"], "3 rows over 4 devices"),
     ("vmap", ["--in-axis-1", "2"], "mapped axes of different sizes"),
     # phase "Math & optimization" (issue 15)

@@ -1,0 +1,1 @@
+"""Lesson code of the phase "Transformers & language models"."""
