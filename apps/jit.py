@@ -10,6 +10,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lessons.transformations import jit as lesson
     from core.perf import compilation
 
     lab.use_cpu_devices()
@@ -48,6 +49,8 @@ def _():
       and the steady-state call, and compare with eager execution;
     - see when compiling pays for itself, and how the speed-up changes with the input size
       and with what the function does (many small elementwise ops vs big matmuls);
+    - see, call by call, which changes make `jit` trace again (a counter inside the traced
+      function) and check them against the signature rule;
     - **donate** an input buffer (`donate_argnums`) so the output can reuse its memory, and
       see that the donated array is gone afterwards;
     - check that jit, eager and NumPy float64 agree.
@@ -133,21 +136,59 @@ def _(function, repeats, seed, size):
 
 
 @app.cell
-def _(function, outputs, size):
-    # Independent reference: the same formula in NumPy float64, on the input that was timed.
+def _():
+    # One fresh jitted f(tree, scale, mode) whose body appends to a list: the append runs
+    # only while JAX traces f, so the list's growth shows each retrace (a few ms a call).
+    retrace_rows = lesson.retrace_table(len(jax.devices()))
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## What traces again
+
+    `f = jax.jit(f, static_argnames="mode")`, where `f` appends to a Python list each time
+    it runs. The compiled program does not run Python, so the list grows only when JAX
+    **traces** `f` again. The calls below run in order, each changing one thing; "traced
+    again?" is what the list saw, "rule says" is the rule: a call traces again when its
+    signature (pytree structure; each leaf's shape, dtype, weak type and sharding; the static
+    arguments' values) was not seen before. A Python float is weakly typed, `jnp.float32(2.0)`
+    is not; the value of either is an input, not part of the signature.
+    {"" if len(jax.devices()) > 1 else "(One device here: the sharding call needs two.)"}
+    """
+            ),
+            lab.table([{k: v for k, v in r.items() if k != "result error"} for r in retrace_rows]),
+        ]
+    )
+    return (retrace_rows,)
+
+
+@app.cell
+def _(function, outputs, retrace_rows, size):
+    # Independent references: the same formula in NumPy float64, on the input that was timed;
+    # the signature rule (core/lessons/transformations/jit.py) for the retraces.
+    _errors = {
+        "jit vs NumPy float64 (relative)": numerics.scaled_max_error(
+            outputs["jit"], outputs["numpy float64"]
+        ),
+        "eager vs NumPy float64 (relative)": numerics.scaled_max_error(
+            outputs["eager"], outputs["numpy float64"]
+        ),
+        "jit vs eager (relative)": numerics.scaled_max_error(outputs["jit"], outputs["eager"]),
+        "retrace calls vs NumPy float64 (relative)": max(r["result error"] for r in retrace_rows),
+    }
+    # float32 grown with sqrt(size): the rows are reductions of `size` terms
+    _tolerances = dict.fromkeys(_errors, compilation.tolerance(size.value))
+    _tolerances["retrace calls vs NumPy float64 (relative)"] = numerics.tolerance("float32")
     check = lab.Check(
-        f"jit({function.value}) == eager == NumPy float64 on a {size.value}x{size.value} input",
-        {
-            "jit vs NumPy float64 (relative)": numerics.scaled_max_error(
-                outputs["jit"], outputs["numpy float64"]
-            ),
-            "eager vs NumPy float64 (relative)": numerics.scaled_max_error(
-                outputs["eager"], outputs["numpy float64"]
-            ),
-            "jit vs eager (relative)": numerics.scaled_max_error(outputs["jit"], outputs["eager"]),
+        f"jit({function.value}) == eager == NumPy float64 on a {size.value}x{size.value} input; "
+        "every call traced again exactly when the signature rule says",
+        _errors,
+        _tolerances,
+        facts={
+            "retraces observed == the signature rule's": all(
+                r["traced again?"] == r["rule says"] for r in retrace_rows
+            )
         },
-        # float32 grown with sqrt(size): the rows are reductions of `size` terms
-        compilation.tolerance(size.value),
     )
     check
     return (check,)
