@@ -91,3 +91,27 @@ def test_microbatches_that_do_not_divide_are_refused():
         ca.ici_seconds(0.0, "tpu7x")
     row = ca.strategy_rows_with_seconds(distributed.strategy_bytes(1000, 4, 2))[0]
     assert "µs on tpu7x ICI" not in row and "µs on v5e ICI" in row
+
+
+@pytest.mark.parametrize("devices", [4])
+@pytest.mark.needs_devices("devices")
+def test_each_variant_is_traced_once_and_reused_for_new_values(devices):
+    # a trace per variant (no programs to move the arguments), none for a new seed's values
+    first_setup = _setup(devices, 3, seed=11)
+    second_setup = _setup(devices, 3, seed=12)
+    jax.block_until_ready((first_setup, second_setup))
+    traces = []
+
+    def listen(name, _seconds, **_kwargs):
+        if name == "/jax/core/compile/jaxpr_trace_duration":
+            traces.append(name)
+
+    ca._COMPILED.clear()
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        ca.accumulation_versions(*first_setup, 3)
+        first = len(traces)
+        ca.accumulation_versions(*second_setup, 3)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert first == 2 and len(traces) == first
