@@ -4,17 +4,20 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Train, checkpoint, and generate")
 
 with app.setup:
+    import dataclasses
+    import math
     import tempfile
 
     import altair as alt
     import jax
+    import jax.numpy as jnp
     import marimo as mo
     import numpy as np
     import pandas as pd
 
     from core import lab, numerics
     from core.lab import text
-    from core.lm import corpus, generate, tokenizer, transformer
+    from core.lm import attention, corpus, generate, tokenizer, transformer
     from core.state import checkpoint
 
     lab.use_cpu_devices()
@@ -33,6 +36,14 @@ with app.setup:
         ),
         lab.Flag("width", 32, "model width D", lo=16, hi=128, step=16),
         lab.Flag("heads", 2, "attention heads H (must divide the width)", lo=1, hi=8),
+        lab.Flag(
+            "kv_heads",
+            2,
+            "key/value heads G shared by the query heads (must divide H; G = H: every head "
+            "its own)",
+            lo=1,
+            hi=8,
+        ),
         lab.Flag("layers", 1, "Transformer blocks", lo=1, hi=4),
         lab.Flag("batch", 8, "rows per training step", lo=1, hi=32),
         lab.Flag("steps", 30, "training steps", lo=1, hi=2000),
@@ -79,7 +90,9 @@ def _():
     - save the complete training state with **Orbax** checkpoints (atomic, verified by a
       manifest) and restore it into a fresh model;
     - generate text with greedy, temperature and top-k sampling through a **KV cache**, and
-      check that cached decoding gives exactly the logits of a full forward pass.
+      check that cached decoding gives exactly the logits of a full forward pass;
+    - shrink that cache with **grouped-query attention**: fewer key/value heads, shared by
+      groups of query heads, and fewer bytes per cached token.
     """)
     return
 
@@ -132,23 +145,28 @@ def _():
     seq_len = FLAGS.control("seq_len", ARGS, label="row length T")
     width = FLAGS.control("width", ARGS, label="width D")
     heads = FLAGS.control("heads", ARGS, label="heads H")
+    kv_heads = FLAGS.control("kv_heads", ARGS, label="kv heads G")
     layers = FLAGS.control("layers", ARGS)
     mo.vstack(
         [
             mo.md("## 2 · The model"),
             mo.hstack([seq_len, width], justify="start"),
-            mo.hstack([heads, layers], justify="start"),
+            mo.hstack([heads, kv_heads, layers], justify="start"),
         ]
     )
-    return heads, layers, seq_len, width
+    return heads, kv_heads, layers, seq_len, width
 
 
 @app.cell
-def _(heads, layers, seq_len, text_corpus, width):
+def _(heads, kv_heads, layers, seq_len, text_corpus, width):
     config_problem = None
     try:
         model_config = transformer.TransformerConfig(
-            width=width.value, num_heads=heads.value, num_layers=layers.value, max_len=seq_len.value
+            width=width.value,
+            num_heads=heads.value,
+            num_layers=layers.value,
+            max_len=seq_len.value,
+            num_kv_heads=kv_heads.value,
         )
     except ValueError as error:
         config_problem = str(error)
@@ -160,7 +178,8 @@ def _(heads, layers, seq_len, text_corpus, width):
         f"""
     A `TinyLM`: byte embeddings (V = 256) plus learned position embeddings (T ≤ {seq_len.value}),
     {text.plural(layers.value, "pre-LayerNorm block")} of width {width.value} with
-    {text.plural(heads.value, "head")}, a final
+    {text.plural(heads.value, "query head")} reading
+    {text.plural(model_config.kv_heads, "key/value head")}, a final
     LayerNorm and a projection back to 256 byte logits: **{_params:,} parameters**.
     The training files pack into {train_rows.tokens_BT.shape[0]} rows of {seq_len.value} bytes
     (fill {train_rows.fill:.0%}); the held-out files into
@@ -169,6 +188,73 @@ def _(heads, layers, seq_len, text_corpus, width):
     """
     )
     return heldout_batch, model_config, train_rows
+
+
+@app.cell
+def _(model_config):
+    _h, _k, _layers = model_config.num_heads, model_config.head_dim, model_config.num_layers
+    _t, _itemsize = model_config.max_len, jnp.dtype(model_config.precision.cache_dtype).itemsize
+    _rows = []
+    for _g in (g for g in range(1, _h + 1) if _h % g == 0):
+        # the arrays init_cache allocates for this G (shapes only: nothing is allocated)
+        _cache = jax.eval_shape(
+            lambda g=_g: transformer.init_cache(
+                dataclasses.replace(model_config, num_kv_heads=g), 1, _t
+            )
+        )
+        _bytes = sum(
+            math.prod(a.shape) * a.dtype.itemsize for a in (_cache.k_LBSHK, _cache.v_LBSHK)
+        )
+        _rows.append(
+            {
+                "kv heads G": f"{_g}" + (" (this model)" if _g == model_config.kv_heads else ""),
+                "query heads per K/V head": _h // _g,
+                "K/V weights per layer": 2 * model_config.width * _g * _k,
+                "cache bytes per token": _bytes // _t,
+                "2·L·G·K·bytes": attention.kv_cache_bytes_per_token(_layers, _g, _k, _itemsize),
+                f"cache for T = {_t}, batch 1": f"{_bytes:,} B",
+                "vs G = H": f"1/{_h // _g}",
+            }
+        )
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ### Grouped-query attention: fewer key/value heads, a smaller cache
+
+    While it generates (section 4), the model keeps every layer's key and value vectors of
+    every token it has seen, its **KV cache**, and each new token reads all of them.
+    Grouped-query attention (GQA; Ainslie et al. 2023, https://arxiv.org/abs/2305.13245)
+    keeps H query heads but computes only G key/value heads, each **shared by a group** of
+    H / G query heads: query heads g·H/G … (g+1)·H/G − 1 all attend with K/V head g. G = H is
+    ordinary multi-head attention; G = 1 is multi-query attention (MQA; Shazeer 2019,
+    https://arxiv.org/abs/1911.02150), every query head reading the same keys and values.
+    The cache then holds 2 · L · G · K numbers per token (a key and a value per layer, K/V
+    head and channel) instead of 2 · L · H · K: **H / G times fewer bytes**. This model:
+    H = {_h} query heads, G = {model_config.kv_heads} key/value heads, K = {_k} channels each,
+    L = {_layers}, cache in {model_config.precision.cache_dtype} ({_itemsize} bytes):
+
+    - **what it saves:** decoding one token does a few operations per byte it reads (the
+      weights and the whole cache), so it is bound by memory bandwidth, and at long contexts
+      or large batches the cache is most of those bytes. H / G fewer cache bytes is less
+      traffic per generated token, and room for H / G times more tokens (a longer context,
+      more sequences at once) in the same memory;
+    - **what it costs:** the key and value projections shrink from D·H·K to D·G·K weights
+      each, so heads can no longer look for different things with their own keys. Ainslie et
+      al. report quality close to multi-head attention for GQA in between and a larger drop
+      (and less stable training) for MQA. The attention arithmetic barely changes: every
+      query head still scores every key.
+    """
+            ),
+            lab.table(_rows, caption="The cache per kv heads G (divisors of H)"),
+            mo.md(
+                "Move **kv heads G** (it must divide H) and press **Train**: section 4's check "
+                "measures the bytes of the cache generation really used, and checks that "
+                "cached decoding still equals the full forward pass with shared heads."
+            ),
+        ]
+    )
+    return
 
 
 @app.cell
@@ -242,6 +328,7 @@ def _(
         "model": {
             "width": model_config.width,
             "heads": model_config.num_heads,
+            "kv_heads": model_config.kv_heads,
             "layers": model_config.num_layers,
             "max_len": model_config.max_len,
         },
@@ -405,6 +492,7 @@ def _(
     eval_every,
     files,
     heads,
+    kv_heads,
     layers,
     learning_rate,
     max_bytes,
@@ -422,6 +510,7 @@ def _(
         eval_every,
         files,
         heads,
+        kv_heads,
         layers,
         learning_rate,
         max_bytes,
@@ -527,7 +616,7 @@ def _(
 
 
 @app.cell
-def _(generation, greedy, model):
+def _(generation, greedy, model, model_config):
     # Independent of the cache: a full forward pass over the whole generated sequence, and
     # greedy decoding that re-runs the full forward pass for every new byte.
     incremental_BTV = generate.incremental_logits_BTV(
@@ -540,12 +629,33 @@ def _(generation, greedy, model):
         greedy.tokens_BT.shape[1] - greedy.prompt_len,
     )
     greedy_identical = bool(np.array_equal(uncached_greedy, greedy.tokens_BT))
+    # The cache generation really used: its key and value arrays' bytes per cache slot, against
+    # the closed form 2 (a key and a value) x layers x K/V heads x head dim x bytes per number.
+    _cache = generation.cache
+    cache_bytes_per_token = (_cache.k_LBSHK.nbytes + _cache.v_LBSHK.nbytes) / (
+        _cache.k_LBSHK.shape[1] * _cache.capacity
+    )
+    _closed_form = (
+        2
+        * model_config.num_layers
+        * model_config.kv_heads
+        * model_config.head_dim
+        * _cache.k_LBSHK.dtype.itemsize
+    )
     check = lab.Check(
         "logits from cached incremental decoding equal the full forward pass "
-        f"({full_BTV.shape[1]} positions); greedy bytes with and without the cache identical: "
-        f"{greedy_identical}",
-        numerics.max_abs_error(incremental_BTV, full_BTV),
-        numerics.scaled_tolerance(CACHE_TOLERANCE),
+        f"({full_BTV.shape[1]} positions, {text.plural(model_config.num_heads, 'query head')} "
+        f"sharing {text.plural(model_config.kv_heads, 'K/V head')}); greedy bytes with and "
+        f"without the cache identical: {greedy_identical}; the cache holds "
+        f"{cache_bytes_per_token:g} bytes per token = 2·L·G·K·bytes",
+        {
+            "logits, cached vs full forward": numerics.max_abs_error(incremental_BTV, full_BTV),
+            "cache bytes per token vs 2·L·G·K·bytes": abs(cache_bytes_per_token - _closed_form),
+        },
+        {
+            "logits, cached vs full forward": numerics.scaled_tolerance(CACHE_TOLERANCE),
+            "cache bytes per token vs 2·L·G·K·bytes": 0.0,
+        },
         facts={"greedy bytes identical with and without the cache": greedy_identical},
     )
     check
@@ -561,6 +671,9 @@ def _():
       itself, sampling wanders; temperature 0.3 is nearly greedy, 1.5 nearly noise.
     - Raise *files* to 32 and *bytes per file* to 4096: more text, lower held-out loss for
       the same number of steps, and new sha256 hashes.
+    - Set *heads* to 8 and *kv heads* to 1 (multi-query attention) and press **Train**: the
+      cache table shows an eighth of the bytes per token, and the check still holds; compare
+      the held-out loss with *kv heads* 8.
     - Look at the checkpoint directory: `manifest.json` next to Orbax's `state/`, `data/`
       and `meta/` items. The capstone kills a run mid-save and resumes it from here.
     """)
@@ -568,12 +681,13 @@ def _():
 
 
 @app.cell
-def _(batch, files, heads, layers, learning_rate, max_bytes, seed, seq_len, steps, width):
+def _(batch, files, heads, kv_heads, layers, learning_rate, max_bytes, seed, seq_len, steps, width):
     # The "beats a uniform guess by a nat" claim was measured at the default controls.
     _controls = {
         "batch": batch,
         "files": files,
         "heads": heads,
+        "kv_heads": kv_heads,
         "layers": layers,
         "learning_rate": learning_rate,
         "max_bytes": max_bytes,

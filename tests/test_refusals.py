@@ -73,6 +73,7 @@ REFUSALS = [
     ("torch_to_flax", ["--mistake", "gelu_swapped", "--tolerance-dtype", "bfloat16"], "blind"),
     ("tracing_recompilation", ["--lengths", "a"], "not a length"),
     ("train_generate", ["--heads", "3"], "3 heads do not divide width 32"),
+    ("train_generate", ["--kv-heads", "3"], "3 K/V heads do not divide 2 query heads"),
     ("transformer_block", ["--heads", "3"], "3 heads do not divide width 64"),
     ("transformer_block", ["--swap", "100"], "token 100 of a 64-token sequence"),
     ("transformer_block", ["--width", "24", "--heads", "8"], "RoPE on an odd head dim 3"),

@@ -120,6 +120,9 @@ class Generation:
     tokens_BT: np.ndarray  # prompt followed by the new tokens
     prompt_len: int
     step_logits_BNV: np.ndarray  # the logits that chose each of the N new tokens
+    # the KV cache after the last step (capacity prompt + N slots; the last new token is never
+    # fed, so length is prompt + N - 1): what decoding held in memory
+    cache: transformer.KVCache | None = None
 
 
 def _check_lengths(model, prompt, num_new):
@@ -166,7 +169,7 @@ def generate(
             progress(i)
     shape = (prompt.shape[0], 0, model.config.vocab_size)
     new_logits = np.stack(step_logits, 1) if step_logits else np.zeros(shape, np.float32)
-    return Generation(np.concatenate(tokens, axis=1), prompt.shape[1], new_logits)
+    return Generation(np.concatenate(tokens, axis=1), prompt.shape[1], new_logits, cache)
 
 
 def greedy_without_cache(model: transformer.TinyLM, prompt_BT, num_new: int) -> np.ndarray:

@@ -186,3 +186,24 @@ def test_temperature_must_be_finite_and_huge_ones_are_uniform():
         ]
     )
     assert set(draws) == {2, 3, 4}
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 1), (4, 2), (2, None)])
+def test_generation_keeps_its_cache_of_g_heads_and_decodes_like_the_full_forward(heads, kv_heads):
+    config = transformer.TransformerConfig(
+        width=16, num_heads=heads, num_layers=2, max_len=16, num_kv_heads=kv_heads
+    )
+    model = transformer.TinyLM(config, jax.random.key(heads))
+    prompt = jax.random.randint(jax.random.key(5), (1, 3), 0, 256)
+    generation = generate.generate(model, prompt, 6, jax.random.key(0))
+    cache = generation.cache
+    g = kv_heads or heads
+    # (L, B, S, G, K): G key/value heads, capacity prompt + new, the last new token unfed
+    assert cache.k_LBSHK.shape == cache.v_LBSHK.shape == (2, 1, 9, g, 16 // heads)
+    assert int(cache.length) == 3 + 6 - 1
+    # bytes per cached token: a key and a value per layer, K/V head and channel, float32
+    per_token = (cache.k_LBSHK.nbytes + cache.v_LBSHK.nbytes) / (1 * 9)
+    assert per_token == 2 * 2 * g * (16 // heads) * 4
+    np.testing.assert_array_equal(
+        generation.tokens_BT, generate.greedy_without_cache(model, prompt, 6)
+    )
