@@ -169,7 +169,8 @@ def _(counts, timing_steps):
                 "env, so its rate is flat in N; the compiled rollout pays a fixed cost per "
                 "scan step (dispatch inside XLA, the policy, the key splits) shared by all N "
                 "environments, so its rate grows with N until the arithmetic fills the "
-                "machine. Compile time (last column) is paid once per shape. "
+                "machine. Compile time (last column) is paid once per new call signature: here "
+                "each env count N, which sets the shapes. "
                 "`benchmarks/rl_rollouts.py` runs N = 1 ... 4096."
             ),
         ]

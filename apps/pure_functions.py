@@ -305,7 +305,8 @@ def _(calls, distinct_shapes, effects, stale, x_N):
         },
         numerics.tolerance("float32"),
         facts={
-            f"Python print ran {_expected_traces}x in {calls.value} calls (once per shape)": (
+            f"Python print ran {_expected_traces}x in {calls.value} calls (once per new signature: "
+            "here only the shape changes)": (
                 effects.traces == _expected_traces == effects.compiled
             ),
             f"jax.debug.print ran {calls.value}x": effects.calls[-1].debug_prints == calls.value,

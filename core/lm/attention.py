@@ -229,7 +229,7 @@ def normal_draws(key: jax.Array, count: int, start: int = 0) -> np.ndarray:
     """Samples start .. start+count-1 of an endless N(0, 1) float32 stream from ``key``,
     drawn in fixed chunks of NORMAL_CHUNK (chunk i from ``fold_in(key, i)``).
 
-    A ``jax.random.normal`` per shape would compile the random-number program once per shape
+    A ``jax.random.normal`` per shape would compile the random-number program for each new shape
     (a noticeable pause each on a CPU); fixed-size chunks compile it once per process, so changing a
     shape control stays instant. Same key, same numbers, on every run and device.
     """

@@ -174,7 +174,7 @@ def timed_outputs(name: str, size: int, repeats: int = 5, seed: int = 0) -> tupl
     compiled, trace_lower_s, compile_s = ahead.executable, ahead.lower_s, ahead.compile_s
     jit_out, first_call_s = timing.timed_call(compiled, x)
     jit_s = timing.median_seconds(lambda: compiled(x), repeats)
-    eager_out = jax.block_until_ready(f(x))  # eager warm-up: each op compiles once per shape
+    eager_out = jax.block_until_ready(f(x))  # eager warm-up: each op compiles once per signature
     eager_s = timing.median_seconds(lambda: f(x), repeats)
     saved_per_call = eager_s - jit_s
     figures = {

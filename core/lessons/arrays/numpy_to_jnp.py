@@ -84,7 +84,7 @@ def example_rows(key: jax.Array, rows: int, cols: int, offset: float = 0.0) -> n
     return (normal + np.float32(offset)).astype(np.float32)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))  # one compile per shape
+@functools.partial(jax.jit, static_argnums=(1, 2))  # one compile per shape and static values
 def _standard_normal(key: jax.Array, rows: int, cols: int) -> jax.Array:
     return jax.random.normal(key, (rows, cols), dtype=jnp.float32)
 

@@ -1,9 +1,10 @@
 """Side effects under jit, for the lesson "Pure functions and explicit inputs".
 
-``jax.jit`` runs the Python body of a function once per new input shape/dtype (tracing) and
-replays the recorded computation afterwards. Whatever Python does besides computing on its
-arguments (printing, counting, drawing numpy random numbers, reading a global) happens only
-while tracing. These demos count it.
+``jax.jit`` runs the Python body of a function once per new call signature (tracing: each
+argument's shape, dtype, weak type and sharding, the pytree structure, the static arguments'
+values) and replays the recorded computation afterwards. Whatever Python does besides
+computing on its arguments (printing, counting, drawing numpy random numbers, reading a
+global) happens only while tracing. These demos count it.
 
 Dimension glossary: N elements of a vector.
 """

@@ -104,7 +104,7 @@ def grid(lo: float, hi: float, points: int) -> np.ndarray:
 
 @functools.cache
 def _compiled(name: str):
-    """jit(f) and jit(vmap(grad(f))), built once per function (jit caches per shape)."""
+    """jit(f) and jit(vmap(grad(f))), built once per function (jit caches per call signature)."""
     f = get(name).jax_f
     return jax.jit(f), jax.jit(jax.vmap(jax.grad(f)))
 
