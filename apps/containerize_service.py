@@ -164,8 +164,10 @@ def _(fuzz_examples, max_batch, rows, rows_fit, seed, serve_button, steps):
     lab.require(
         "schemathesis",
         "hypothesis",
+        "flatbuffers",
         sockets=True,
-        why="the service listens on 127.0.0.1 and schemathesis fuzzes it over HTTP",
+        why="jax.export serializes the served model; the service listens on 127.0.0.1 and "
+        "schemathesis fuzzes it over HTTP",
     )
     _dir = tempfile.mkdtemp(dir=WORKDIR.name)
     with mo.status.spinner(title="training and exporting the served model"):

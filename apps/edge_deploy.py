@@ -170,6 +170,7 @@ def _(calibration, channels1, channels2, convert_button, fn, params, representat
     lab.require(
         "tensorflow",
         "ai_edge_litert",
+        "flatbuffers",  # TensorFlow's own dependency, which a .tflite file is written in
         why="the model is converted with jax2tf and TensorFlow's converter and run by LiteRT",
     )
     _spec = {

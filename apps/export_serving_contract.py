@@ -111,6 +111,7 @@ def _(dtype, export_button, max_batch, seed, sizes, steps):
             kind="info",
         ),
     )
+    lab.require("flatbuffers", why="jax.export serializes the model the service loads")
     _work = tempfile.mkdtemp(dir=WORKDIR.name)
     with mo.status.spinner(title="training, exporting, reloading in a fresh process"):
         result = lesson.run(seed.value, steps.value, dtype.value, max_batch.value, sizes, _work)

@@ -130,6 +130,7 @@ def _(canary_noise, max_batch, max_wait_ms, p95_budget_ms, seed, train_steps, tr
             "raise the budget."
         )
     lab.guard(_problem, headline="This window cannot meet the SLO.")
+    lab.require("flatbuffers", why="jax.export serializes the model the service loads")
     workdir = tempfile.TemporaryDirectory(prefix="inference-capacity-")
     versions = lesson.write_versions(
         trained, workdir.name, max_batch.value, canary_noise.value, seed.value

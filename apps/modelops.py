@@ -65,7 +65,9 @@ def _():
 
 @app.cell
 def _(seed, steps):
-    lab.require("mlflow", why="the registry is MLflow's")
+    lab.require(
+        "mlflow", "flatbuffers", why="the registry is MLflow's; jax.export serializes each model"
+    )
     workdir = tempfile.TemporaryDirectory(prefix="modelops-")
     with mo.status.spinner(title="Opening the registry, training and registering 3 versions..."):
         life = modelops.lifecycle(

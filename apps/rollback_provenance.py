@@ -80,6 +80,7 @@ def _(regression, seed, steps):
 
 @app.cell
 def _(regression, seed, steps):
+    lab.require("flatbuffers", why="jax.export serializes each version's model artifact")
     workdir = tempfile.TemporaryDirectory(prefix="rollback_provenance-")
     root = pathlib.Path(workdir.name)
     with mo.status.spinner(title="Training, exporting and promoting two versions..."):

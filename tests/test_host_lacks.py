@@ -1,9 +1,9 @@
 """A host that lacks something a lesson needs says so: `STOPPED:` naming it and how to get it,
 exit 0, never a traceback (issue 37, kind 7).
 
-On a v5e TPU VM without networking pod_slices raised OSError [Errno 97] (no loopback socket there), and
-attention and functional_env stopped at ModuleNotFoundError (torch, gymnasium were not
-installed). Here such a host is made for the run by tests/fixtures/host_lacks/sitecustomize.py
+On a v5e TPU VM without networking pod_slices raised OSError [Errno 97] (no loopback socket
+there), and attention and functional_env stopped at ModuleNotFoundError (torch, gymnasium were
+not installed). Here such a host is made for the run by tests/fixtures/host_lacks/sitecustomize.py
 (modules uninstalled as import sees them, AF_INET sockets failing with Errno 97), and an app
 that needs what it lacks must stop at its lab.require with the reason. One app per kind of lack
 runs here; REQUIRES, found by running every candidate app on such a host
@@ -66,6 +66,12 @@ CASES = [
     ("capacity_cost", lacking_env("mlflow"), ["`mlflow` is not installed", "pip install mlflow"]),
     # an optional package a lesson module imported at its top, so the app's setup failed
     ("mlops", lacking_env("pandera"), ["`pandera` is not installed", "pip install pandera"]),
+    # a module JAX itself imports lazily (jax.export's serialization): a v5e host's ImportError
+    (
+        "export_serving_contract",
+        lacking_env("flatbuffers"),
+        ["`flatbuffers` is not installed", "pip install flatbuffers"],
+    ),
 ]
 
 
@@ -91,18 +97,21 @@ REQUIRES: dict[str, tuple[set[str], bool]] = {
     "batched_rollouts": ({"gymnasium"}, False),
     "accelerator_jobs": ({"kubernetes_validate"}, False),
     "capacity_cost": ({"optuna", "mlflow"}, False),
-    "containerize_service": ({"schemathesis", "hypothesis"}, True),
-    "edge_deploy": ({"tensorflow", "ai_edge_litert"}, False),
+    "containerize_service": ({"schemathesis", "hypothesis", "flatbuffers"}, True),
+    "edge_deploy": ({"tensorflow", "ai_edge_litert", "flatbuffers"}, False),
     # a storage emulator on 127.0.0.1, written to through gcsfs and google-cloud-storage
     "failure_runbooks": ({"gcp_storage_emulator", "gcsfs", "google.cloud.storage"}, True),
     "framework_interop": (set(), False),  # per chosen format: interop.parity.MODULES
     "functional_env": ({"gymnasium"}, False),
-    "inference_capacity": ({"locust", "kubernetes_validate"}, True),
+    # jax.export's serialization imports flatbuffers lazily (a v5e host without it: ImportError)
+    "export_serving_contract": ({"flatbuffers"}, False),
+    "inference_capacity": ({"locust", "kubernetes_validate", "flatbuffers"}, True),
+    "rollback_provenance": ({"flatbuffers"}, False),
     "llmops": ({"opentelemetry.sdk"}, True),
     "losses_value_and_grad": ({"torch"}, False),
     "mlflow_tracking": ({"mlflow"}, False),
     "mlops": ({"pandera"}, False),
-    "modelops": ({"mlflow"}, False),
+    "modelops": ({"mlflow", "flatbuffers"}, False),
     "observability": (set(), True),  # the job's metrics endpoint
     "pod_slices": (set(), True),  # jax.distributed's coordinator
     "torch_to_flax": ({"torch", "safetensors"}, False),

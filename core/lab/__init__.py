@@ -230,6 +230,12 @@ def guard(problem: str | None, *context, headline: str | None = None) -> None:
     why (``headline`` in bold first, when given: "**`vmap(f)` cannot work.** <problem>");
     headless it prints ``STOPPED: problem`` and the run goes on to exit 0.
     """
+    _stop_cell(problem, context, headline, sys._getframe(1).f_globals)
+
+
+def _stop_cell(problem: str | None, context, headline: str | None, cell_globals: dict) -> None:
+    """guard's work, with the globals of the cell that asked (``guard``'s or ``require``'s
+    caller: the names to unbind are that cell's, never core.lab's own)."""
     if problem is None:
         return
     import marimo as mo
@@ -238,7 +244,7 @@ def guard(problem: str | None, *context, headline: str | None = None) -> None:
         print(f"STOPPED: {problem}")
         results.record_stop(problem)
     text = f"**{headline}** {problem}" if headline else problem
-    _unbind_calling_cell(sys._getframe(1).f_globals)
+    _unbind_calling_cell(cell_globals)
     mo.stop(True, mo.vstack([*context, mo.callout(mo.md(text), kind="warn")]))
 
 
@@ -271,9 +277,11 @@ def require(*modules: str, sockets: bool = False, why: str = "", programs=()) ->
 
         lab.require("torch", why="the reference is torch's scaled_dot_product_attention")
     """
-    guard(
+    _stop_cell(
         runtime.host_lacks(modules, sockets, why, programs),
-        headline="This host lacks what this part needs.",
+        (),
+        "This host lacks what this part needs.",
+        sys._getframe(1).f_globals,  # the calling cell's, as guard passes its caller's
     )
 
 

@@ -86,3 +86,19 @@ def test_guard_puts_a_headline_before_the_reason_in_the_ui_only(monkeypatch, cap
     assert capsys.readouterr().out == "STOPPED: in_axes has 2 entries for 3 arguments\n"
     assert markdown == ["**`vmap(f)` cannot work.** in_axes has 2 entries for 3 arguments"]
     assert stopped
+
+
+@pytest.mark.parametrize("stop", ["guard", "require"])
+def test_a_stop_unbinds_the_names_of_the_cell_that_asked(monkeypatch, stop):
+    """guard and require both hand the calling cell's globals to the unbinding (marimo issue
+    #7293), never core.lab's own: require once passed its own frame through guard."""
+    monkeypatch.setattr(lab, "mode", lambda: "edit")
+    monkeypatch.setattr(mo, "stop", lambda predicate, output=None: None)
+    monkeypatch.setattr(lab.runtime, "host_lacks", lambda *args: "no torch here")
+    unbound = []
+    monkeypatch.setattr(lab, "_unbind_calling_cell", unbound.append)
+    if stop == "guard":
+        lab.guard("refused")
+    else:
+        lab.require("torch", why="the reference")
+    assert unbound == [globals()]
