@@ -6,6 +6,7 @@ app = marimo.App(width="medium", app_title="Pallas grids and BlockSpecs")
 with app.setup:
     import jax
     import marimo as mo
+    import numpy as np
 
     from core import lab, numerics
     from core.kernels import tiling
@@ -21,6 +22,22 @@ with app.setup:
         lab.Flag("dtype", "float32", "element type", choices=pallas_grids.DTYPES),
         lab.Flag("program", 1, "the program instance to highlight (row-major)", lo=0, hi=63),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag(
+            "ragged_rows",
+            200,
+            "rows of the padding demo's array (256 columns)",
+            lo=8,
+            hi=512,
+            step=8,
+        ),
+        lab.Flag(
+            "ragged_block_rows",
+            128,
+            "block rows of the padding demo (need not divide its rows)",
+            lo=8,
+            hi=512,
+            step=8,
+        ),
         description="Pallas grids and BlockSpecs: which block every program instance touches.",
     )
     ARGS = FLAGS.parse()
@@ -28,6 +45,11 @@ with app.setup:
         "compiled by Mosaic on this TPU"
         if jax.default_backend() == "tpu"
         else ("in TPU interpret mode on this CPU")
+    )
+    RAGGED_RUNS_ON = (
+        "compiled by Mosaic on this TPU"
+        if jax.default_backend() == "tpu"
+        else "in Pallas's interpret mode on this CPU"
     )
 
 
@@ -46,7 +68,9 @@ def _():
     - choose an array shape, a block shape and see the grid it gives;
     - see which block of every input each program instance reads and which output block it
       writes, for a vector add and for a matmul by row and column strips;
-    - check the kernel against NumPy float64, and see the block shapes a TPU refuses and why.
+    - check the kernel against NumPy float64, and see the block shapes a TPU refuses and why;
+    - see what Pallas does with a block that does not divide the array: it pads the last block
+      on input and drops the excess on output.
     """)
     return
 
@@ -115,9 +139,11 @@ def _(bm, bn, dtype, k, kernel, m, n, program):
     rule: a block's last two dims must be divisible by {tiling.BLOCK_RULE[0]} and
     {tiling.BLOCK_RULE[1]} (for every dtype) or equal the array's: try bn = 64. A block need
     not divide the array: Pallas pads the last block with unspecified values and drops the
-    excess from the output. This lesson asks for whole blocks all the same (try bm = 96): the
-    padding is garbage, harmless in rows that are dropped but wrong wherever it is summed, as
-    in a matmul's K blocks. For {dtype.value}, blocks in multiples of
+    excess from the output (the last section shows it). This lesson's kernels ask for whole
+    blocks all the same (try bm = 96): the padding is garbage, harmless in rows that are
+    dropped but wrong wherever it is summed, as in a matmul's K blocks. For {
+                    dtype.value
+                }, blocks in multiples of
     {tiling.native_tile(dtype.value)[0]} x {tiling.native_tile(dtype.value)[1]} match the
     vector register's layout (16-bit types pack two rows per sublane): faster, not required.
     """
@@ -178,6 +204,92 @@ def _(dtype, kernel, result, x, y):
     return (check,)
 
 
+@app.cell
+def _():
+    ragged_rows = FLAGS.control("ragged_rows", ARGS, label="array rows")
+    ragged_block_rows = FLAGS.control("ragged_block_rows", ARGS, label="block rows")
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## Blocks that do not divide the array
+
+    Pallas does not require a block to divide its array. The grid is then
+    ceil(rows / block rows) block rows, and the last one hangs past the edge: on **input**
+    Pallas pads it (the kernel sees the array's rows, then padding), on **output** it writes
+    back only the rows inside the array and drops the rest. Below, `x + y` over an array of
+    `rows x {pallas_grids.RAGGED_COLS}` in blocks of `block rows x
+    {pallas_grids.RAGGED_BLOCK_COLS}` ({RAGGED_RUNS_ON}). The kernel also copies the x block
+    it received into a second output made of whole blocks, so you can see the padding.
+    """
+            ),
+            mo.hstack([ragged_rows, ragged_block_rows], justify="start"),
+        ]
+    )
+    return ragged_block_rows, ragged_rows
+
+
+@app.cell
+def _(ragged_block_rows, ragged_rows, seed):
+    lab.guard(
+        pallas_grids.ragged_problem(ragged_rows.value, ragged_block_rows.value),
+        headline="This block cannot tile the padding demo's array.",
+    )
+    _block = (ragged_block_rows.value, pallas_grids.RAGGED_BLOCK_COLS)
+    ragged_x, ragged_y = pallas_grids.ragged_data(seed.value, ragged_rows.value)
+    ragged_out, _seen = (np.asarray(a) for a in pallas_grids.ragged_add(ragged_x, ragged_y, _block))
+    # Independent reference: NumPy float64 x + y over the array's own shape.
+    _reference = pallas_grids.reference("add", ragged_x, ragged_y)
+    ragged_check = lab.Check(
+        f"Pallas x + y with blocks {_block} over an array {_reference.shape} "
+        f"({RAGGED_RUNS_ON}) equals NumPy float64 x + y: the padding was dropped",
+        numerics.scaled_max_error(ragged_out, _reference),
+        numerics.tolerance("float32"),
+        facts={"the output has the array's shape": ragged_out.shape == _reference.shape},
+    )
+    _x = np.asarray(ragged_x, np.float64)
+    _rows = pallas_grids.ragged_rows(ragged_rows.value, ragged_block_rows.value)
+    _step = ragged_block_rows.value
+    for _row in _rows:
+        _i = _row["block row i"]
+        _row["sum as the kernel saw x"] = f"{_seen[_i * _step : (_i + 1) * _step].sum():.6g}"
+        _row["sum of x's rows"] = f"{_x[_i * _step : (_i + 1) * _step].sum():.6g}"
+    _padding = _seen[ragged_rows.value :]
+    _padding_line = (
+        f"The last block row carries **{_padding.shape[0]} padding rows** "
+        f"({_padding.size:,} values; {int(np.isnan(_padding).sum()):,} of them NaN here)."
+        if _padding.size
+        else "The block rows divide the array: no padding at all (try 200 rows)."
+    )
+    mo.vstack(
+        [
+            ragged_check,
+            mo.hstack(
+                [
+                    pallas_grids.ragged_picture(ragged_rows.value, ragged_block_rows.value),
+                    lab.table(_rows, caption="Each block row: what the kernel saw and kept"),
+                ],
+                justify="start",
+                wrap=True,
+            ),
+            mo.md(
+                f"""
+    {_padding_line} What padding holds is unspecified: interpret mode fills it with NaN, so a
+    kernel that uses it shows it; on a TPU it is whatever that memory held. An elementwise
+    kernel does not care: a padded input row only makes an output row that is dropped, and the
+    check above passes. A kernel that **sums across** the ragged dimension does care: the sums
+    of each block as the kernel saw it (table) take the padding in. That is why this lesson's
+    kernels, the matmul above all, ask for whole blocks: a matmul sums over K, and padded K
+    values would be added into every output element. A kernel that must take a ragged block
+    masks the padded tail itself (compare the row index, from `pl.program_id`, with the
+    array's size).
+    """
+            ),
+        ]
+    )
+    return (ragged_check,)
+
+
 @app.cell(hide_code=True)
 def _():
     lab.tpu_results("pallas_grids")
@@ -187,6 +299,12 @@ def _():
 @app.cell
 def test_check_passes(check):
     check.assert_passed()
+    return
+
+
+@app.cell
+def test_ragged_check_passes(ragged_check):
+    ragged_check.assert_passed()
     return
 
 

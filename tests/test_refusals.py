@@ -98,7 +98,8 @@ REFUSALS = [
     # phase "Post-training" (issue 17)
     ("lora", ["--rank", "40"], "rank 40 exceeds the smallest side 32"),
     ("pallas_grids", ["--bn", "64"], "breaks the TPU tiling rule"),
-    ("pallas_grids", ["--dtype", "bfloat16", "--bm", "8"], "not a multiple of 16"),
+    ("pallas_grids", ["--bm", "96"], "96 does not divide 256: the course asks whole blocks"),
+    ("pallas_grids", ["--ragged-block-rows", "256"], "a block taller than the 200-row array"),
     ("first_tpu_kernel", ["--bk", "96"], "does not divide"),
     ("tiling_pipelining", ["--chunk", "48"], "does not divide the 256 rows"),
     ("rlhf_ppo", ["--group", "1"], "a GRPO group of 1 sample has no spread"),

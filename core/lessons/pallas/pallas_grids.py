@@ -3,16 +3,21 @@
 Two kernels (core.kernels.matmul): ``add`` (x_MN + y_MN, block bm x bn, grid (M/bm, N/bn))
 and ``matmul`` by strips (x_MK @ y_KN, grid (M/bm, N/bn): program (i, j) reads the row strip
 i of x, bm x K, the column strip j of y, K x bn, and writes block (i, j) of the output).
+
+And blocks that do not divide the array (``ragged_add``): Pallas pads the last block on input
+and drops the excess on output; the kernel also copies what it saw, padding included.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import altair as alt
 import jax
 import numpy as np
 import pandas as pd
+from jax.experimental import pallas as pl
 
 from core.kernels import matmul, tiling
 from core.lab import charts
@@ -176,3 +181,119 @@ def run(kernel: str, x, y, bm: int, bn: int):
 def reference(kernel: str, x, y) -> np.ndarray:
     """NumPy float64 of the same inputs (widened from their dtype)."""
     return matmul.add_reference(x, y) if kernel == "add" else matmul.matmul_reference(x, y)
+
+
+# --- blocks that do not divide the array: padded on input, excess dropped on output -----------
+
+RAGGED_COLS, RAGGED_BLOCK_COLS = 256, 128  # the demo's columns: two whole block columns
+
+
+def ragged_problem(rows: int, block_rows: int) -> str | None:
+    """Why the ragged demo cannot run (rows x 256 in blocks of block_rows x 128), or None:
+    Pallas's block rule only, blocks need not divide (``tiling.block_problem(exact=False)``)."""
+    return tiling.block_problem(
+        "x", (rows, RAGGED_COLS), (block_rows, RAGGED_BLOCK_COLS), "float32", exact=False
+    )
+
+
+def ragged_data(seed: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """x and y, (rows, 256) float32 standard normal from NumPy's generator (a new shape costs
+    no compile, unlike jax.random)."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((2, rows, RAGGED_COLS), dtype=np.float32))
+
+
+def _add_and_show_kernel(x_ref, y_ref, o_ref, seen_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]
+    seen_ref[...] = x_ref[...]  # the x block exactly as this program instance received it
+
+
+@functools.partial(jax.jit, static_argnames=("block", "interpret"))
+def ragged_add(x_MN, y_MN, block: tuple[int, int], interpret=None):
+    """x + y with ``block``s that need not divide (M, N): (out_MN, seen_PN).
+
+    The grid is ceil(M / bm) x ceil(N / bn). out has x's shape: Pallas drops what the last
+    blocks write past the edge. seen_PN, P = grid rows x bm (whole blocks), holds every x block
+    as the kernel saw it: rows M..P-1 are the padding Pallas added (NaN in interpret mode,
+    unspecified values on a TPU)."""
+    interpret = matmul.default_interpret("hlo") if interpret is None else interpret
+    grid = tiling.grid_of(x_MN.shape, block)
+    padded = (grid[0] * block[0], grid[1] * block[1])
+    spec = pl.BlockSpec(block, lambda i, j: (i, j))
+    return pl.pallas_call(
+        _add_and_show_kernel,
+        out_shape=[
+            jax.ShapeDtypeStruct(x_MN.shape, x_MN.dtype),
+            jax.ShapeDtypeStruct(padded, x_MN.dtype),
+        ],
+        grid=grid,
+        in_specs=[spec, spec],
+        out_specs=[spec, spec],
+        interpret=interpret,
+    )(x_MN, y_MN)
+
+
+def ragged_rows(rows: int, block_rows: int) -> list[dict]:
+    """One row per block row of the grid: the array rows it covers and how many are padding."""
+    table = []
+    for i in range(tiling.grid_of((rows,), (block_rows,))[0]):
+        start, stop = i * block_rows, (i + 1) * block_rows
+        real = min(stop, rows) - start
+        table.append(
+            {
+                "block row i": i,
+                "covers rows": f"{start}..{stop - 1}",
+                "array rows": f"{start}..{start + real - 1}",
+                "padding rows": f"{rows}..{stop - 1} ({stop - rows})" if stop > rows else "none",
+                "output rows kept": real,
+            }
+        )
+    return table
+
+
+def ragged_picture(rows: int, block_rows: int, size: int = 220):
+    """Altair: the grid's blocks over the array (rows x 256), padding past the edge shaded."""
+    grid = tiling.grid_of((rows, RAGGED_COLS), (block_rows, RAGGED_BLOCK_COLS))
+    cells = []
+    for i in range(grid[0]):
+        for j in range(grid[1]):
+            start, stop = i * block_rows, (i + 1) * block_rows
+            col0, col1 = j * RAGGED_BLOCK_COLS, (j + 1) * RAGGED_BLOCK_COLS
+            for part, row0, row1 in (("array", start, min(stop, rows)), ("padding", rows, stop)):
+                if row1 > row0:
+                    cells.append(
+                        {
+                            "row0": row0,
+                            "row1": row1,
+                            "col0": col0,
+                            "col1": col1,
+                            "part": part,
+                            "block": f"({i}, {j})",
+                        }
+                    )
+    padded_rows = grid[0] * block_rows
+    scale = size / max(padded_rows, RAGGED_COLS)
+    x = alt.X("col0:Q", title="column", scale=alt.Scale(domain=[0, RAGGED_COLS], nice=False))
+    y = alt.Y(
+        "row0:Q", title="row", scale=alt.Scale(domain=[0, padded_rows], reverse=True, nice=False)
+    )
+    return (
+        alt.Chart(
+            pd.DataFrame(cells),
+            title=f"x ({rows}, {RAGGED_COLS}) in blocks ({block_rows}, {RAGGED_BLOCK_COLS})",
+        )
+        .mark_rect(stroke="white", strokeWidth=1.5)
+        .encode(
+            x=x,
+            x2="col1:Q",
+            y=y,
+            y2="row1:Q",
+            color=alt.Color(
+                "part:N",
+                scale=alt.Scale(domain=["array", "padding"], range=["#dde3ea", charts.PALETTE[1]]),
+                legend=alt.Legend(orient="bottom", title=None),
+            ),
+            tooltip=["block:N", "part:N", "row0:Q", "row1:Q", "col0:Q", "col1:Q"],
+        )
+        .properties(width=round(RAGGED_COLS * scale), height=round(padded_rows * scale))
+    )

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from core.kernels import matmul
 from core.lessons.pallas import pallas_grids
 
 
@@ -52,3 +54,41 @@ def test_block_picture_lights_one_block():
     cells = next(iter(spec["datasets"].values()))
     lit = [c["block"] for c in cells if c["touched"] == "this program"]
     assert lit == ["(1, 0)"] and len(cells) == 2
+
+
+@pytest.mark.parametrize(
+    "rows, block_rows, mode", [(200, 128, "hlo"), (40, 16, "interpret"), (256, 128, "hlo")]
+)
+def test_ragged_add_pads_the_last_block_and_drops_the_excess(rows, block_rows, mode):
+    rng = np.random.default_rng(rows)
+    x, y = (rng.normal(size=(rows, 256)).astype(np.float32) for _ in range(2))
+    out, seen = pallas_grids.ragged_add(
+        x, y, (block_rows, 128), interpret=matmul.interpret_for(mode)
+    )
+    out, seen = np.asarray(out), np.asarray(seen)
+    # the output has the array's shape and is exact: one float32 add per element
+    assert out.shape == (rows, 256)
+    np.testing.assert_array_equal(out, x + y)  # NumPy's float32 add, rounded once
+    # what the kernel saw: the array's rows, then padding up to whole blocks (NaN here)
+    padded = -(-rows // block_rows) * block_rows
+    assert seen.shape == (padded, 256)
+    np.testing.assert_array_equal(seen[:rows], x)
+    assert np.isnan(seen[rows:]).all()
+    table = pallas_grids.ragged_rows(rows, block_rows)
+    assert len(table) == padded // block_rows
+    assert sum(r["output rows kept"] for r in table) == rows
+    last = table[-1]["padding rows"]
+    assert last == ("none" if padded == rows else f"{rows}..{padded - 1} ({padded - rows})")
+
+
+def test_ragged_problem_keeps_the_block_rule_but_not_exact_blocks():
+    assert pallas_grids.ragged_problem(200, 128) is None
+    assert "divisible by 8" in pallas_grids.ragged_problem(200, 12)
+    assert "between 1 and" in pallas_grids.ragged_problem(200, 256)
+
+
+def test_ragged_picture_shades_the_padding_past_the_edge():
+    spec = pallas_grids.ragged_picture(200, 128).to_dict()
+    cells = next(iter(spec["datasets"].values()))
+    padding = [c for c in cells if c["part"] == "padding"]
+    assert len(padding) == 2 and all((c["row0"], c["row1"]) == (200, 256) for c in padding)
