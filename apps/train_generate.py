@@ -170,6 +170,8 @@ def _(heads, kv_heads, layers, seq_len, text_corpus, width):
         )
     except ValueError as error:
         config_problem = str(error)
+        if "num_kv_heads" in config_problem:
+            config_problem += f": set kv heads G to a divisor of {heads.value}"
     lab.guard(config_problem, headline="This model cannot be built.")
     train_rows = corpus.pack(text_corpus.train, seq_len.value)
     heldout_batch = transformer.batch_from_packed(corpus.pack(text_corpus.heldout, seq_len.value))
