@@ -61,9 +61,11 @@ wheelhouse: $(STAMP)
 	$(BIN)/python -m tpu_scripts wheelhouse --profile $(PROFILE) \
 		$(if $(HOST_INVENTORY),--host-inventory $(HOST_INVENTORY))
 
+# `marimo run apps/` with each lesson's kernel forked from a process that already imported the
+# stack (core/lab/serve.py, core/lab/warm_kernels.py); JAX_TPU_LAB_WARM_KERNELS=0: plain marimo.
 lab: $(STAMP) $(KFP_STAMP)
 	@echo "Serving the course gallery on http://$(HOST):$(PORT) (course home: http://$(HOST):$(PORT)/?file=index.py)"
-	$(BIN)/marimo run apps/ --host $(HOST) --port $(PORT) $(LAB_FLAGS)
+	$(BIN)/python -m core.lab.serve apps/ --host $(HOST) --port $(PORT) $(LAB_FLAGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

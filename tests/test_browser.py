@@ -317,6 +317,23 @@ def test_slider_moves_the_output_and_latency_is_reported(browser, gallery_url, c
         page.close()
 
 
+def test_a_lesson_opens_in_a_kernel_forked_warm(browser, gallery):
+    """`make lab` forks each lesson's kernel from the warm process (core/lab/warm_kernels.py):
+    the app host marimo tracks is the shim, and the kernel is the warm process's child."""
+    page = open_app(browser, gallery.url, "arrays_devices.py")
+    try:
+        page.get_by_text(re.compile(r"^JAX sees 8 CPU devices")).wait_for(
+            timeout=STARTUP_TIMEOUT_MS
+        )
+        parents = set()
+        for pid in gallery.app_hosts():
+            with contextlib.suppress(psutil.Error):
+                parents.add(" ".join(psutil.Process(pid).parent().cmdline()))
+        assert any("core.lab.warm_kernels" in parent for parent in parents), parents
+    finally:
+        page.close()
+
+
 def test_assessment_grades_a_committed_answer_and_saves_progress(browser, gallery_url):
     """Commit a right and a wrong answer on the make-it-fast paper (seed 0): each is graded
     only once committed, with feedback, and both land in the session's progress folder."""
