@@ -11,9 +11,6 @@
 3. One persistent XLA compilation cache for the session's JAX processes, after a probe shows
    it reads back on this CPU (tests/tools/compilation_cache.py); JAX_LAB_TEST_COMPILATION_CACHE=0
    turns it off. Set here, in the controller, so xdist workers and every app subprocess inherit it.
-   On the CPU the session's XLA compiles at LLVM O0 (XLA_FLAGS, tests/tools/compilation_cache.py
-   fast_compile): a fresh clone compiles every program once, and at O2 compiling was most of an
-   app's run; JAX_LAB_TEST_FAST_COMPILE=0 keeps the default.
 4. One fresh folder for the session's cache of trained weights (core/post_training/cache.py,
    JAX_LAB_CACHE_DIR): the first process that trains a base model stores it, the other apps,
    workers and browser kernels of the session load it; the next session starts empty, so every
@@ -56,15 +53,10 @@ try:
 except ValueError as error:
     pytest.exit(str(error), returncode=pytest.ExitCode.USAGE_ERROR)
 
-_compilation = _load_tool("compilation_cache")
-# Workers and every child process inherit the controller's decisions (its environment).
-_FAST_COMPILE_STATUS = (
-    _compilation.fast_compile(os.environ, TEST_BACKEND)
-    if "PYTEST_XDIST_WORKER" not in os.environ
-    else None
-)
 _CACHE_STATUS = (
-    _compilation.enable(COMPILATION_CACHE_DIR) if "PYTEST_XDIST_WORKER" not in os.environ else None
+    _load_tool("compilation_cache").enable(COMPILATION_CACHE_DIR)
+    if "PYTEST_XDIST_WORKER" not in os.environ  # workers inherit the controller's decision
+    else None
 )
 
 _WEIGHTS_CACHE_ENV = "JAX_LAB_CACHE_DIR"  # core.post_training.cache.ENV_VAR (jax not imported yet)
@@ -125,8 +117,7 @@ def pytest_report_header(config):
     # xdist workers inherit both decisions and report neither (None: no header line).
     weights = _SESSION_WEIGHTS_CACHE and f"trained-weights cache: {_SESSION_WEIGHTS_CACHE}"
     backend = f"test backend: {TEST_BACKEND} (JAX_PLATFORMS={os.environ['JAX_PLATFORMS']})"
-    lines = (_FAST_COMPILE_STATUS, _CACHE_STATUS, weights, backend)
-    return [line for line in lines if line]
+    return [line for line in (_CACHE_STATUS, weights, backend) if line]
 
 
 def pytest_unconfigure(config):

@@ -80,34 +80,3 @@ def enable(cache_dir: pathlib.Path, environ=os.environ) -> str:
     environ[ENV_DIR] = str(cache_dir)
     environ.update(SETTINGS)
     return f"compilation cache: {cache_dir}"
-
-
-# XLA:CPU's LLVM optimisation: the suite's programs are small and run a few times each, so
-# compiling them at O0 costs less than the speed O2 buys (measured here, loaded 2-core host:
-# one lesson's 17 compiles 18.0 s -> 9.1 s; the capstone's training and blocked-attention tests
-# 519 s -> 401 s of wall time, compute included). The HLO passes (fusion, layout, sharding) are
-# XLA's own and run at every level, so what a test reads of the compiled program (cost and
-# memory analysis, collectives, fusions) is unchanged; only LLVM's code generation is cheaper.
-# The same flags as the Keras track's fast-compile children (interop/keras_track/child.py).
-# Never on a TPU (they would reach its compiler) and never for a benchmark (its figures are
-# the default build's): benchmarks are not tests.
-FAST_COMPILE_XLA_FLAGS = (
-    "--xla_backend_optimization_level=0",
-    "--xla_llvm_disable_expensive_passes=true",
-)
-ENV_FAST_COMPILE = "JAX_LAB_TEST_FAST_COMPILE"  # "0" keeps XLA:CPU's default optimisation
-
-
-def fast_compile(environ=os.environ, backend: str = "cpu") -> str | None:
-    """Append FAST_COMPILE_XLA_FLAGS to ``environ``'s XLA_FLAGS for a CPU session; say so.
-
-    A flag the caller already set (any value) is left as the caller set it."""
-    if backend != "cpu":
-        return None
-    if environ.get(ENV_FAST_COMPILE) == "0":
-        return f"XLA:CPU at its default optimisation ({ENV_FAST_COMPILE}=0)"
-    flags = environ.get("XLA_FLAGS", "").split()
-    names = {flag.split("=", 1)[0] for flag in flags}
-    added = [flag for flag in FAST_COMPILE_XLA_FLAGS if flag.split("=", 1)[0] not in names]
-    environ["XLA_FLAGS"] = " ".join(flags + added)
-    return f"XLA:CPU fast compile: XLA_FLAGS={environ['XLA_FLAGS']!r} ({ENV_FAST_COMPILE}=0: off)"
