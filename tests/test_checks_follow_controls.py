@@ -42,7 +42,10 @@ def headless_check_line(run_app, app: str, *flags: str, about: str = "") -> str:
 def test_headless_check_uses_the_chosen_policy(run_app):
     policy = "bf16 params + compute"
     line = headless_check_line(
-        run_app, "transformer_block", "--policy", policy, "--width", "32", "--seq-len", "16"
+        run_app,
+        "transformer_block",
+        *("--policy", policy, "--width", "32", "--seq-len", "16"),
+        about="under the policy",  # the block's check (the app checks its RoPE block too)
     )
     assert policy in line, line
     found = re.search(r"max error (\S+) \(tolerance (\S+)\)", line)

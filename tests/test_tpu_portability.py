@@ -94,6 +94,9 @@ NO_JAX_CHILDREN = {
 # can hold the chip: its environment is the host's, as it is.
 PARENT_WITHOUT_JAX = {
     "tpu_scripts/chip_session.py": "standard library only; each step is the chip's one process",
+    # marimo started the shim with runtime.child_env() (warm_kernels.install's plan); it hands
+    # that environment on unchanged to the kernel forked for it
+    "core/lab/warm_kernel_shim.py": "standard library only; its environment is child_env's",
 }
 # Modules that copy os.environ for another reason than a child's environment.
 NOT_A_CHILD_ENVIRONMENT = {

@@ -19,10 +19,21 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 import types
 
 from core import documents, flags, runtime
+
+# CPython 3.11 raises "SystemError: AST constructor recursion depth mismatch" when threads
+# parse at the same time (export_many reads apps on several threads): one parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """ast.parse, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 
 class NotAMarimoApp(ValueError):
@@ -32,7 +43,7 @@ class NotAMarimoApp(ValueError):
 def marimo_app_problem(source: str) -> str | None:
     """Why ``source`` is not a runnable marimo app, or None when it is one."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         return f"it is not valid Python ({exc.msg}, line {exc.lineno})"
     imports_marimo = any(
@@ -147,7 +158,7 @@ def _module_constants(dotted: str) -> types.SimpleNamespace:
     """The top-level constants of first-party module ``dotted`` as its source assigns them
     (``DTYPES = ("float32", ...)``); what it computes otherwise is left out."""
     path = _module_file(dotted)
-    tree = ast.parse(path.read_text(encoding="utf-8")) if path is not None else ast.Module([])
+    tree = parse(path.read_text(encoding="utf-8")) if path is not None else ast.Module([])
     return types.SimpleNamespace(**_constants(tree.body, {}, dotted))
 
 
@@ -187,7 +198,8 @@ def _constants(body: list[ast.stmt], known: dict, package: str = "") -> dict:
             try:
                 if not _constant(node.value, known):
                     raise ValueError(name)
-                code = compile(ast.Expression(node.value), "<source>", "eval")
+                with _PARSE_LOCK:  # compiling an AST meets the same 3.11 bug
+                    code = compile(ast.Expression(node.value), "<source>", "eval")
                 bound[name] = eval(code, {**scope, **values})  # only what _constant allowed
             except Exception:  # computed from something else, or a flag its app would refuse
                 known.pop(name, None)
@@ -206,7 +218,7 @@ def static_flags(source: str):
     library modules it imports, never run: the call, the plain constants it reads (``N = 64``,
     ``arrays_devices.DTYPES``), core.lab and a few builtins. None when the flags read
     anything else (JAX, a lesson module's computed value): --help decides then."""
-    for node in ast.parse(source).body:
+    for node in parse(source).body:
         if isinstance(node, ast.With) and any(
             ast.unparse(item.context_expr) == "app.setup" for item in node.items
         ):

@@ -94,7 +94,7 @@ def test_benchmark_result_is_read_or_said_absent(tmp_path):
     ("shape", "blocks", "dtype", "words"),
     [
         ((1, 1, 48, 16), (32, 16), "float32", "does not divide"),
-        ((1, 1, 32, 16), (8, 8), "bfloat16", "tile"),
+        ((1, 1, 32, 16), (4, 16), "bfloat16", "not divisible by 8 (sublanes)"),
         ((1, 4, 256, 16), (16, 16), "float32", "program instances"),
     ],
 )

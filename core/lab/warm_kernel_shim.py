@@ -1,6 +1,6 @@
 """The process marimo starts for a lesson's kernel when the lab forks kernels warm.
 
-Standard library only, run by path with ``python -I -S`` (about 20 ms to start): marimo
+Standard library only, run by path with ``python -I -S`` (no site-packages to import): marimo
 starts it where it would start ``python -m marimo._session.app_host.main``, writes the app
 host's start-up arguments to its stdin, and keeps it as the app host's process (alive while
 the kernel is, killed to stop it). The shim hands its stdin's arguments, its stdout/stderr and

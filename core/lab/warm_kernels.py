@@ -34,6 +34,8 @@ import tempfile
 import threading
 import traceback
 
+from core import runtime
+
 ENV_SWITCH = "JAX_TPU_LAB_WARM_KERNELS"  # "0": every kernel starts in a fresh interpreter
 SHIM = pathlib.Path(__file__).with_name("warm_kernel_shim.py")
 APP_HOST_MODULE = "marimo._session.app_host.main"
@@ -235,7 +237,7 @@ def start(env: dict[str, str] | None = None) -> WarmServer:
         # from it, as marimo's app host (the browser tests find every kernel of a tab by it).
         [sys.executable, "-m", "core.lab.warm_kernels", socket_path, APP_HOST_MODULE],
         stdout=subprocess.PIPE,
-        env=env,
+        env=runtime.child_env() if env is None else env,
         text=True,
     )
     server = WarmServer(process, socket_path)
@@ -268,7 +270,7 @@ def install(server: WarmServer) -> None:
 
     def start_warm(self) -> None:
         if self._plan is None and server.usable():
-            self._plan = ProcessPlan(argv=server.launcher(), env=dict(os.environ))
+            self._plan = ProcessPlan(argv=server.launcher(), env=runtime.child_env())
         original_start(self)
 
     start_warm.warm_kernels = True

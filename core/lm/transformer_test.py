@@ -463,7 +463,7 @@ def test_block_without_positions_is_order_blind_and_rope_is_not():
         y = np.asarray(transformer.block_forward(block, x, causal=False))
         y_perm = np.asarray(transformer.block_forward(block, x[:, order], causal=False))
         gap = np.abs(y_perm - y[:, order]).max()
-        assert (gap < 1e-5) is equivariant, (rope, gap)
+        assert bool(gap < 1e-5) == equivariant, (rope, gap)
 
 
 @pytest.mark.parametrize("kv_heads, rope", [(3, False), (2, True)])

@@ -7,9 +7,9 @@ that roof; it follows from the VPU's parts, each with its source here:
     VPU FLOP/s per chip = sublanes x lanes x ALUs per (lane, sublane) x TensorCores x clock
 
 counting one float32 operation per ALU per cycle. The scaling book works this out for v5p
-("Calculating VPU throughput": 8 * 128 * 4 * 2 * 1.75e9 = 1.4e13 FLOP/s, about a 30th of the
-MXU's bf16 peak). A generation whose ALU count or clock no source gives (v6e, TPU7x) has no
-VPU figure here: ``peak(generation)`` is None and the page says "not published".
+("Calculating VPU throughput": 8 * 128 * 4 * 2 * 1.75e9, which it gives as 1.4e13 FLOP/s,
+a 30th of the MXU's bf16 peak). A generation whose ALU count or clock no source gives (v6e,
+TPU7x) has no VPU figure here: ``peak(generation)`` is None and the page says "not published".
 
 Sources (keys of specs.SOURCES):
 - sublanes 8, lanes 128 on every generation: JAX's tpu_info (num_sublanes, num_lanes);

@@ -138,8 +138,8 @@ def accumulation_versions(mesh, params, batch, microbatches: int) -> tuple[list[
     in the HLO text, those executed per step and the closed form (rows), and its gradient
     ({reduce_every: grads})."""
     # Placed once, as the step expects (params replicated, batch rows split), from host
-    # copies: moving device arrays between shardings compiles a small program per shape
-    # (~0.1 s each here), a host-to-device transfer compiles nothing.
+    # copies: moving device arrays between shardings compiles a small program per shape,
+    # a host-to-device transfer compiles nothing.
     params = jax.device_put(jax.tree.map(np.asarray, params), NamedSharding(mesh, P()))
     batch = jax.device_put(jax.tree.map(np.asarray, batch), NamedSharding(mesh, P(AXIS)))
     rows, grads = [], {}

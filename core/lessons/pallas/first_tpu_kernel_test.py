@@ -12,9 +12,9 @@ from core.tpu import topology_compile
     ("args", "words"),
     [
         ((256, 256, 256, 128, 96, 128, "float32"), "does not divide"),
-        ((256, 256, 256, 128, 64, 128, "float32"), "multiple of 128"),  # x's lanes
-        ((256, 256, 256, 128, 128, 64, "float32"), "multiple of 128"),  # y's lanes
-        ((256, 256, 256, 8, 128, 128, "bfloat16"), "multiple of 16"),
+        ((256, 256, 256, 128, 64, 128, "float32"), "not divisible by 128"),  # x's lanes
+        ((256, 256, 256, 128, 128, 64, "float32"), "not divisible by 128"),  # y's lanes
+        ((256, 256, 256, 4, 128, 128, "bfloat16"), "not divisible by 8 (sublanes)"),
         ((1024, 256, 256, 8, 128, 128, "float32"), "too slow"),
     ],
 )
