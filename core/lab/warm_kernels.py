@@ -26,6 +26,7 @@ import os
 import pathlib
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -205,6 +206,9 @@ class WarmServer:
     process: subprocess.Popen
     socket_path: str
     ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    # Set once the warm process said whether it can fork, or ended without saying: no lesson
+    # waits for a process that will never be ready.
+    settled: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     def launcher(self) -> tuple[str, ...]:
         """The command marimo runs for an app host: the shim, with the module's name in its
@@ -215,7 +219,8 @@ class WarmServer:
     def usable(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
         """Whether kernels can be forked now: waits for the imports (a lesson opened in the
         first seconds waits for them rather than importing them again)."""
-        return self.ready.wait(timeout_s) and self.process.poll() is None
+        self.settled.wait(timeout_s)
+        return self.ready.is_set() and self.process.poll() is None
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -224,6 +229,7 @@ class WarmServer:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        shutil.rmtree(os.path.dirname(self.socket_path), ignore_errors=True)
 
 
 def start(env: dict[str, str] | None = None) -> WarmServer:
@@ -241,21 +247,22 @@ def start(env: dict[str, str] | None = None) -> WarmServer:
         text=True,
     )
     server = WarmServer(process, socket_path)
-
-    def wait_for_hello() -> None:
-        try:
-            hello = json.loads(process.stdout.readline() or "{}")
-        except ValueError:
-            hello = {}
-        if hello.get("ready"):
-            server.ready.set()
-        else:
-            why = hello.get("fork_problem") or "it did not come up"
-            print(f"lessons start cold: the warm kernel process cannot fork ({why})",
-                  file=sys.stderr)  # fmt: skip
-
-    threading.Thread(target=wait_for_hello, daemon=True).start()
+    threading.Thread(target=watch_hello, args=(server,), daemon=True).start()
     return server
+
+
+def watch_hello(server: WarmServer) -> None:
+    """Read the warm process's first line: ready, or why not (then lessons start cold)."""
+    try:
+        hello = json.loads(server.process.stdout.readline() or "{}")
+    except ValueError:
+        hello = {}
+    if hello.get("ready"):
+        server.ready.set()
+    else:
+        why = hello.get("fork_problem") or "it ended before it was ready"
+        print(f"lessons start cold: the warm kernel process cannot fork ({why})", file=sys.stderr)
+    server.settled.set()
 
 
 def install(server: WarmServer) -> None:

@@ -102,3 +102,15 @@ def test_install_routes_marimos_app_hosts_through_the_shim(warm, monkeypatch):
 
 def test_the_switch_turns_it_off():
     assert warm_kernels.enabled({}) and not warm_kernels.enabled({warm_kernels.ENV_SWITCH: "0"})
+
+
+def test_a_warm_process_that_ends_unready_sends_lessons_cold_without_waiting(capsys):
+    """No lesson waits out READY_TIMEOUT_S for a warm process that died before its hello."""
+    died = subprocess.Popen(
+        [sys.executable, "-c", "raise SystemExit(1)"], stdout=subprocess.PIPE, text=True
+    )
+    server = warm_kernels.WarmServer(died, "/nonexistent/kernels.sock")
+    warm_kernels.watch_hello(server)
+    assert server.settled.is_set() and not server.usable(timeout_s=0)
+    assert "lessons start cold" in capsys.readouterr().err
+    died.wait(timeout=EXIT_WAIT_S)
