@@ -110,12 +110,6 @@ def _become_module(request: dict, fds: list[int], closing: list[socket.socket]) 
         os._exit(code)
 
 
-@dataclasses.dataclass
-class _Kernel:
-    pid: int
-    connection: socket.socket
-
-
 def _kill(pid: int) -> None:
     """Kill a kernel and what it started (it leads its own session: marimo's app host
     calls setsid first), and reap it."""
@@ -146,7 +140,7 @@ def serve(socket_path: str) -> int:
     print(json.dumps({"ready": problem is None, "fork_problem": problem}), flush=True)
     if problem:
         return 1  # the shims find no socket and start their kernels cold
-    kernels: dict[socket.socket, _Kernel] = {}
+    kernels: dict[socket.socket, int] = {}  # each shim's connection -> its kernel's pid
     try:
         while os.getppid() == parent:  # the server is gone: so are its kernels
             readable, _, _ = select.select([listener, *kernels], [], [], POLL_S)
@@ -154,16 +148,16 @@ def serve(socket_path: str) -> int:
                 if ready is listener:
                     _start_kernel(listener, kernels)
                 elif not ready.recv(1):  # the shim ended (stopped or killed)
-                    _kill(kernels.pop(ready).pid)
+                    _kill(kernels.pop(ready))
                     ready.close()
             _reap(kernels)
     finally:
-        for kernel in kernels.values():
-            _kill(kernel.pid)
+        for pid in kernels.values():
+            _kill(pid)
     return 0
 
 
-def _start_kernel(listener: socket.socket, kernels: dict[socket.socket, _Kernel]) -> None:
+def _start_kernel(listener: socket.socket, kernels: dict[socket.socket, int]) -> None:
     connection, _ = listener.accept()
     try:
         message, fds, _flags, _address = socket.recv_fds(connection, MAX_MESSAGE, 2)
@@ -182,13 +176,13 @@ def _start_kernel(listener: socket.socket, kernels: dict[socket.socket, _Kernel]
     for fd in fds:
         os.close(fd)
     connection.sendall(json.dumps({"pid": pid}).encode("utf-8"))
-    kernels[connection] = _Kernel(pid, connection)
+    kernels[connection] = pid
 
 
-def _reap(kernels: dict[socket.socket, _Kernel]) -> None:
+def _reap(kernels: dict[socket.socket, int]) -> None:
     """Tell each shim whose kernel exited its exit code."""
-    for connection, kernel in list(kernels.items()):
-        done, status = os.waitpid(kernel.pid, os.WNOHANG)
+    for connection, pid in list(kernels.items()):
+        done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             try:
                 connection.sendall(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())

@@ -64,14 +64,11 @@ _LOCK = threading.Lock()
 
 
 def _fork_problem() -> str | None:
-    """Why forking this process would be unsafe (threads, a started JAX backend), or None."""
-    if threading.active_count() != 1:
-        return f"{threading.active_count()} threads are running"
-    from jax._src import xla_bridge
+    """Why forking this process would be unsafe (threads, a started JAX backend), or None:
+    the lab's warm kernels ask the same (core/lab/warm_kernels.py)."""
+    from core.lab import warm_kernels
 
-    if xla_bridge._backends:
-        return "a JAX backend has started"
-    return None
+    return warm_kernels.fork_problem()
 
 
 def _child(request: dict) -> None:
