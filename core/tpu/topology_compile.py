@@ -52,8 +52,15 @@ MEMORY_FIELDS = (
 
 # What libtpu would read from the metadata server of a TPU VM, named for a CPU host. The
 # accelerator type only tells libtpu the host's own chip layout, which compile-only
-# topologies (named in get_topology_desc) do not use.
-CPU_HOST_LIBTPU_ENV = {"TPU_WORKER_HOSTNAMES": "localhost", "TPU_ACCELERATOR_TYPE": "v5litepod-4"}
+# topologies (named in get_topology_desc) do not use. TPU_SKIP_MDS_QUERY: a CPU host has no
+# metadata server to ask; in a kernel forked by `make lab` (core/lab/warm_kernels.py) libtpu's
+# start asked it in a retry loop and the lesson hung for minutes (seen in gdb: FetchUrl under
+# FetchGceInstanceAttributeMetadata, select_tpu_slice's first run).
+CPU_HOST_LIBTPU_ENV = {
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "TPU_ACCELERATOR_TYPE": "v5litepod-4",
+    "TPU_SKIP_MDS_QUERY": "1",
+}
 
 
 def _prepare_libtpu_for_compile_only() -> None:
