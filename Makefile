@@ -78,8 +78,9 @@ check-apps: $(STAMP)
 
 # pytest-xdist: PYTEST_WORKERS processes (0 runs in this process). --dist loadscope keeps
 # each module's tests on one worker, so a module's expensive fixtures (a reference training
-# run, a served gallery) are built once. --no-loadscope-reorder keeps conftest.py's order:
-# the longest modules first (tests/module_seconds.json), so none starts last on its own.
+# run, a served gallery) are built once; the browser tour and the headless app runs are split
+# into parts both workers share (tests/tools/scheduling.py). --no-loadscope-reorder keeps
+# conftest.py's order: those parts first, then the longest modules (tests/module_seconds.json).
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP) $(KFP_STAMP)
 	JAX_PLATFORMS=cpu $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope \

@@ -23,7 +23,9 @@
    run; `make test PYTEST_FLAGS=--module-seconds-out=tests/module_seconds.json` rewrites it),
    so with xdist's one-module-per-worker scheduling (Makefile: --no-loadscope-reorder) no long
    module starts last while the other worker idles. A module not in the file is placed by its
-   test count. Within a module the order is untouched.
+   test count. Within a module the order is untouched. The browser tour and the headless app
+   runs are each split into parts that different workers share (tests/tools/scheduling.py),
+   taken first and in turns.
 """
 
 import importlib.util
@@ -48,6 +50,7 @@ def _load_tool(name: str):
 
 
 _chip_mode = _load_tool("chip_mode")
+_scheduling = _load_tool("scheduling")
 try:
     TEST_BACKEND = _chip_mode.set_platforms(os.environ)  # before anything imports jax
 except ValueError as error:
@@ -225,7 +228,15 @@ def pytest_collection_modifyitems(config, items):
 
     # sorted() is stable, and every xdist worker collects the same items: the same order.
     ordered = sorted(modules, key=lambda module: -expected_seconds(module))
-    items[:] = [item for module in ordered for item in modules[module]]
+    items[:] = _scheduling.ordered([item for module in ordered for item in modules[module]])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """loadscope with the two longest modules split into parts (tests/tools/scheduling.py)."""
+    if config.getoption("dist") == "loadscope":
+        return _scheduling.make_scheduler(config, log)
+    return None
 
 
 # Seconds per test module (setup + call + teardown, summed over its tests): the list to read
