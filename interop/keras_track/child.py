@@ -29,6 +29,7 @@ import numpy as np
 
 from core import runtime
 from interop import keras_bridge
+from interop.keras_track import worker
 
 BACKENDS = keras_bridge.BACKENDS
 # A child imports its backend (TensorFlow alone takes seconds, more on a loaded machine) and runs a
@@ -165,6 +166,9 @@ def serve(argv: Sequence[str], handler: Callable[[dict], dict]) -> int:
     if os.environ.get("KERAS_BACKEND") != wanted:
         print(f"the request is for backend {wanted!r}; KERAS_BACKEND differs", file=sys.stderr)
         return 3
+    # Keras's first import pulls in its scikit-learn wrappers (sklearn, pandas: seconds of CPU
+    # in every child) unless they are blocked; no handler uses them (worker.py does the same).
+    worker.block_unused_imports(wanted)
     import keras
 
     if keras.backend.backend() != wanted:
