@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import math
 import os
 import pathlib
@@ -398,4 +399,9 @@ if __name__ == "__main__":
     from core import runtime
 
     runtime.use_cpu_without_tpu()  # a host without a TPU: the CPU backend, libtpu quiet
-    sys.exit(main())
+    exit_code = main()
+    # Everything is written and closed. The interpreter's last garbage collections would walk
+    # every object JAX, Orbax and Grain created (~0.3-0.5 s of CPU per exit on a CPU host);
+    # frozen objects are skipped. The process still exits through sys.exit with its code.
+    gc.freeze()
+    sys.exit(exit_code)

@@ -4,7 +4,9 @@ on-call engineer follows for it."""
 
 from __future__ import annotations
 
+import functools
 import pathlib
+import tempfile
 
 from core.workload import recovery
 
@@ -83,13 +85,34 @@ def runbook_rows(kind: str) -> list[dict]:
 
 
 def drill(base: pathlib.Path, kind: str, step: int, steps: int, save_every: int):
-    """(recovery, reference): the failure recovered, and a fresh uninterrupted process."""
-    cache = base / "jax-cache"
-    reference = recovery.uninterrupted(base / "reference", steps, save_every, cache_dir=cache)
+    """(recovery, reference): the failure recovered, and a fresh uninterrupted process.
+
+    The job processes run in ``base``; the reference is ``reference(steps, save_every)``."""
+    uninterrupted = reference(steps, save_every)
     result = recovery.supervise(
-        base / "drill", recovery.Failure(kind, step), steps, save_every, cache_dir=cache
+        base / "drill", recovery.Failure(kind, step), steps, save_every, cache_dir=jax_cache()
     )
-    return result, reference
+    return result, uninterrupted
+
+
+@functools.lru_cache(maxsize=16)
+def reference(steps: int, save_every: int) -> recovery.Reference:
+    """A fresh job process's uninterrupted run of ``steps`` steps, saving every
+    ``save_every``: its losses and final state digest.
+
+    Run once per (steps, save_every) in this process: nothing else reaches it (the failure
+    and its step are the drill's), so moving the failure or its step re-runs only the
+    drill's processes and compares them with the same fresh run."""
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="failure_runbooks-reference-"))
+    return recovery.uninterrupted(run_dir / "reference", steps, save_every, cache_dir=jax_cache())
+
+
+@functools.cache
+def jax_cache() -> pathlib.Path:
+    """One JAX compilation cache for every job process this process starts (recovery.job_env;
+    a cache already set in the environment is used instead): a drill after the first loads
+    the job's programs instead of compiling them again."""
+    return pathlib.Path(tempfile.mkdtemp(prefix="failure_runbooks-jax-cache-"))
 
 
 def timeline(result: recovery.Recovery) -> list[dict]:
