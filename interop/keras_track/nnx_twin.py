@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
+from flax import nnx
 
 from interop import activations as diffs
 from interop import keras_bridge, torch_flax, twins
@@ -43,8 +44,11 @@ FIRST_DIVERGENT: dict[str, str] = {
 
 
 def mapping_rows(model: twins.NNXDigitsNet | None = None) -> list[dict]:
-    """Every NNX parameter -> its Keras weight (name and shape on both sides, the rule)."""
-    model = model if model is not None else twins.nnx_model()
+    """Every NNX parameter -> its Keras weight (name and shape on both sides, the rule).
+    Without ``model``, an abstract DigitsNet (``nnx.eval_shape``: shapes only, so no random
+    initializer is compiled and run for a table of names and shapes)."""
+    if model is None:
+        model = nnx.eval_shape(lambda: twins.NNXDigitsNet(twins.SPEC, rngs=nnx.Rngs(0)))
     rows = []
     for rule in keras_bridge.KERAS_RULES:
         value = getattr(getattr(model, rule.layer), rule.nnx_attribute).get_value()
