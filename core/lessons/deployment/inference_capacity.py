@@ -68,22 +68,41 @@ def build_versions(out_dir, seed: int, steps: int, max_batch: int, noise: float)
 
 def write_versions(trained, out_dir, max_batch: int, noise: float, seed: int) -> Versions:
     """Export the trained champion and its two candidates (artifacts of ``max_batch`` rows)."""
-    if not 0.0 <= noise <= 5.0:
-        raise ValueError(f"noise must be in [0, 5] (x each leaf's std), got {noise}")
-    out = pathlib.Path(out_dir)
-    export.write_artifacts(trained, out / "champion", max_batch, model_version="champion")
+    _check_noise(noise)
+    champion = write_champion(trained, out_dir, max_batch)
+    return write_candidates(trained, champion, out_dir, max_batch, noise, seed)
+
+
+def write_champion(trained, out_dir, max_batch: int) -> pathlib.Path:
+    """Export the trained champion (artifacts of ``max_batch`` rows) to ``out_dir/champion``."""
+    champion = pathlib.Path(out_dir) / "champion"
+    export.write_artifacts(trained, champion, max_batch, model_version="champion")
+    return champion
+
+
+def write_candidates(
+    trained, champion: pathlib.Path, out_dir, max_batch: int, noise: float, seed: int
+) -> Versions:
+    """Export the champion's two candidates to ``out_dir/candidate{0,1}``; the Versions with
+    the ``champion`` already written (the candidates alone follow the noise control)."""
+    _check_noise(noise)
     candidates = {
         "bfloat16-rounded weights": _weights_rounded_bf16(trained.weights),
         f"noisy weights ({noise:g} std)": _weights_noisy(trained.weights, noise, seed),
     }
     dirs = {}
     for i, (name, weights) in enumerate(candidates.items()):
-        dirs[name] = out / f"candidate{i}"
+        dirs[name] = pathlib.Path(out_dir) / f"candidate{i}"
         export.write_artifacts(
             export.Trained(weights, trained.info), dirs[name], max_batch,
             model_version=f"candidate{i}",
         )  # fmt: skip
-    return Versions(out / "champion", dirs, trained.info)
+    return Versions(pathlib.Path(champion), dirs, trained.info)
+
+
+def _check_noise(noise: float) -> None:
+    if not 0.0 <= noise <= 5.0:
+        raise ValueError(f"noise must be in [0, 5] (x each leaf's std), got {noise}")
 
 
 def held_out(seed: int, count: int) -> np.ndarray:
