@@ -105,7 +105,7 @@ def _():
 
 
 @app.cell
-def _(block_k, block_q, d, dtype, heads, long_t, t):
+def _(block_k, block_q, d, dtype, heads, t):
     _sizes = lab.table(
         [
             {
@@ -130,7 +130,6 @@ def _(block_k, block_q, d, dtype, heads, long_t, t):
             block_k.value,
             dtype.value,
             heads.value,
-            int(long_t.value),
         ),
         _sizes,
         headline="This kernel cannot run with these controls.",
@@ -354,6 +353,12 @@ def _(blocks, causal, compile_button, dtype, long_t, shape):
     mo.stop(
         lab.interactive() and not compile_button.value,
         mo.callout(mo.md("Press **Compile** (a few seconds)."), kind="info"),
+    )
+    # Checked here, not with the kernel's controls above: the longer T is this compile's
+    # alone, so moving it runs nothing of the kernel's again.
+    lab.guard(
+        kernel_iteration.long_t_problem(*blocks, int(long_t.value)),
+        headline="The TPU compile cannot use these blocks.",
     )
     libtpu_problem = topology_compile.libtpu_problem()
     compiled_rows = (

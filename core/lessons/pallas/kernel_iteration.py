@@ -28,9 +28,10 @@ BUFFERS = 2  # the pipeline double-buffers every block
 
 
 def problem(
-    t: int, d: int, block_q: int, block_k: int, dtype: str, heads: int, long_t: int
+    t: int, d: int, block_q: int, block_k: int, dtype: str, heads: int, long_t: int | None = None
 ) -> str | None:
-    """Why these controls cannot run (in words), or None. Checked before any Pallas call."""
+    """Why these controls cannot run (in words), or None. Checked before any Pallas call;
+    with ``long_t``, also the TPU compile's blocks (``long_t_problem``)."""
     for name, block in (("q and O", block_q), ("k and v", block_k)):
         reason = tiling.block_problem(name, (t, d), (block, d), dtype)
         if reason is not None:
@@ -43,6 +44,11 @@ def problem(
             f"the CPU, so more than {MAX_PROGRAMS} is too slow here: choose larger blocks, a "
             "shorter T or fewer heads"
         )
+    return None if long_t is None else long_t_problem(block_q, block_k, long_t)
+
+
+def long_t_problem(block_q: int, block_k: int, long_t: int) -> str | None:
+    """Why the TPU compile at T = ``long_t`` cannot use these blocks, or None."""
     if long_t % block_q or long_t % block_k:
         return (
             f"block_q {block_q} and block_k {block_k} must divide the TPU compile's "

@@ -22,6 +22,13 @@ def test_problem_explains_refusals(args, words):
     assert words in kernel_iteration.problem(*args)
 
 
+def test_the_long_t_check_stands_alone():
+    # the app checks the TPU compile's T in that compile's cell, apart from the kernel's
+    assert kernel_iteration.problem(240, 64, 48, 48, "float32", 1) is None
+    assert "must divide the TPU compile's T = 4096" in kernel_iteration.long_t_problem(48, 48, 4096)
+    assert kernel_iteration.long_t_problem(64, 128, 1024) is None
+
+
 def test_defaults_and_whole_dims_are_allowed():
     assert kernel_iteration.problem(256, 64, 64, 64, "float32", 1, 4096) is None
     # a block equal to T is allowed by the tiling rule even when it is not a multiple of 8
