@@ -422,7 +422,9 @@ def generate_padded(
         token = _sample(logits, jax.random.fold_in(key, i), sampling)
         tokens.append(np.asarray(token))
         if i + 1 < max_new_tokens:
-            logits, cache = decode(model, token, cache)
+            # The host copy, as teacher_forced_logits_BTV feeds its tokens: a device array
+            # (committed) would make jit lower and compile decode a second time, unchanged.
+            logits, cache = decode(model, tokens[-1], cache)
     b, v = tokens_BP.shape[0], model.config.vocab_size
     return Generated(
         np.stack(tokens, 1) if tokens else np.zeros((b, 0), np.int32),

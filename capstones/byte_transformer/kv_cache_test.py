@@ -251,3 +251,46 @@ def test_generate_command(model, monkeypatch, capsys):
         argv = ["generate", "run_dir=unused", "method=temperature", f"temperature={tiny}"]
         assert cli.main(argv) == 2
         assert f">= {generate_lib.MIN_TEMPERATURE}" in capsys.readouterr().err
+
+
+# --- programs compiled --------------------------------------------------------------------
+
+
+def _compiled_names(run) -> list[str]:
+    """The name of every program XLA compiles while ``run()`` runs (jax.monitoring events)."""
+    names = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(kwargs.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return names
+
+
+def test_generation_reuses_the_teacher_forced_decode_program():
+    """Greedy generation feeds decode host tokens, as teacher forcing does: with the same batch
+    and capacity both run one decode program. The model is committed to its device, as one
+    restored from a checkpoint is: then a device token made jit compile decode again."""
+    from flax import nnx
+
+    model = transformer.TinyLM(TINY.model_config(), jax.random.key(TINY.seed))
+    state = nnx.state(model)
+    nnx.update(model, jax.tree.map(lambda leaf: jax.device_put(leaf, leaf.sharding), state))
+    capacity = 24
+    prompts, lengths = kv_cache.pad_prompts(["de", "imp"])
+    windows = _tokens((2, 9), seed=3)
+    first = _compiled_names(
+        lambda: kv_cache.teacher_forced_logits_BTV(
+            model, windows, "bf16", prefill_len=4, capacity=capacity
+        )
+    )
+    then = _compiled_names(
+        lambda: kv_cache.generate_padded(model, prompts, lengths, 6, "bf16", capacity=capacity)
+    )
+    assert "jit(decode)" in first and "jit(prefill)" in then  # the listener sees them by name
+    assert "jit(decode)" not in then, then

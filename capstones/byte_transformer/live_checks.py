@@ -11,6 +11,7 @@ import numpy as np
 from capstones.byte_transformer import training
 from core import numerics
 from core.lm import tokenizer, transformer
+from core.perf import xla_cpu
 
 
 def causality_check(config, params, batch: dict, window: int = 32, seed: int = 0) -> dict:
@@ -36,7 +37,11 @@ def causality_check(config, params, batch: dict, window: int = 32, seed: int = 0
     def projected_logits_T(x):
         return model.unembed(model.backbone(x[None], mask))[0] @ direction_V
 
-    jacobian_TSD = jax.jacrev(projected_logits_T)(model.embed(tokens, positions)[0])
+    # One compiled program (op by op, the jacrev compiled ~60 small ones), without XLA:CPU's
+    # YNN fusions: it miscompiles programs of this shape (core/perf/xla_cpu.py).
+    jacobian_TSD = xla_cpu.jit_without_ynn_fusion(jax.jacrev(projected_logits_T))(
+        model.embed(tokens, positions)[0]
+    )
     norms = np.asarray(jnp.sqrt(jnp.sum(jacobian_TSD**2, axis=-1)), np.float64)
     later = np.triu(np.ones((t, t), bool), 1)
     same = (segments[:, None] == segments[None, :]) & (segments[:, None] != 0)

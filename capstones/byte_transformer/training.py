@@ -408,7 +408,9 @@ def train(
     run_dir = pathlib.Path(run_dir).absolute()
     prepared = prepare(config, run_dir)
     corpus, stream, heldout = prepared.corpus, prepared.stream, prepared.heldout
-    state = init_state(config)
+    # Committed to its device, as a restored state is (Orbax places each leaf): otherwise a
+    # resumed run would lower and compile the same train step and eval programs again.
+    state = jax.tree.map(lambda leaf: jax.device_put(leaf, leaf.sharding), init_state(config))
     step_fn = make_train_step(config)
     run_dir.mkdir(parents=True, exist_ok=True)  # the first write
 

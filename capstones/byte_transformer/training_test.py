@@ -476,3 +476,23 @@ def test_the_flash_layout_is_the_configs_and_bthd_needs_heads_of_128_lanes():
         config_lib.Config(flash_layout="BTHD")  # the default: d_model 256 over 4 heads
     with pytest.raises(ValueError, match="flash_layout must be one of"):
         config_lib.Config(flash_layout="BHDT")
+
+
+def test_a_resumed_run_compiles_no_program_the_first_run_compiled(tmp_path):
+    """The fresh state is committed to its device like a restored one, so resuming in the same
+    process reuses the train step and eval programs (uncommitted, jit compiled both again)."""
+    config = dataclasses.replace(TINY, d_model=16, num_heads=2)  # programs no other test built
+    names = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(kwargs.get("fun_name"))
+
+    training.train(dataclasses.replace(config, steps=3), tmp_path, log_mlflow=False)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        resumed = training.train(config, tmp_path, log_mlflow=False)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert resumed.start_step == 3 and resumed.last_step == 6
+    assert "jit(train_step)" not in names and "jit(summed)" not in names, names
