@@ -177,11 +177,19 @@ def _step(params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm, act
     return new_params, opt_state, diagnostics
 
 
+# Updates per call of the compiled training loop. A scan's length is part of its program, so a
+# whole run in one scan compiled again for every new step count (~2 s here); runs of chunks of
+# TRAIN_CHUNK share one program (the steps control moves by 10), and the chunks give the same
+# bits as one scan of the whole run (the same loop body, carried state passed on).
+TRAIN_CHUNK = 10
+
+
 @functools.partial(jax.jit, static_argnames=("steps", "activation"))
-def _train_run(params, x_ND, y_N, learning_rate, clip_norm, layernorm, steps, activation):
-    """One run of ``steps`` updates in a ``lax.scan``. Learning rate, clip and layer norm
-    are traced arguments, so every configuration reuses this one compiled program."""
-    opt_state = make_optimizer(learning_rate, clip_norm).init(params)
+def _train_chunk(
+    params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm, steps, activation
+):
+    """``steps`` updates from (params, opt_state) in a ``lax.scan``. Learning rate, clip and
+    layer norm are traced arguments, so every configuration reuses this one compiled program."""
 
     def body(carry, _):
         params, opt_state = carry
@@ -190,8 +198,29 @@ def _train_run(params, x_ND, y_N, learning_rate, clip_norm, layernorm, steps, ac
         )
         return (params, opt_state), diagnostics
 
-    (params, _), diagnostics = jax.lax.scan(body, (params, opt_state), length=steps)
-    return params, diagnostics
+    (params, opt_state), diagnostics = jax.lax.scan(body, (params, opt_state), length=steps)
+    return params, opt_state, diagnostics
+
+
+@jax.jit
+def _init_optimizer(params, learning_rate, clip_norm):
+    return make_optimizer(learning_rate, clip_norm).init(params)
+
+
+def _train_run(params, x_ND, y_N, learning_rate, clip_norm, layernorm, steps, activation):
+    """One run of ``steps`` updates, TRAIN_CHUNK at a time: (final params, diagnostics with a
+    leading S axis)."""
+    params = jax.device_put(params)  # host arrays, then the chunks' own: one cache entry
+    opt_state = _init_optimizer(params, learning_rate, clip_norm)
+    chunks = []
+    for start in range(0, steps, TRAIN_CHUNK):
+        params, opt_state, diagnostics = _train_chunk(
+            params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm,
+            min(TRAIN_CHUNK, steps - start), activation,
+        )  # fmt: skip
+        chunks.append(diagnostics)
+    # joined on the host: an eager concatenate would compile again for every step count
+    return params, jax.tree.map(lambda *parts: np.concatenate(parts), *jax.device_get(chunks))
 
 
 def train(

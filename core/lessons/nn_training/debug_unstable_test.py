@@ -137,7 +137,8 @@ def _reference_run(config, params, x, y, steps):
     return np.array(losses), params
 
 
-def test_vmapped_training_equals_a_plain_loop_per_configuration():
+@pytest.mark.parametrize("steps", [6, 23])  # within one chunk of the loop, and across three
+def test_vmapped_training_equals_a_plain_loop_per_configuration(steps):
     x, y, params = _problem(3)
     configs = [
         debug_unstable.Config("plain", 0.1),
@@ -145,14 +146,26 @@ def test_vmapped_training_equals_a_plain_loop_per_configuration():
         debug_unstable.Config("layer norm", 0.2, 0.8, layernorm=True),
         debug_unstable.Config("everything", 0.05, 1.5, 1.0, True),
     ]
-    runs = debug_unstable.train(configs, params, x, y, steps=6)
+    runs = debug_unstable.train(configs, params, x, y, steps=steps)
     for run in runs:
-        losses, final = _reference_run(run.config, params, x, y, 6)
+        losses, final = _reference_run(run.config, params, x, y, steps)
         np.testing.assert_allclose(run.loss_S, losses, rtol=1e-4)
         assert numerics.tree_normwise_max_error(run.final_params, final) < 1e-4
         scaled = [{k: v * run.config.init_scale for k, v in layer.items()} for layer in params]
         assert numerics.tree_normwise_max_error(run.params_at(0), scaled) < 1e-7
-        assert run.grad_norm_SL.shape == (6, 4) and run.activation_std_SH.shape == (6, 3)
+        assert run.grad_norm_SL.shape == (steps, 4) and run.activation_std_SH.shape == (steps, 3)
+        assert jax.tree.leaves(run.params_S)[0].shape[0] == steps
+
+
+def test_a_new_step_count_compiles_no_new_training_loop():
+    # the app's steps control moves by TRAIN_CHUNK: every count it offers reuses one program
+    x, y, params = _problem(3)
+    configs = [debug_unstable.Config("plain", 0.1)]
+    debug_unstable.train(configs, params, x, y, steps=2 * debug_unstable.TRAIN_CHUNK)
+    programs = debug_unstable._train_chunk._cache_size()
+    (run,) = debug_unstable.train(configs, params, x, y, steps=3 * debug_unstable.TRAIN_CHUNK)
+    assert debug_unstable._train_chunk._cache_size() == programs
+    assert run.loss_S.shape == (3 * debug_unstable.TRAIN_CHUNK,)
 
 
 def test_divergence_step():
