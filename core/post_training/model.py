@@ -202,9 +202,26 @@ def short_hash(tree) -> str:
 # --- training --------------------------------------------------------------------------------
 
 
+# Steps per call of the compiled training loop. A scan's length is part of its program, so a
+# run in one scan compiled again for every new step count (~2.5 s for this model on a CPU); runs
+# in chunks of TRAIN_CHUNK share one program per (loss, shapes) (the lessons' steps controls
+# move by 10), and give the same bits as one scan of the run (the same loop body, with the
+# trainable weights and Adam's state carried from chunk to chunk).
+TRAIN_CHUNK = 10
+
+
+def _optimizer(learning_rate) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(learning_rate))
+
+
+@jax.jit
+def _init_optimizer(learning_rate, trainable):
+    return _optimizer(learning_rate).init(trainable)
+
+
 @functools.partial(jax.jit, static_argnames=("loss_fn", "has_aux"))
-def _train_scan(loss_fn, learning_rate, trainable, frozen, batches, has_aux=False):
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(learning_rate))
+def _train_chunk(loss_fn, learning_rate, trainable, opt_state, frozen, batches, has_aux=False):
+    tx = _optimizer(learning_rate)
 
     def step(carry, batch):
         trainable, opt_state = carry
@@ -212,13 +229,13 @@ def _train_scan(loss_fn, learning_rate, trainable, frozen, batches, has_aux=Fals
         updates, opt_state = tx.update(grads, opt_state, trainable)
         return (optax.apply_updates(trainable, updates), opt_state), value
 
-    (trainable, _), losses = jax.lax.scan(step, (trainable, tx.init(trainable)), batches)
-    return trainable, losses
+    (trainable, opt_state), values = jax.lax.scan(step, (trainable, opt_state), batches)
+    return trainable, opt_state, values
 
 
 def train(loss_fn, trainable, frozen, batches_S, learning_rate: float, has_aux: bool = False):
     """Adam (global norm clipped to 1) on ``loss_fn(trainable, frozen, batch)``, one step per
-    leading entry of the pytree ``batches_S``; one compiled program (lax.scan) for the run.
+    leading entry of the pytree ``batches_S``; compiled lax.scan loops of TRAIN_CHUNK steps.
 
     ``loss_fn`` must be a module-level function (it is a static argument: one compile per
     function). Returns (trained pytree, losses_S as numpy); with ``has_aux`` the loss function
@@ -226,8 +243,20 @@ def train(loss_fn, trainable, frozen, batches_S, learning_rate: float, has_aux: 
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
     lr = jnp.asarray(learning_rate, F32)  # traced: a new learning rate does not recompile
-    trained, values = _train_scan(loss_fn, lr, trainable, frozen, batches_S, has_aux)
-    return trained, jax.tree.map(np.asarray, values)
+    batches_S = jax.device_get(batches_S)  # sliced on the host: an eager slice compiles per start
+    steps = jax.tree.leaves(batches_S)[0].shape[0]
+    trainable = jax.device_put(trainable)  # host arrays, then the chunks' own: one cache entry
+    opt_state = _init_optimizer(lr, trainable)
+    chunks = []
+    for start in range(0, steps, TRAIN_CHUNK):
+        batches = jax.tree.map(lambda b, s=start: b[s : s + TRAIN_CHUNK], batches_S)
+        trainable, opt_state, values = _train_chunk(
+            loss_fn, lr, trainable, opt_state, frozen, batches, has_aux
+        )
+        chunks.append(values)
+    # joined on the host: an eager concatenate would compile again for every step count
+    values = jax.tree.map(lambda *parts: np.concatenate(parts), *jax.device_get(chunks))
+    return trainable, values
 
 
 def sequence_logprob_reference(params: dict, config: ModelConfig, tokens_BT, weights_BT):

@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from core import numerics
@@ -79,6 +80,47 @@ def test_train_runs_adam_steps_and_lowers_the_loss():
     assert losses_S.shape == (50,) and losses_S[-1] < 0.05 * losses_S[0]
     with pytest.raises(ValueError, match="learning_rate"):
         model.train(_quadratic, jnp.zeros(3), None, batches, 0.0)
+
+
+def _quadratic_with_aux(w, frozen, batch):
+    loss = _quadratic(w, frozen, batch)
+    return loss, {"w_norm": jnp.sqrt(jnp.sum(w**2))}
+
+
+@pytest.mark.parametrize("has_aux", [False, True])
+def test_train_across_chunks_equals_a_plain_optax_loop(has_aux):
+    # 23 steps: two whole chunks of the compiled loop and a remainder of 3
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(23, 8, 3)).astype(np.float32)
+    batches = {"x": x, "y": x @ np.array([1.0, -2.0, 0.5], np.float32)}
+    loss_fn = _quadratic_with_aux if has_aux else _quadratic
+    trained, values = model.train(loss_fn, jnp.zeros(3), None, batches, 0.1, has_aux)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(0.1))
+    w, want = jnp.zeros(3), []
+    state = tx.init(w)
+    for s in range(23):
+        batch = {k: v[s] for k, v in batches.items()}
+        loss, grads = jax.value_and_grad(_quadratic)(w, None, batch)
+        updates, state = tx.update(grads, state, w)
+        w = optax.apply_updates(w, updates)
+        want.append(float(loss))
+    losses_S = values[0] if has_aux else values
+    np.testing.assert_allclose(losses_S, want, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(trained), np.asarray(w), rtol=1e-5, atol=1e-6)
+    if has_aux:
+        assert values[1]["w_norm"].shape == (23,)
+
+
+def test_a_new_step_count_compiles_no_new_training_loop():
+    # the lessons' steps controls move by TRAIN_CHUNK: each count they offer reuses one program
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3 * model.TRAIN_CHUNK, 4, 3)).astype(np.float32)
+    batches = {"x": x, "y": x.sum(-1)}
+    shorter = {k: v[: 2 * model.TRAIN_CHUNK] for k, v in batches.items()}
+    model.train(_quadratic, jnp.zeros(3), None, shorter, 0.1)
+    programs = model._train_chunk._cache_size()
+    _, losses_S = model.train(_quadratic, jnp.zeros(3), None, batches, 0.1)
+    assert model._train_chunk._cache_size() == programs and losses_S.shape == (30,)
 
 
 def test_config_is_validated():
