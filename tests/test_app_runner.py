@@ -87,3 +87,26 @@ def test_a_server_that_refused_to_fork_is_not_started_again():
     fresh = runner.run([PROBE, "4"], env=env, cwd=curriculum.REPO_ROOT, timeout=60)
     assert fresh.returncode == 4 and "thread finished" in fresh.stdout
     assert runner._SERVERS[key] is None
+
+
+def test_a_forked_run_leaves_its_cyclic_garbage_to_the_os(run_app, tmp_path):
+    """The runner freezes the collector at exit (after the app's own atexit handlers): the
+    interpreter's last collections skip what the run built. A cycle whose finalizer would
+    print at that collection in a fresh interpreter stays silent in a forked run."""
+    script = tmp_path / "cycle_at_exit.py"
+    script.write_text(
+        "import atexit, gc, sys\n"
+        "class Node:\n"
+        "    def __del__(self):\n"
+        "        sys.stdout.write('collected at exit\\n'); sys.stdout.flush()\n"
+        "gc.disable()\n"  # nothing collects the cycle before exit
+        "a, b = Node(), Node(); a.other, b.other = b, a\n"
+        "del a, b\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+    )
+    env = lab.child_env(JAX_PLATFORMS="cpu")
+    fresh = _fresh([script], env)
+    forked = run_app([script], env=env, cwd=curriculum.REPO_ROOT, timeout=60)
+    assert fresh.returncode == forked.returncode == 0
+    assert "collected at exit" in fresh.stdout, "the control: a fresh interpreter collects it"
+    assert forked.stdout == "atexit ran\n", forked.stdout
