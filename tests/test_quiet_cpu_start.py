@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from core import curriculum, runtime
+from core.tpu import topology_compile
 
 pytestmark = pytest.mark.skipif(
     runtime.host_has_tpu(), reason="a host with TPU chips: JAX is meant to open them here"
@@ -46,6 +47,11 @@ def unset_env() -> dict[str, str]:
     # quiet check below pass for nothing. Loading it beside another process shows it each time.
     env = runtime.child_env(JAX_NUM_CPU_DEVICES="8", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     env.pop("JAX_PLATFORMS", None)
+    # A test in this worker that compiled for a TPU topology left libtpu's CPU-host settings in
+    # os.environ (core.tpu.topology_compile: a worker hostname, an accelerator type); inherited,
+    # they silence libtpu too. A learner's shell has none of them.
+    for name in topology_compile.CPU_HOST_LIBTPU_ENV:
+        env.pop(name, None)
     return env
 
 
