@@ -52,15 +52,6 @@ def _app_call(tree: ast.Module) -> ast.Call:
     raise AssertionError("no `app = marimo.App(...)`")
 
 
-def _cells(tree: ast.Module) -> list[ast.FunctionDef]:
-    return [
-        node
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef)
-        and any(ast.unparse(d).startswith("app.cell") for d in node.decorator_list)
-    ]
-
-
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
 def test_app_has_the_skeleton(app_path):
     source = app_path.read_text(encoding="utf-8")
@@ -73,7 +64,7 @@ def test_app_has_the_skeleton(app_path):
         isinstance(n, ast.With) and ast.unparse(n.items[0].context_expr) == "app.setup"
         for n in tree.body
     ), "imports live in `with app.setup:`"
-    cells = _cells(tree)
+    cells = export.app_cells(tree)
     first = cells[0]
     assert "hide_code=True" in ast.unparse(first.decorator_list[0]), (
         "the first cell is the hidden title"
@@ -93,7 +84,8 @@ def test_lesson_is_named_and_has_a_check(app_path):
     source = app_path.read_text(encoding="utf-8")
     assert "lab.Check(" in source, "the check cell is a lab.Check (core.numerics errors)"
     assert "title" in source
-    tests = [ast.unparse(c) for c in _cells(_tree(app_path)) if c.name.startswith("test_")]
+    cells = export.app_cells(_tree(app_path))
+    tests = [ast.unparse(c) for c in cells if c.name.startswith("test_")]
     assert any(".assert_passed()" in t for t in tests), "a test cell calls check.assert_passed()"
 
 
@@ -120,7 +112,7 @@ def test_app_speaks_the_one_check_vocabulary(app_path):
 
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
 def test_test_cells_come_last(app_path):
-    names = [cell.name for cell in _cells(_tree(app_path))]
+    names = [cell.name for cell in export.app_cells(_tree(app_path))]
     first_test = next(i for i, name in enumerate(names) if name.startswith("test_"))
     late = [name for name in names[first_test:] if not name.startswith("test_")]
     assert not late, f"cells after the first test_* cell: {late} (tests go last)"
@@ -147,7 +139,7 @@ def _silent_stops(cell: ast.FunctionDef) -> list[str]:
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))
 def test_every_cell_runs_headless(app_path):
     """The headless run is the app's test, so no cell with descendants may stop silently."""
-    stops = [stop for cell in _cells(_tree(app_path)) for stop in _silent_stops(cell)]
+    stops = [stop for cell in export.app_cells(_tree(app_path)) for stop in _silent_stops(cell)]
     assert not stops, (
         f"{stops}: use lab.guard(problem) for a refusal (it prints STOPPED), "
         "`mo.stop(lab.interactive() and not button.value, ...)` for a run button"
@@ -155,7 +147,7 @@ def test_every_cell_runs_headless(app_path):
 
 
 def test_the_silent_stop_detector_bites():
-    cells = _cells(
+    cells = export.app_cells(
         ast.parse(
             "@app.cell\ndef _(x):\n    mo.stop(x > 1)\n    y = 2\n    return (y,)\n"
             "@app.cell\ndef _(b):\n    mo.stop(lab.interactive() and not b.value)\n"

@@ -15,6 +15,8 @@ import pathlib
 
 import pytest
 
+from tpu_scripts import export
+
 APPS = pathlib.Path(__file__).resolve().parent.parent / "apps"
 
 # (app stem, control, calls that moving the control must not run again)
@@ -54,11 +56,7 @@ CASES = [
 def cells(source: str) -> list[tuple[set[str], set[str], str]]:
     """(names read, names defined, source) of each ``@app.cell`` function."""
     found = []
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.FunctionDef) or not any(
-            ast.unparse(d).startswith("app.cell") for d in node.decorator_list
-        ):
-            continue
+    for node in export.app_cells(ast.parse(source)):
         reads = {a.arg for a in node.args.args}
         defines = set()
         for statement in ast.walk(node):

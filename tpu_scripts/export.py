@@ -40,6 +40,16 @@ class NotAMarimoApp(ValueError):
     """The file given to export is not a marimo app (with the reason)."""
 
 
+def app_cells(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The ``@app.cell`` functions of a marimo app's parsed source, in source order."""
+    return [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(d).startswith("app.cell") for d in node.decorator_list)
+    ]
+
+
 def marimo_app_problem(source: str) -> str | None:
     """Why ``source`` is not a runnable marimo app, or None when it is one."""
     try:
@@ -61,12 +71,7 @@ def marimo_app_problem(source: str) -> str | None:
     )
     if not defines_app:
         return "it has no `app = marimo.App(...)`"
-    has_cells = any(
-        isinstance(node, ast.FunctionDef)
-        and any(ast.unparse(d).startswith("app.cell") for d in node.decorator_list)
-        for node in tree.body
-    )
-    if not has_cells:
+    if not app_cells(tree):
         return "it has no `@app.cell` functions"
     runs_as_script = any(
         isinstance(node, ast.If)

@@ -57,15 +57,6 @@ MAX_CONFIRM = 2  # subprocess confirmations per app (each costs a full `python a
 # ---------------------------------------------------------------- app source (no execution)
 
 
-def _cells(tree: ast.Module) -> list[ast.FunctionDef]:
-    return [
-        n
-        for n in tree.body
-        if isinstance(n, ast.FunctionDef)
-        and any(ast.unparse(d).startswith("app.cell") for d in n.decorator_list)
-    ]
-
-
 def control_names(tree: ast.Module) -> dict[str, str]:
     """Variable -> flag name, from `var = FLAGS.control("flag", ARGS, ...)` anywhere."""
     names = {}
@@ -107,9 +98,11 @@ def _flags_in(
 
 def guard_relations(tree: ast.Module, flags: set[str]) -> list[tuple[str, str, str]]:
     """(kind, a, b) for flags meeting in a guard: "mod" (a % b), "pair" (a compare/call b)."""
+    from tpu_scripts import export  # after main() put the repository on sys.path
+
     controls = control_names(tree)
     relations = []
-    for cell in _cells(tree):
+    for cell in export.app_cells(tree):
         if not is_guard(ast.unparse(cell)):
             continue
         local: dict[str, set[str]] = {}
