@@ -27,11 +27,9 @@ BLOCK_SIZES = (8, 16, 32, 64, 128, 256, 512)  # candidates of the cost table (bq
 BUFFERS = 2  # the pipeline double-buffers every block
 
 
-def problem(
-    t: int, d: int, block_q: int, block_k: int, dtype: str, heads: int, long_t: int | None = None
-) -> str | None:
-    """Why these controls cannot run (in words), or None. Checked before any Pallas call;
-    with ``long_t``, also the TPU compile's blocks (``long_t_problem``)."""
+def problem(t: int, d: int, block_q: int, block_k: int, dtype: str, heads: int) -> str | None:
+    """Why these controls cannot run (in words), or None. Checked before any Pallas call; the
+    TPU compile's longer T is checked apart, in its own cell (``long_t_problem``)."""
     for name, block in (("q and O", block_q), ("k and v", block_k)):
         reason = tiling.block_problem(name, (t, d), (block, d), dtype)
         if reason is not None:
@@ -44,7 +42,7 @@ def problem(
             f"the CPU, so more than {MAX_PROGRAMS} is too slow here: choose larger blocks, a "
             "shorter T or fewer heads"
         )
-    return None if long_t is None else long_t_problem(block_q, block_k, long_t)
+    return None
 
 
 def long_t_problem(block_q: int, block_k: int, long_t: int) -> str | None:
