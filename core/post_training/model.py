@@ -18,7 +18,6 @@ F MLP width, R LoRA rank, S steps.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import math
 
@@ -29,6 +28,7 @@ import optax
 from flax import nnx
 
 from core.lm import attention, transformer
+from core.nn import chunked
 
 F32 = jnp.float32
 HASH_CHARS = 12  # hex characters of a sha256 shown in tables (48 bits: no accidental clash)
@@ -202,11 +202,9 @@ def short_hash(tree) -> str:
 # --- training --------------------------------------------------------------------------------
 
 
-# Steps per call of the compiled training loop. A scan's length is part of its program, so a
-# run in one scan compiled again for every new step count (~2.5 s for this model on a CPU); runs
-# in chunks of TRAIN_CHUNK share one program per (loss, shapes) (the lessons' steps controls
-# move by 10), and give the same bits as one scan of the run (the same loop body, with the
-# trainable weights and Adam's state carried from chunk to chunk).
+# Steps per call of the compiled training loop (core.nn.chunked: one program per (loss, shapes)
+# for every step count the lessons' steps controls offer, as they move by 10; the same bits as one
+# scan of the run, the trainable weights and Adam's state carried from chunk to chunk).
 TRAIN_CHUNK = 10
 
 
@@ -219,18 +217,15 @@ def _init_optimizer(learning_rate, trainable):
     return _optimizer(learning_rate).init(trainable)
 
 
-@functools.partial(jax.jit, static_argnames=("loss_fn", "has_aux"))
-def _train_chunk(loss_fn, learning_rate, trainable, opt_state, frozen, batches, has_aux=False):
-    tx = _optimizer(learning_rate)
+def _train_step(carry, batch, learning_rate, frozen, *, loss_fn, has_aux):
+    """One Adam step of ``carry`` = (trainable, opt_state) on ``batch``: (carry, loss value)."""
+    trainable, opt_state = carry
+    value, grads = jax.value_and_grad(loss_fn, has_aux=has_aux)(trainable, frozen, batch)
+    updates, opt_state = _optimizer(learning_rate).update(grads, opt_state, trainable)
+    return (optax.apply_updates(trainable, updates), opt_state), value
 
-    def step(carry, batch):
-        trainable, opt_state = carry
-        value, grads = jax.value_and_grad(loss_fn, has_aux=has_aux)(trainable, frozen, batch)
-        updates, opt_state = tx.update(grads, opt_state, trainable)
-        return (optax.apply_updates(trainable, updates), opt_state), value
 
-    (trainable, opt_state), values = jax.lax.scan(step, (trainable, opt_state), batches)
-    return trainable, opt_state, values
+_train_chunk = chunked.ChunkedScan(_train_step, chunk=TRAIN_CHUNK)
 
 
 def train(loss_fn, trainable, frozen, batches_S, learning_rate: float, has_aux: bool = False):
@@ -243,19 +238,11 @@ def train(loss_fn, trainable, frozen, batches_S, learning_rate: float, has_aux: 
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
     lr = jnp.asarray(learning_rate, F32)  # traced: a new learning rate does not recompile
-    batches_S = jax.device_get(batches_S)  # sliced on the host: an eager slice compiles per start
-    steps = jax.tree.leaves(batches_S)[0].shape[0]
     trainable = jax.device_put(trainable)  # host arrays, then the chunks' own: one cache entry
     opt_state = _init_optimizer(lr, trainable)
-    chunks = []
-    for start in range(0, steps, TRAIN_CHUNK):
-        batches = jax.tree.map(lambda b, s=start: b[s : s + TRAIN_CHUNK], batches_S)
-        trainable, opt_state, values = _train_chunk(
-            loss_fn, lr, trainable, opt_state, frozen, batches, has_aux
-        )
-        chunks.append(values)
-    # joined on the host: an eager concatenate would compile again for every step count
-    values = jax.tree.map(lambda *parts: np.concatenate(parts), *jax.device_get(chunks))
+    (trainable, _), values = _train_chunk(
+        (trainable, opt_state), lr, frozen, xs=batches_S, loss_fn=loss_fn, has_aux=has_aux
+    )
     return trainable, values
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 from jax.experimental import checkify
 
-from core.nn import mlp
+from core.nn import chunked, mlp
 
 LAYERNORM_EPSILON = 1e-5
 
@@ -177,29 +177,21 @@ def _step(params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm, act
     return new_params, opt_state, diagnostics
 
 
-# Updates per call of the compiled training loop. A scan's length is part of its program, so a
-# whole run in one scan compiled again for every new step count (~2 s here); runs of chunks of
-# TRAIN_CHUNK share one program (the steps control moves by 10), and the chunks give the same
-# bits as one scan of the whole run (the same loop body, carried state passed on).
+# Updates per call of the compiled training loop (core.nn.chunked: one program for every step
+# count the steps control offers, as it moves by 10; the same bits as one scan of the run).
 TRAIN_CHUNK = 10
 
 
-@functools.partial(jax.jit, static_argnames=("steps", "activation"))
-def _train_chunk(
-    params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm, steps, activation
-):
-    """``steps`` updates from (params, opt_state) in a ``lax.scan``. Learning rate, clip and
-    layer norm are traced arguments, so every configuration reuses this one compiled program."""
+def _train_step(carry, _index, x_ND, y_N, learning_rate, clip_norm, layernorm, *, activation):
+    """One update of ``carry`` = (params, opt_state). Learning rate, clip and layer norm are
+    traced, so every configuration reuses one compiled program."""
+    params, opt_state, diagnostics = _step(
+        *carry, x_ND, y_N, learning_rate, clip_norm, layernorm, activation
+    )
+    return (params, opt_state), diagnostics
 
-    def body(carry, _):
-        params, opt_state = carry
-        params, opt_state, diagnostics = _step(
-            params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm, activation
-        )
-        return (params, opt_state), diagnostics
 
-    (params, opt_state), diagnostics = jax.lax.scan(body, (params, opt_state), length=steps)
-    return params, opt_state, diagnostics
+_train_chunk = chunked.ChunkedScan(_train_step, chunk=TRAIN_CHUNK)
 
 
 @jax.jit
@@ -209,18 +201,14 @@ def _init_optimizer(params, learning_rate, clip_norm):
 
 def _train_run(params, x_ND, y_N, learning_rate, clip_norm, layernorm, steps, activation):
     """One run of ``steps`` updates, TRAIN_CHUNK at a time: (final params, diagnostics with a
-    leading S axis)."""
+    leading S axis, as NumPy)."""
     params = jax.device_put(params)  # host arrays, then the chunks' own: one cache entry
     opt_state = _init_optimizer(params, learning_rate, clip_norm)
-    chunks = []
-    for start in range(0, steps, TRAIN_CHUNK):
-        params, opt_state, diagnostics = _train_chunk(
-            params, opt_state, x_ND, y_N, learning_rate, clip_norm, layernorm,
-            min(TRAIN_CHUNK, steps - start), activation,
-        )  # fmt: skip
-        chunks.append(diagnostics)
-    # joined on the host: an eager concatenate would compile again for every step count
-    return params, jax.tree.map(lambda *parts: np.concatenate(parts), *jax.device_get(chunks))
+    (params, _), diagnostics = _train_chunk(
+        (params, opt_state), x_ND, y_N, learning_rate, clip_norm, layernorm,
+        steps=steps, activation=activation,
+    )  # fmt: skip
+    return params, diagnostics
 
 
 def train(
