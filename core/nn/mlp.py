@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core import numerics, runtime
+from core.nn import chunked
 
 DATASETS = ("moons", "spirals", "blobs")
 
@@ -214,36 +215,44 @@ def train_sgd(
 ) -> tuple[Params, History]:
     """Full-batch gradient descent with heavy-ball momentum, written out by hand.
 
-    v <- momentum * v + grad;  p <- p - learning_rate * v. One compiled ``lax.scan`` over
-    ``steps``; the history records the loss and accuracy *before* each update.
+    v <- momentum * v + grad;  p <- p - learning_rate * v. Compiled ``lax.scan`` chunks of
+    TRAIN_CHUNK steps; the history records the loss and accuracy *before* each update.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if learning_rate <= 0:
         raise ValueError(f"learning rate must be > 0, got {learning_rate}")
-    params, losses, accuracies, final = jax.device_get(
-        _train_sgd(params, x_ND, y_N, steps, learning_rate, activation, momentum)
+    velocity = jax.tree.map(lambda p: np.zeros(np.shape(p), np.result_type(p)), params)
+    (params, _), (losses, accuracies) = _sgd_chunks(
+        (params, velocity), x_ND, y_N, learning_rate, momentum, steps=steps, activation=activation
     )
-    return params, History(losses, accuracies, float(final[0]), float(final[1]))
+    final = jax.device_get(_final_metrics(params, x_ND, y_N, activation))
+    return jax.device_get(params), History(losses, accuracies, float(final[0]), float(final[1]))
 
 
-@functools.partial(jax.jit, static_argnames=("steps", "activation"))
-def _train_sgd(params, x_ND, y_N, steps, learning_rate, activation, momentum):
-    def step(carry, _):
-        params, velocity = carry
-        (value, logits), grads = jax.value_and_grad(_loss_and_logits, has_aux=True)(
-            params, x_ND, y_N, activation
-        )
-        velocity = jax.tree.map(lambda v, g: momentum * v + g, velocity, grads)
-        params = jax.tree.map(lambda p, v: p - learning_rate * v, params, velocity)
-        correct = jnp.mean(jnp.argmax(logits, axis=-1) == y_N)
-        return (params, velocity), (value, correct)
+def _sgd_step(carry, _index, x_ND, y_N, learning_rate, momentum, *, activation):
+    """One heavy-ball update of carry = (params, velocity): (carry, (loss, accuracy) before)."""
+    params, velocity = carry
+    (value, logits), grads = jax.value_and_grad(_loss_and_logits, has_aux=True)(
+        params, x_ND, y_N, activation
+    )
+    velocity = jax.tree.map(lambda v, g: momentum * v + g, velocity, grads)
+    params = jax.tree.map(lambda p, v: p - learning_rate * v, params, velocity)
+    correct = jnp.mean(jnp.argmax(logits, axis=-1) == y_N)
+    return (params, velocity), (value, correct)
 
-    velocity = jax.tree.map(jnp.zeros_like, params)
-    (params, _), (losses, accuracies) = jax.lax.scan(step, (params, velocity), length=steps)
-    final_value, final_logits = _loss_and_logits(params, x_ND, y_N, activation)
-    final = jnp.stack([final_value, jnp.mean(jnp.argmax(final_logits, axis=-1) == y_N)])
-    return params, losses, accuracies, final
+
+# Steps per compiled chunk (core.nn.chunked): tiny_mlp's steps control moves by 10, so every
+# count it offers reuses one program; one scan of the run compiled again for every count.
+TRAIN_CHUNK = 10
+_sgd_chunks = chunked.ChunkedScan(_sgd_step, chunk=TRAIN_CHUNK)
+
+
+@functools.partial(jax.jit, static_argnames="activation")
+def _final_metrics(params, x_ND, y_N, activation):
+    """[loss, accuracy] after the last update."""
+    value, logits = _loss_and_logits(params, x_ND, y_N, activation)
+    return jnp.stack([value, jnp.mean(jnp.argmax(logits, axis=-1) == y_N)])
 
 
 def _loss_and_logits(params, x_BD, y_B, activation):

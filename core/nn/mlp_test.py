@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core import numerics
-from core.nn import mlp
+from core.nn import chunked, mlp
 
 # On a chip: float32 matmuls at HIGHEST, bounds from numerics (the CPU's values on the CPU).
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision_on_tpu")
@@ -180,6 +180,17 @@ def test_train_sgd_steps_match_a_numpy_momentum_loop(momentum):
     assert numerics.tree_scaled_max_error(trained, reference) < tol
     np.testing.assert_allclose(history.loss, losses, rtol=tol)
     assert history.loss.shape == history.accuracy.shape == (3,)
+
+
+def test_a_new_step_count_compiles_nothing():
+    # tiny_mlp's steps control moves by 10: every count it offers reuses the compiled chunk
+    # (one scan of the whole run compiled again for every count)
+    x_ND, y_N = mlp.make_dataset(jax.random.key(13), "moons", 30)
+    params = mlp.init_params(jax.random.key(14), (2, 6, 2))
+    mlp.train_sgd(params, x_ND, y_N, 2 * mlp.TRAIN_CHUNK, 0.1)
+    with chunked.counting_compiles() as compiled:
+        _, history = mlp.train_sgd(params, x_ND, y_N, 5 * mlp.TRAIN_CHUNK, 0.2, momentum=0.5)
+    assert compiled == [] and history.loss.shape == (5 * mlp.TRAIN_CHUNK,)
 
 
 def test_training_learns_the_moons():
