@@ -39,6 +39,10 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # V8 stops at its baseline compiler (Sparkplug): a tab lives for seconds, too short for
+    # the optimizing tiers' background compiles to pay back. Renderer CPU over 10 apps' tours:
+    # 41-45 s -> 37 s (tests/test_browser.py, -n0, this 2-core machine, 2026-12-07).
+    "--js-flags=--max-opt=1",
 ]
 STARTUP_TIMEOUT_MS = 90_000  # first render is 1-3 s; a cold CI machine needs more
 
@@ -167,15 +171,25 @@ def gallery_url(gallery) -> str:
 
 
 @pytest.fixture(scope="module")
-def browser(chromium_path):
+def browser(chromium_path, tmp_path_factory):
+    """One Chromium profile for the module's tabs (a Playwright BrowserContext: ``new_page``).
+
+    A profile on disk keeps marimo's frontend (hashed asset files, served with max-age) in
+    its HTTP cache across tabs; a fresh context per tab fetched the same ~10 MB for every
+    app: the gallery server's CPU over 10 apps' tours 9-11 s -> 5 s. Tabs share cookies and
+    storage, as a learner's do; the kernel behind each tab is its own process.
+    """
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(
-            executable_path=chromium_path, headless=True, args=CHROMIUM_FLAGS
+        profile = playwright.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"),
+            executable_path=chromium_path,
+            headless=True,
+            args=CHROMIUM_FLAGS,
         )
-        yield instance
-        instance.close()
+        yield profile
+        profile.close()
 
 
 def open_app(browser, gallery_url: str, file_name: str):
