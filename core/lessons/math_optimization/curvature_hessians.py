@@ -18,13 +18,13 @@ E examples, D input features, H hidden units.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from core import numerics
+from core.nn import chunked
 from core.optim import linalg
 
 OVERFLOW = 1e30  # a loss gap past this is called overflowed: the trajectory is cut there
@@ -110,16 +110,34 @@ def power_iteration(f, w_P, key: jax.Array, iterations: int = POWER_ITERATIONS) 
     return v @ hvp(f, w_P, v)
 
 
-@functools.partial(jax.jit, static_argnames="steps")
-def _descend(h_NN, w_star_N, w0_N, learning_rate, steps: int):
-    def step(w, _):
-        w_next = w - learning_rate * (h_NN @ (w - w_star_N))
-        return w_next, w_next
+def _descent_step(w_N, _index, h_NN, w_star_N, learning_rate):
+    """One gradient step on the quadratic: (w_next, w_next)."""
+    w_next = w_N - learning_rate * (h_NN @ (w_N - w_star_N))
+    return w_next, w_next
 
-    _, ws = jax.lax.scan(step, w0_N, None, length=steps)
-    w_SN = jnp.concatenate([w0_N[None], ws])
-    gaps = jax.vmap(lambda w: quadratic_loss(w, h_NN, w_star_N))(w_SN)
-    return w_SN, gaps
+
+# Steps per compiled chunk (core.nn.chunked): the steps control moves by 10, so every count it
+# offers reuses one program (one scan of the run compiled again for every count).
+STEPS_CHUNK = 10
+_descent_chunks = chunked.ChunkedScan(_descent_step, chunk=STEPS_CHUNK)
+
+
+@jax.jit
+def _gaps(w_KN, h_NN, w_star_N):
+    return jax.vmap(lambda w: quadratic_loss(w, h_NN, w_star_N))(w_KN)
+
+
+def _gaps_by_block(w_SN, h_NN, w_star_N) -> np.ndarray:
+    """The loss gap of every row, STEPS_CHUNK rows per call (the last block padded): one
+    program for every step count, where one vmap over all rows compiled per count."""
+    rows = len(w_SN)
+    padded = np.zeros((-(-rows // STEPS_CHUNK) * STEPS_CHUNK, w_SN.shape[1]), w_SN.dtype)
+    padded[:rows] = w_SN
+    blocks = [
+        _gaps(padded[start : start + STEPS_CHUNK], h_NN, w_star_N)
+        for start in range(0, len(padded), STEPS_CHUNK)
+    ]
+    return np.concatenate(jax.device_get(blocks))[:rows]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,12 +162,11 @@ def descend(q: Quadratic, learning_rate: float, steps: int) -> Descent:
     """Run ``steps`` of gradient descent from q.w0 (float32), cut where the gap overflows."""
     if learning_rate <= 0 or steps < 1:
         raise ValueError(f"learning rate must be > 0 and steps >= 1, got {learning_rate}, {steps}")
-    w_SN, gaps = _descend(
-        *(jnp.asarray(a, jnp.float32) for a in (q.h_NN, q.w_star_N, q.w0_N)),
-        jnp.float32(learning_rate),
-        steps,
-    )
-    w_SN, gaps = np.asarray(w_SN, np.float64), np.asarray(gaps, np.float64)
+    h_NN, w_star_N, w0_N = (np.asarray(a, np.float32) for a in (q.h_NN, q.w_star_N, q.w0_N))
+    _, ws = _descent_chunks(w0_N, h_NN, w_star_N, np.float32(learning_rate), steps=steps)
+    w_SN = np.concatenate([w0_N[None], ws])
+    gaps = _gaps_by_block(w_SN, h_NN, w_star_N)
+    w_SN, gaps = w_SN.astype(np.float64), gaps.astype(np.float64)
     bad = ~np.isfinite(gaps) | (gaps > OVERFLOW) | ~np.all(np.isfinite(w_SN), axis=1)
     stopped_at = int(np.argmax(bad)) if bad.any() else None
     keep = slice(None, stopped_at)

@@ -5,6 +5,7 @@ import pytest
 
 from core import numerics
 from core.lessons.math_optimization import curvature_hessians as ch
+from core.nn import chunked
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -35,6 +36,20 @@ def test_the_trajectory_is_the_closed_form_and_overflow_is_cut(rate):
         assert numerics.scaled_max_error(run.w_SN, reference) <= bound
         assert np.all(np.isfinite(run.gap_S)) and np.all(run.gap_S <= ch.OVERFLOW)
     assert ch.descend(q, 0.9, 300).stopped_at is not None  # |1 - 0.9*4| = 2.6 per step
+
+
+def test_a_new_step_count_compiles_nothing():
+    # the steps control moves by 10: every count it offers reuses the compiled chunks (one
+    # scan of the whole run, and one vmap over its iterates, compiled again for every count)
+    q = ch.quadratic(jax.random.key(6), 5, 0.1, 4.0)
+    ch.descend(q, 0.3, 2 * ch.STEPS_CHUNK)
+    with chunked.counting_compiles() as compiled:
+        run = ch.descend(q, 0.2, 7 * ch.STEPS_CHUNK)
+    assert compiled == [] and run.gap_S.shape == (7 * ch.STEPS_CHUNK + 1,)
+    # the gaps are the quadratic's loss at each iterate (NumPy float64)
+    h, w_star = np.asarray(q.h_NN, np.float64), np.asarray(q.w_star_N, np.float64)
+    want = [0.5 * (w - w_star) @ h @ (w - w_star) for w in run.w_SN]
+    np.testing.assert_allclose(run.gap_S, want, rtol=1e-4, atol=1e-7)
 
 
 def test_mode_factors_mark_the_growing_directions():
