@@ -4,6 +4,7 @@ import pytest
 
 from core import numerics
 from core.lessons.math_optimization import regularization_validation as rv
+from core.nn import chunked
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,20 @@ def test_gd_path_equals_the_closed_form(n_train, features, l2, fraction, steps):
     if l2 > 0:  # converged runs end at the ridge solution A^-1 b
         a, b = rv.quadratic(*splits["train"], l2)
         assert numerics.scaled_max_error(reference[-1], np.linalg.solve(a, b)) <= 1e-3
+
+
+def test_a_new_step_count_compiles_nothing():
+    # the steps control moves by 50: every count it offers reuses the compiled chunk (one scan
+    # of the whole run compiled again for every count); the path still meets the closed form
+    rv.run_split(jax.random.key(1), 30, 20, 20, 10, 1.0, 0.1, 0.9, 2 * rv.STEPS_CHUNK)
+    with chunked.counting_compiles() as compiled:
+        splits, path, _ = rv.run_split(
+            jax.random.key(2), 30, 20, 20, 10, 1.0, 0.1, 0.8, 7 * rv.STEPS_CHUNK
+        )
+    assert compiled == [] and path.shape == (7 * rv.STEPS_CHUNK + 1, 10)
+    lr = 0.8 * rv.stability_limit(*splits["train"], 0.1)
+    reference = rv.closed_form_path(*splits["train"], 0.1, lr, 7 * rv.STEPS_CHUNK)
+    assert numerics.scaled_max_error(path, reference) <= numerics.tolerance("float32")
 
 
 def test_closed_form_is_not_the_same_formula_twice():
