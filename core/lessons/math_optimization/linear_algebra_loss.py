@@ -16,12 +16,12 @@ Dimension glossary: P data points, G grid points, S steps, L contour levels.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.nn import chunked
 from core.optim import linalg
 
 W_TRUE = (1.0, -1.0)
@@ -91,14 +91,17 @@ def loss_grid(x_P2, y_P, w_G2):
     return jax.vmap(lambda w: 0.5 * jnp.mean((x_P2 @ w - y_P) ** 2))(w_G2)
 
 
-@functools.partial(jax.jit, static_argnames="steps")
-def _descend(c, g, w0, learning_rate, steps: int):
-    def step(w, _):
-        w = w - learning_rate * (c @ w - g)
-        return w, w
+def _descent_step(w, _index, c, g, learning_rate):
+    """One gradient step: (w_next, w_next)."""
+    w = w - learning_rate * (c @ w - g)
+    return w, w
 
-    _, ws = jax.lax.scan(step, w0, None, length=steps)
-    return jnp.concatenate([w0[None], ws])
+
+# Steps per compiled chunk (core.nn.chunked): the steps control moves by 1, so chunks of one step
+# (a jitted step called in a loop, ~10 us a step here) make every count reuse one program; one
+# scan of the run compiled again for every count.
+STEPS_CHUNK = 1
+_descent_chunks = chunked.ChunkedScan(_descent_step, chunk=STEPS_CHUNK)
 
 
 def descend(c, g, w0, learning_rate: float, steps: int) -> tuple[np.ndarray, int | None]:
@@ -106,7 +109,8 @@ def descend(c, g, w0, learning_rate: float, steps: int) -> tuple[np.ndarray, int
     iterate overflows (|w| > OVERFLOW or not finite); stopped_at is that step or None."""
     if learning_rate <= 0 or steps < 1:
         raise ValueError(f"need learning rate > 0 and steps >= 1, got {learning_rate}, {steps}")
-    path = np.asarray(_descend(c, g, w0, jnp.float32(learning_rate), steps), np.float64)
+    _, ws = _descent_chunks(w0, c, g, jnp.float32(learning_rate), steps=steps)
+    path = np.concatenate([np.asarray(w0, np.float32)[None], ws]).astype(np.float64)
     bad = ~np.all(np.isfinite(path), axis=1) | (np.max(np.abs(path), axis=1) > OVERFLOW)
     stopped = int(np.argmax(bad)) if bad.any() else None
     return path[:stopped], stopped

@@ -5,6 +5,7 @@ import pytest
 
 from core import numerics
 from core.lessons.math_optimization import linear_algebra_loss as lal
+from core.nn import chunked
 
 SETTINGS = [(1.5, 0.5, 0.3), (1.0, 1.0, 0.0), (3.0, 0.1, -0.95), (0.5, 2.0, 0.8)]
 
@@ -56,6 +57,21 @@ def test_gradient_descent_converges_below_and_diverges_past_two_over_lambda_1(
     kappa = float(lam[0] / lam[1])
     bound = max(1e-5, 50 * kappa * 1.2e-7) + lal.PATH_ERROR_PER_STEP * 101
     assert numerics.scaled_max_error(below, ref["path"]) <= bound
+
+
+def test_a_new_step_count_compiles_nothing():
+    # the steps control moves by 1: every count reuses the one compiled step (one scan of the
+    # whole run compiled again for every count); the path still meets the closed form
+    data = lal.make_data(jax.random.key(4), 64, 1.5, 0.5, 0.3, 0.2)
+    c, lam, _, w_star, g = lal.geometry(data.x_P2, data.y_P)
+    w0 = w_star + jnp.asarray(lal.START_OFFSET, jnp.float32)
+    lal.descend(c, g, w0, 0.5 / float(lam[0]), 10)
+    with chunked.counting_compiles() as compiled:
+        path, stopped = lal.descend(c, g, w0, 1.0 / float(lam[0]), 37)
+    assert compiled == [] and stopped is None and path.shape == (38, 2)
+    ref = lal.reference(data.x_P2, data.y_P, np.zeros((1, 2)), w0, 1.0 / float(lam[0]), 37)
+    bound = max(1e-5, 50 * float(lam[0] / lam[1]) * 1.2e-7) + lal.PATH_ERROR_PER_STEP * 38
+    assert numerics.scaled_max_error(path, ref["path"]) <= bound
 
 
 def test_overflow_is_cut_and_problems_are_named():
