@@ -50,6 +50,12 @@ CASES = [
         "long_t",
         ["flash_attention.forward_and_grads(", "flash_attention.attention_numpy("],
     ),
+    # the LoRA rank is the adapters': the pretrained model and the shifted task stay
+    (
+        "adapt_pretrained",
+        "rank",
+        ["lesson.pretrain(", "lesson.shifted_task(", "lesson.base_accuracy("],
+    ),
 ]
 
 
