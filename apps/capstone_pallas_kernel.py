@@ -151,7 +151,7 @@ def _():
 
 
 @app.cell
-def _(block_k, block_q, d, dtype, heads, t):
+def _(block_k, block_q, d, heads, t):
     _wanted = (1, heads.value, t.value, d.value)
     _sizes = lab.table(
         [
@@ -159,8 +159,14 @@ def _(block_k, block_q, d, dtype, heads, t):
             {"array": "blocks (bq, bk)", "shape (B, H, T, D)": f"{block_q.value}, {block_k.value}"},
         ]
     )
+    # The tiling rule and the program budget hold for every dtype offered: judged here without
+    # the dtype (which the run cell checks again), so moving the dtype does not re-run the
+    # profile, the sharding and the TPU compiles below, which stop on this guard.
+    _problems = [
+        agreement.problem(_wanted, (block_q.value, block_k.value), _x) for _x in agreement.DTYPES
+    ]
     lab.guard(
-        agreement.problem(_wanted, (block_q.value, block_k.value), dtype.value),
+        next((_p for _p in _problems if _p), None),
         _sizes,
         headline="The kernel cannot run with these controls.",
     )
@@ -172,6 +178,10 @@ def _(block_k, block_q, d, dtype, heads, t):
 
 @app.cell
 def _(blocks, causal, dtype, interpret, seed, shape):
+    lab.guard(
+        agreement.problem(shape, blocks, dtype.value),
+        headline="The kernel cannot run with these controls.",
+    )
     _keys = jax.random.split(jax.random.key(seed.value), 4)
     q, k, v, do = (jax.random.normal(_key, shape, dtype.value) for _key in _keys)
     _mode = common.interpret_mode(interpret.value)

@@ -56,6 +56,12 @@ CASES = [
         "rank",
         ["lesson.pretrain(", "lesson.shifted_task(", "lesson.base_accuracy("],
     ),
+    # the dtype is the kernel's: the train step's profile, the sharding and the TPU compiles stay
+    (
+        "capstone_pallas_kernel",
+        "dtype",
+        ["profile.measure(", "partition.sharded_check(", "partition.tpu_memory_rows("],
+    ),
 ]
 
 
