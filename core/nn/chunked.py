@@ -1,8 +1,8 @@
 """Training loops run as compiled chunks of a fixed length, so a new step count compiles nothing.
 
 A ``lax.scan``'s length is part of its program: a whole run in one scan inside a jitted
-function compiles the training program again for every new step count (~1-2 s of CPU for the
-course's models), and a learner moves a lesson's steps control often. ``ChunkedScan`` compiles
+function compiles the training program again for every new step count (count them with
+``counting_compiles``), and a learner moves a lesson's steps control often. ``ChunkedScan`` compiles
 one program per (step function, static arguments, shapes) that runs ``chunk`` steps, and calls
 it back to back, carrying the state from chunk to chunk: the same loop body on the same carry,
 so the results are bitwise those of one scan over all the steps (chunked_test checks it).
