@@ -201,7 +201,9 @@ def _(accuracy_target, base_shifted, parameter_budget, results):
                 caption=(
                     f"Held-out accuracy on the shifted digits (before adapting: "
                     f"{base_shifted:.1%}). Times are wall-clock on this CPU (shared, under "
-                    "load): the first call traces and compiles, the second only trains."
+                    "load): the first call traces and compiles (once per method and shapes: "
+                    "training runs in compiled chunks of steps, so a new step count reuses "
+                    "them), the second only trains."
                 ),
             ),
             mo.callout(

@@ -6,6 +6,7 @@ import pytest
 
 from core import numerics
 from core.lessons.deployment import adapt_pretrained as ap
+from core.nn import chunked
 from core.post_training import cache, lora
 
 DEFAULTS = {k: ap.LESSON[k] for k in ("rank", "alpha", "steps", "learning_rate")}
@@ -140,6 +141,19 @@ def test_every_method_learns_the_shift(base, task, results):
         assert r.loss_S[-1] < 0.5 * r.loss_S[0]
         assert r.accuracy > before + 0.3
         assert r.first_s > 0 and r.train_s > 0
+
+
+def test_a_new_step_count_compiles_nothing(base, task, results):
+    # the steps control moves by 10: every count it offers reuses each method's compiled chunk
+    # (one scan of the whole run compiled again for every count, three methods each)
+    steps = DEFAULTS["steps"] + 3 * ap.ADAPT_CHUNK
+    with chunked.counting_compiles() as compiled:
+        longer = ap.run_all(base, task, **{**DEFAULTS, "steps": steps}, seed=0)
+    assert compiled == []
+    for method, r in longer.items():
+        assert r.loss_S.shape == (steps,)
+        # the first DEFAULTS["steps"] steps are the same updates as the default run's
+        np.testing.assert_array_equal(r.loss_S[: DEFAULTS["steps"]], results[method].loss_S)
 
 
 @pytest.mark.parametrize("shift", ap.CLAIM_SHIFTS)
