@@ -231,7 +231,8 @@ def _():
     without a browser, and its controls are command-line flags. `python -m tpu_scripts export`
     writes it as one self-contained script with a header (where it came from, a hash of the
     source, its flags). That script, plus the project wheel, is all a TPU VM needs.
-    Below, the export goes to a temporary folder and runs here, on CPU.
+    Below, the export goes to a temporary folder and runs here, on CPU. Change the flags and
+    only the script runs again: the export of the same source, and its `--help`, are kept.
     """
             ),
             script_flags,

@@ -2,13 +2,15 @@
 
 ``export_and_run`` exports with the same command the TPU workflow uses
 (``cloud_tpu.export_command``) into a temporary folder, then runs the script's ``--help`` and a
-real run at once; ``unknown_flags`` names the options that --help never mentions before a TPU
-run is paid for.
+real run at once; the export and its --help are kept per process, keyed by what they read, so
+the same app run again with other flags runs only the script. ``unknown_flags`` names the
+options that --help never mentions before a TPU run is paid for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import os
 import pathlib
@@ -120,6 +122,25 @@ class ExportRun:
         return self.export.ok and self.run is not None and self.run.ok and self.run.printed_pass
 
 
+# export_key(...) -> (the export, its --help, the exported script's text), for this process:
+# move_to_tpu's flags box runs the same export again with other flags (export and --help are
+# 8 of its 14 CPU s per run). A failed export or --help is not kept.
+_EXPORTS: dict[tuple[str, ...], tuple[ProcessResult, ProcessResult, str]] = {}
+
+
+def export_key(app: str | os.PathLike, repo_root: str | os.PathLike) -> tuple[str, ...]:
+    """What an export and its --help read: the app as named and its source, the repository
+    root (the export runs there) and its exporter's source, and this interpreter."""
+    root = pathlib.Path(repo_root).resolve()
+    source = root / app if not pathlib.Path(app).is_absolute() else pathlib.Path(app)
+    exporter = root / "tpu_scripts" / "export.py"  # what `python -m tpu_scripts` runs there
+
+    def digest(path: pathlib.Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "absent"
+
+    return (str(app), digest(source), str(root), digest(exporter), sys.executable)
+
+
 def export_and_run(
     app: str | os.PathLike,
     repo_root: str | os.PathLike,
@@ -128,27 +149,39 @@ def export_and_run(
     keep_dir: bool = False,
 ) -> ExportRun:
     """Export ``app`` with ``python -m tpu_scripts export`` into a fresh temporary folder, then
-    run the script twice at once: ``--help`` and with ``script_flags``. The folder is removed
-    afterwards unless ``keep_dir``.
+    run the script twice at once: ``--help`` and with ``script_flags``. An export of the same
+    source done before in this process (``export_key``) is reused: its script is written into
+    the folder and only the real run starts. The folder is removed afterwards unless
+    ``keep_dir``.
     """
     app = pathlib.Path(app)
     if app.is_absolute() and app.resolve().is_relative_to(pathlib.Path(repo_root).resolve()):
         app = app.resolve().relative_to(pathlib.Path(repo_root).resolve())  # a shorter header
     out_dir = pathlib.Path(tempfile.mkdtemp(prefix="jax_tpu_lab_export_"))
     script = out_dir / f"{app.stem}_tpu.py"
+    key = export_key(app, repo_root)
+    real_argv = [sys.executable, script.name, *script_flags]
     try:
-        (export,) = run_processes(
-            [cloud_tpu.export_command(str(app), str(script), sys.executable)], repo_root, timeout_s
-        )
-        if not (export.ok and script.is_file()):
-            return ExportRun(export, None, None, script.name, "")
-        lines = script.read_text(encoding="utf-8").splitlines()
+        if key in _EXPORTS:
+            export, help_run, text = _EXPORTS[key]
+            script.write_text(text, encoding="utf-8")
+            (real_run,) = run_processes([real_argv], out_dir, timeout_s)
+        else:
+            (export,) = run_processes(
+                [cloud_tpu.export_command(str(app), str(script), sys.executable)],
+                repo_root,
+                timeout_s,
+            )
+            if not (export.ok and script.is_file()):
+                return ExportRun(export, None, None, script.name, "")
+            text = script.read_text(encoding="utf-8")
+            help_run, real_run = run_processes(
+                [[sys.executable, script.name, "--help"], real_argv], out_dir, timeout_s
+            )
+            if help_run.ok:
+                _EXPORTS[key] = (export, help_run, text)
+        lines = text.splitlines()
         header = "\n".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
-        help_run, real_run = run_processes(
-            [[sys.executable, script.name, "--help"], [sys.executable, script.name, *script_flags]],
-            out_dir,
-            timeout_s,
-        )
         return ExportRun(export, help_run, real_run, script.name, header)
     finally:
         if not keep_dir:

@@ -1,5 +1,6 @@
 """The local half: unknown flags named, the previous lesson found, processes run together with
-timeouts reported, and a real app exported and run (and a non-app refused)."""
+timeouts reported, a real app exported and run (and a non-app refused), and an export reused
+only for the same source."""
 
 import pathlib
 import sys
@@ -48,8 +49,9 @@ def test_run_processes_runs_together_and_reports_timeouts(tmp_path):
     assert "finished" not in slow.stdout
 
 
-def test_export_and_run_a_real_app():
-    """The whole local round trip on the smallest lesson: export, --help, a run that prints PASS."""
+def test_export_and_run_a_real_app(monkeypatch):
+    """The whole local round trip on the smallest lesson: export, --help, a run that prints PASS;
+    then the same source with other flags starts only the real run, on the export kept."""
     app = REPO / "apps" / "arrays_devices.py"
     result = local_run.export_and_run(app, REPO, ["--rows", "2", "--cols", "3"])
     assert result.export.ok, result.export.stderr
@@ -60,6 +62,31 @@ def test_export_and_run_a_real_app():
     # The temporary folder is gone, and nothing was written beside the apps.
     assert not pathlib.Path(result.export.stdout.strip()).exists()
     assert not (REPO / "apps" / "arrays_devices_tpu.py").exists()
+
+    started = []
+
+    def one_run(argvs, cwd, timeout_s=120, env=None):
+        started.extend(argvs)
+        (argv,) = argvs
+        script = pathlib.Path(cwd) / argv[1]
+        assert script.read_text(encoding="utf-8").startswith(result.script_header)
+        return [local_run.ProcessResult(tuple(argv), 0, "PASS: stand-in\n", "", 0.1)]
+
+    monkeypatch.setattr(local_run, "run_processes", one_run)
+    again = local_run.export_and_run(app, REPO, ["--rows", "4", "--cols", "3"])
+    assert started == [[sys.executable, "arrays_devices_tpu.py", "--rows", "4", "--cols", "3"]]
+    assert again.export is result.export and again.help is result.help
+    assert again.passed and again.script_header == result.script_header
+
+
+def test_an_export_is_reused_only_for_the_same_source(tmp_path):
+    app = tmp_path / "lesson.py"
+    app.write_text("import marimo\n")
+    key = local_run.export_key(app, REPO)
+    assert local_run.export_key(app, REPO) == key
+    app.write_text("import marimo\n# edited\n")
+    assert local_run.export_key(app, REPO) != key
+    assert local_run.export_key(app, tmp_path) != local_run.export_key(app, REPO)
 
 
 def test_export_of_a_non_app_fails_without_a_script(tmp_path):
