@@ -247,36 +247,64 @@ def make_data(
 # --- the Keras model (only inside a worker: Keras's backend is fixed per process) ---------------
 
 
-def build_keras(spec: Spec):
-    """The spec's Keras 3 functional model, named ``spec.kind``."""
+def build_keras(spec: Spec, placeholder_weights: bool = False):
+    """The spec's Keras 3 functional model, named ``spec.kind``.
+
+    ``placeholder_weights``: every weight starts as NumPy zeros instead of Keras's initializers,
+    for a caller that sets every weight next (the worker). Under jax each random initializer
+    is a threefry program compiled for its shape, seconds of CPU per model, all thrown away.
+    """
     import keras
     from keras import layers
 
+    init = {}
+    if placeholder_weights:
+        init = {"kernel_initializer": _zeros(), "bias_initializer": _zeros()}
+    norm_init = {"gamma_initializer": _zeros(), "beta_initializer": _zeros()} if init else {}
     if spec.kind == "mlp":
         x = keras.Input((spec.inputs,), name="x_BD")
         h = x
         for i in range(spec.depth):
-            h = layers.Dense(spec.hidden, activation=spec.activation, name=f"fc{i + 1}")(h)
-        out = layers.Dense(spec.classes, name="head")(h)
+            h = layers.Dense(spec.hidden, activation=spec.activation, name=f"fc{i + 1}", **init)(h)
+        out = layers.Dense(spec.classes, name="head", **init)(h)
     elif spec.kind == "cnn":
         x = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 1), name="x_BYXK")
-        h = layers.Conv2D(spec.channels1, 3, padding="same", activation="relu", name="conv1")(x)
+        conv = {"padding": "same", "activation": "relu", **init}
+        h = layers.Conv2D(spec.channels1, 3, name="conv1", **conv)(x)
         h = layers.MaxPooling2D(2, name="pool")(h)
-        h = layers.Conv2D(spec.channels2, 3, padding="same", activation="relu", name="conv2")(h)
+        h = layers.Conv2D(spec.channels2, 3, name="conv2", **conv)(h)
         h = layers.Flatten(name="flatten")(h)
-        out = layers.Dense(DIGIT_CLASSES, name="head")(h)
+        out = layers.Dense(DIGIT_CLASSES, name="head", **init)(h)
     else:
         x = keras.Input((spec.seq_len, spec.width), name="x_BTD")
-        h = layers.LayerNormalization(epsilon=LN_EPSILON, name="ln1")(x)
-        a = layers.MultiHeadAttention(spec.heads, spec.head_size, name="attn")(
+        h = layers.LayerNormalization(epsilon=LN_EPSILON, name="ln1", **norm_init)(x)
+        a = layers.MultiHeadAttention(spec.heads, spec.head_size, name="attn", **init)(
             h, h, use_causal_mask=True
         )
         x1 = layers.Add(name="residual1")([x, a])
-        h = layers.LayerNormalization(epsilon=LN_EPSILON, name="ln2")(x1)
-        h = layers.Dense(spec.width * spec.mlp_ratio, activation="gelu", name="mlp_in")(h)
-        h = layers.Dense(spec.width, name="mlp_out")(h)
+        h = layers.LayerNormalization(epsilon=LN_EPSILON, name="ln2", **norm_init)(x1)
+        wide = spec.width * spec.mlp_ratio
+        h = layers.Dense(wide, activation="gelu", name="mlp_in", **init)(h)
+        h = layers.Dense(spec.width, name="mlp_out", **init)(h)
         out = layers.Add(name="residual2")([x1, h])
     return keras.Model(x, out, name=spec.kind)
+
+
+def _zeros():
+    """A Keras initializer of zeros made in NumPy: no backend program runs to make them (under
+    jax they are placed with ``device_put``: ``jnp.asarray`` compiles a copy per shape)."""
+    import keras
+
+    class NumpyZeros(keras.initializers.Initializer):
+        def __call__(self, shape, dtype=None):
+            zeros = np.zeros(shape, keras.backend.standardize_dtype(dtype or "float32"))
+            if keras.backend.backend() == "jax":
+                import jax
+
+                return jax.device_put(zeros)
+            return zeros
+
+    return NumpyZeros()
 
 
 def weight_path(model, variable) -> str:

@@ -81,6 +81,26 @@ def test_the_loss_bound_holds_with_margin_over_seeds(runs):
     assert worst <= parity.LOSS_AFTER_STEPS_TOLERANCE / 10, worst
 
 
+# Packages Keras would import at its first import that no worker uses (the torch and
+# tensorflow workers never touch JAX or Flax); a worker that loads one pays seconds of CPU.
+NOT_IMPORTED = {
+    "jax": {"sklearn", "pandas", "matplotlib", "requests"},
+    "torch": {"sklearn", "pandas", "matplotlib", "requests", "jax", "flax"},
+    "tensorflow": {"sklearn", "pandas", "matplotlib", "jax", "flax"},
+}
+
+
+def test_workers_skip_unused_imports_and_initializer_programs(runs):
+    for case, by_backend in runs.values():
+        for backend, run in by_backend.items():
+            loaded = set(run.summary["packages"])
+            assert {backend, "keras", "numpy"} <= loaded  # the list is this process's
+            assert not loaded & NOT_IMPORTED[backend], (case.name, backend)
+        # under jax the model is built without compiling a program (Keras's random
+        # initializers compile one per weight shape; the file's weights replace them anyway)
+        assert by_backend["jax"].summary["build_compiles"] == [], case.name
+
+
 def test_a_wrong_weight_fails_the_table(runs):
     case, by_backend = runs["cnn_s0"]
     moved = dict(case.weights)

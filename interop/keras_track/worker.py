@@ -8,7 +8,8 @@ manifest and sha256 verified by interop/weights_file.py before anything is read,
 name and shape against the spec), a data .npz (its sha256 given in the job) and the training
 settings. For each job the worker
 
-1. builds the model and sets the weights (a missing, extra or misshapen weight is refused);
+1. builds the model (every weight NumPy zeros: no initializer program) and sets the weights
+   from the file (a missing, extra or misshapen weight is refused);
 2. writes the outputs on the probe batch, its loss, and the gradient of the loss w.r.t. every
    trainable weight: jax ``stateless_call`` + ``jax.grad``, torch ``loss.backward()``,
    tensorflow ``tf.GradientTape``;
@@ -190,7 +191,10 @@ def run(backend: str, job: Job, weights: dict, data: dict) -> dict:
     keras.utils.clear_session()
     spec = models.spec_from_dict(job.spec)
     marks = [time.perf_counter()]
-    model = models.build_keras(spec)
+    compiled_before = len(_COMPILED)
+    # NumPy zeros, no initializer program: set_weights replaces every weight just below
+    model = models.build_keras(spec, placeholder_weights=True)
+    build_compiles = _COMPILED[compiled_before:]
     set_weights(model, weights)
     loss_fn = models.keras_loss(spec)
     arrays: dict[str, np.ndarray] = {}
@@ -234,17 +238,41 @@ def run(backend: str, job: Job, weights: dict, data: dict) -> dict:
         "keras_version": keras.__version__,
         "jit_compile": str(getattr(model, "jit_compile", jit)),
         "steps": job.steps,
+        # the XLA programs compiled while the model was built (recorded under jax only)
+        "build_compiles": build_compiles if backend == "jax" else None,
+        "packages": loaded_packages(),
     }
 
 
-# Keras imports its scikit-learn wrappers (sklearn, pandas: seconds of CPU) and, under torch
-# and tensorflow, jax at its first import; the worker uses none of them.
+_COMPILED: list[str] = []  # the name of every program XLA compiled in this (jax) process
+
+
+def record_compiles() -> None:
+    """Append the name of every XLA backend compile of this (jax) process to ``_COMPILED``."""
+    import jax
+
+    def listen(event: str, seconds: float, fun_name: str = "?", **_kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            _COMPILED.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+
+
+def loaded_packages() -> list[str]:
+    """The top-level packages this process has imported (a blocked one is not counted)."""
+    return sorted({n.partition(".")[0] for n, m in list(sys.modules.items()) if m is not None})
+
+
+# Keras imports its scikit-learn wrappers (sklearn, pandas: seconds of CPU), matplotlib.pyplot
+# (keras.src.visualization), requests (its RemoteMonitor callback) and, under torch and
+# tensorflow, jax at its first import; the worker uses none of them.
 # ``sys.modules[name] = None`` makes ``import name`` raise ImportError, which Keras's optional
-# imports handle: every worker starts on less CPU, the torch one most.
+# imports handle (each sits in try/except ImportError): every worker starts on less CPU.
+# TensorFlow imports requests unconditionally (its failure-handling module), so it keeps it.
 UNUSED_BY_BACKEND = {
-    "jax": ("sklearn", "pandas"),
-    "torch": ("sklearn", "pandas", "jax"),
-    "tensorflow": ("sklearn", "pandas", "jax"),
+    "jax": ("sklearn", "pandas", "matplotlib", "requests"),
+    "torch": ("sklearn", "pandas", "matplotlib", "requests", "jax"),
+    "tensorflow": ("sklearn", "pandas", "matplotlib", "jax"),
 }
 
 
@@ -268,6 +296,8 @@ def main(argv: list[str]) -> int:
     # Every input is verified before the backend is imported: a bad file costs no import.
     inputs = [load_inputs(one, models.spec_from_dict(one.spec)) for one in job.jobs]
     block_unused_imports(job.backend)
+    if job.backend == "jax":
+        record_compiles()
     import keras
 
     if keras.backend.backend() != job.backend:
