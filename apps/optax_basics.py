@@ -7,7 +7,6 @@ with app.setup:
     import altair as alt
     import jax
     import marimo as mo
-    import optax
     import pandas as pd
 
     from core import lab, numerics
@@ -109,14 +108,11 @@ def _(clip_norm, features, learning_rate, momentum, seed, steps, weight_decay):
     )
     hyper = (learning_rate.value, momentum.value, weight_decay.value, clip_norm.value)
     x_ND, y_N, params = ob.make_data(jax.random.key(seed.value), EXAMPLES, features.value)
-    path, losses, state = ob.train(ob.composed(*hyper), params, x_ND, y_N, steps.value)
-    builtin_path, _, builtin_state = ob.train(
-        ob.composed(*hyper, momentum=optax.trace(momentum.value)),
-        params,
-        x_ND,
-        y_N,
-        steps.value,
+    path, losses, state = ob.train(
+        "composed (lesson momentum)", hyper, params, x_ND, y_N, steps.value
     )
+    # the same chain with optax.trace as its momentum: the check's first reference
+    builtin_path, _, builtin_state = ob.train(ob.TRACE_CHAIN, hyper, params, x_ND, y_N, steps.value)
     _rows = ob.state_rows(state)
     mo.vstack(
         [
@@ -164,11 +160,9 @@ def _(builtin_path, hyper, params, path, steps, x_ND, y_N):
 @app.cell
 def _(clip_norm, learning_rate, losses, momentum, params, steps, weight_decay, x_ND, y_N):
     _curves = {"composed (lesson momentum)": losses}
+    _hyper = (learning_rate.value, momentum.value, weight_decay.value, clip_norm.value)
     for _name in ("sgd", "adam"):
-        _tx = ob.make_optimizer(
-            _name, learning_rate.value, momentum.value, weight_decay.value, clip_norm.value
-        )
-        _curves[_name] = ob.train(_tx, params, x_ND, y_N, steps.value)[1]
+        _curves[_name] = ob.train(_name, _hyper, params, x_ND, y_N, steps.value)[1]
     _rows = pd.DataFrame(
         [
             {"optimizer": name, "step": t, "loss": max(float(v), 1e-12)}

@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from core.nn import chunked
+
 OPTIMIZERS = ("sgd", "composed (lesson momentum)", "adam")
+TRACE_CHAIN = "composed (optax.trace)"  # the composed chain with optax.trace as its momentum
 
 
 class MomentumState(NamedTuple):
@@ -27,7 +30,8 @@ class MomentumState(NamedTuple):
 
 def lesson_momentum(beta: float) -> optax.GradientTransformation:
     """Heavy-ball momentum as a GradientTransformation: v = beta v + g, emits v."""
-    if not 0 <= beta < 1:
+    # checked when beta is a number; inside train's compiled step it is traced (train checks it)
+    if isinstance(beta, int | float | np.floating) and not 0 <= beta < 1:
         raise ValueError(f"momentum beta must be in [0, 1), got {beta}")
 
     def init_fn(params):
@@ -77,22 +81,42 @@ def loss(params, x_ND, y_N):
     return jnp.mean((x_ND @ params["w"] + params["b"] - y_N) ** 2) / 2
 
 
-def train(tx: optax.GradientTransformation, params, x_ND, y_N, steps: int):
-    """(params after every step, stacked; losses (steps + 1,); final optimizer state)."""
+def _train_step(carry, _index, x_ND, y_N, hyper, *, optimizer):
+    """One update of carry = (params, state) by ``make_optimizer(optimizer, *hyper)``, built
+    inside the trace from traced hyperparameters: ((params, state), (new params, loss before))."""
+    p, state = carry
+    value, grads = jax.value_and_grad(loss)(p, x_ND, y_N)
+    updates, state = make_optimizer(optimizer, *hyper).update(grads, state, p)
+    p = optax.apply_updates(p, updates)
+    return (p, state), (p, value)
 
-    @jax.jit
-    def run(params):
-        def body(carry, _):
-            p, state = carry
-            value, grads = jax.value_and_grad(loss)(p, x_ND, y_N)
-            updates, state = tx.update(grads, state, p)
-            p = optax.apply_updates(p, updates)
-            return (p, state), (p, value)
 
-        (p, state), (path, losses) = jax.lax.scan(body, (params, tx.init(params)), length=steps)
-        return path, jnp.append(losses, loss(p, x_ND, y_N)), state
+# Steps per compiled chunk (core.nn.chunked): the steps control moves by 10. With the
+# hyperparameters traced, one program per optimizer serves every step count and every value
+# of lr, beta, weight decay and clip norm; a jitted closure over a freshly built optax chain
+# compiled again on every call.
+STEPS_CHUNK = 10
+_train_chunks = chunked.ChunkedScan(_train_step, chunk=STEPS_CHUNK)
 
-    return run(params)
+
+@functools.partial(jax.jit, static_argnames="optimizer")
+def _init_state(params, hyper, optimizer):
+    return make_optimizer(optimizer, *hyper).init(params)
+
+
+_final_loss = jax.jit(loss)
+
+
+def train(optimizer: str, hyper, params, x_ND, y_N, steps: int):
+    """Train with ``make_optimizer(optimizer, *hyper)``, hyper = (learning rate, beta, weight
+    decay, clip norm): (params after every step, stacked; losses (steps + 1,); final state)."""
+    make_optimizer(optimizer, *hyper)  # refuses an unknown name or a bad beta, with numbers
+    hyper = tuple(np.float32(h) for h in hyper)  # traced: a new value compiles nothing
+    state = _init_state(params, hyper, optimizer)
+    (p, state), (path, losses) = _train_chunks(
+        (params, state), x_ND, y_N, hyper, steps=steps, optimizer=optimizer
+    )
+    return path, np.append(losses, np.asarray(_final_loss(p, x_ND, y_N))), state
 
 
 def reference_training(params, x_ND, y_N, steps, learning_rate, beta, weight_decay, clip_norm):
@@ -137,4 +161,6 @@ def make_optimizer(name, learning_rate, beta, weight_decay, clip_norm):
         return optax.adam(learning_rate)
     if name == "composed (lesson momentum)":
         return composed(learning_rate, beta, weight_decay, clip_norm)
+    if name == TRACE_CHAIN:  # the same chain with optax's momentum: the app's reference
+        return composed(learning_rate, beta, weight_decay, clip_norm, optax.trace(beta))
     raise ValueError(f"unknown optimizer {name!r}")
