@@ -110,3 +110,17 @@ def test_a_forked_run_leaves_its_cyclic_garbage_to_the_os(run_app, tmp_path):
     assert fresh.returncode == forked.returncode == 0
     assert "collected at exit" in fresh.stdout, "the control: a fresh interpreter collects it"
     assert forked.stdout == "atexit ran\n", forked.stdout
+
+
+def test_a_forked_run_starts_with_the_servers_imports_frozen(run_app, tmp_path):
+    """The server freezes what its imports made before it forks (core.lab.warm_kernels.
+    freeze_imports): a run's full collections skip those objects; a fresh interpreter has
+    nothing frozen."""
+    script = tmp_path / "frozen.py"
+    script.write_text("import gc\nprint(gc.get_freeze_count())\n")
+    env = lab.child_env(JAX_PLATFORMS="cpu")
+    fresh = _fresh([script], env)
+    forked = run_app([script], env=env, cwd=curriculum.REPO_ROOT, timeout=60)
+    assert fresh.returncode == forked.returncode == 0
+    assert int(fresh.stdout) == 0, "the control: nothing is frozen in a fresh interpreter"
+    assert int(forked.stdout) > 10_000, forked.stdout  # JAX alone leaves well over 10,000

@@ -78,6 +78,21 @@ def fork_problem() -> str | None:
 # ---- the warm process (python -m core.lab.warm_kernels SOCKET) -----------------------------
 
 
+def freeze_imports() -> None:
+    """Move every object the imports made to the collector's permanent generation, once,
+    before the first fork (what Python's gc docs advise for a process that forks workers).
+
+    A forked process's full collections walk every tracked object it inherited, about 300,000
+    for this stack; frozen, they are skipped (their pages also stay shared with the parent).
+    A lesson run forked from a frozen process: 0.15-0.3 CPU s less of 1.2-2.6 (tiny_mlp,
+    attention; the collector's own timings, a warm compilation cache, this 2-core machine).
+    """
+    import gc
+
+    gc.collect()  # what the imports left as garbage goes now, not into the permanent generation
+    gc.freeze()
+
+
 def _become_module(request: dict, fds: list[int], closing: list[socket.socket]) -> None:
     """In the forked child: become ``python -m MODULE`` with the shim's start-up arguments on
     stdin, its stdout and stderr, environment and working directory; never return."""
@@ -133,6 +148,7 @@ def serve(socket_path: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the server's stop: kill the kernels
     for name in PRELOAD:
         importlib.import_module(name)
+    freeze_imports()
     problem = fork_problem()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path)

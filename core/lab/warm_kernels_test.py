@@ -59,6 +59,9 @@ def test_a_forked_kernel_is_the_module_run_with_the_shims_stdin_streams_and_envi
     assert said["jax_imported"], "the stack came imported"
     assert said["argv0"].endswith("warm_probe.py"), "sys.argv as `python -m` sets it"
     assert said["cwd"] == str(PROBE_DIR) and said["marker"] == "m1"
+    # The imports came frozen: the kernel's full collections skip them (JAX alone leaves
+    # well over 10,000 tracked objects).
+    assert said["frozen_objects"] > 10_000, said["frozen_objects"]
     assert process.stderr.read() == "to stderr\n"
 
 

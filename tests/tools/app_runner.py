@@ -128,6 +128,9 @@ def serve() -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from core.lab import warm_kernels
+
+    warm_kernels.freeze_imports()  # each run's collections skip what the imports made
     problem = _fork_problem()
     reply = sys.stdout
     reply.write(json.dumps({"ready": True, "fork_problem": problem}) + "\n")
