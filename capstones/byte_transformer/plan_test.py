@@ -242,3 +242,23 @@ def test_without_libtpu_the_compiler_rows_say_so(monkeypatch):
     analytic = plan.training_memory(tiny(), 4)
     rec = plan.recommendation(tiny(), analytic, section["topologies"], 1e6)
     assert {r["footprint_source"] for r in rec["generations"]} == {"analytic (liveness estimate)"}
+
+
+def test_loss_and_grads_compiles_once_per_program_key_and_policy(reference):
+    """A new dropout key, a longer run of the same model: the program compiled for the
+    reference runs again (batch and key are its arguments), and the key still acts."""
+    config, state, batch, _, loss, _ = reference
+    compiled = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(kwargs.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        longer = config_lib.Config.from_overrides(["steps=9"], base=config)
+        other, _ = plan.loss_and_grads(longer, state["params"], batch, jax.random.key(8), None)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert "jit(loss)" not in compiled, compiled
+    assert float(other) != pytest.approx(float(loss), abs=1e-4)  # dropout follows the key

@@ -72,23 +72,49 @@ def remat_train_step(
 
 
 def step_function(config: config_lib.Config, policy: str | None):
-    """(state, batch) -> (state, metrics): training.train_step, or its remat variant."""
+    """(state, batch) -> (state, metrics): training.train_step, or its remat variant.
+
+    One function object per (program key, policy): jax.jit of it reuses the program another
+    caller in this process already compiled (jit caches by function identity)."""
+    return _step_function(config.program_key(), policy)
+
+
+@functools.lru_cache(maxsize=16)
+def _step_function(config: config_lib.Config, policy: str | None):
     training.make_train_step(config)  # builds the model structure outside any trace
     if policy is None:
         return functools.partial(training.train_step, config)
     return functools.partial(remat_train_step, config, policy)
 
 
+def step_program(config: config_lib.Config, policy: str):
+    """jax.jit(step_function(config, policy)), one per (program key, policy)."""
+    return _step_program(config.program_key(), policy)
+
+
+@functools.lru_cache(maxsize=16)
+def _step_program(config: config_lib.Config, policy: str):
+    return jax.jit(step_function(config, policy))
+
+
 def loss_and_grads(config: config_lib.Config, params, batch, key, policy: str | None):
-    """(loss, grads) of the training loss (remat_loss_fn when ``policy``), jitted."""
-    training.make_train_step(config)
+    """(loss, grads) of the training loss (remat_loss_fn when ``policy``), jitted.
 
-    def loss(p):
+    The batch and key are arguments of the program, not constants in it, so every batch and
+    key of one (program key, policy) runs the program compiled once in this process."""
+    return _loss_and_grads_program(config.program_key(), policy)(params, batch, key)
+
+
+@functools.lru_cache(maxsize=16)
+def _loss_and_grads_program(config: config_lib.Config, policy: str | None):
+    training.make_train_step(config)  # builds the model structure outside any trace
+
+    def loss(params, batch, key):
         if policy is None:
-            return training.loss_fn(config, p, batch, key)[0]
-        return remat_loss_fn(config, p, batch, key, policy)[0]
+            return training.loss_fn(config, params, batch, key)[0]
+        return remat_loss_fn(config, params, batch, key, policy)[0]
 
-    return jax.jit(jax.value_and_grad(loss))(params)
+    return jax.jit(jax.value_and_grad(loss))
 
 
 def first_batch(config: config_lib.Config) -> dict:
@@ -100,7 +126,10 @@ def first_batch(config: config_lib.Config) -> dict:
 def compile_cpu(config: config_lib.Config, policy: str | None, state, batch) -> dict:
     """Compile the step on this host's default device (CPU) and run it once: the compiled
     program, compile seconds, the CPU compiler's peak and FLOPs, the state after one step."""
-    ahead = timing.lower_and_compile(jax.jit(step_function(config, policy)), state, batch)
+    # policy None: the trainer's own program (training.make_train_step), compiled once per
+    # process; a program compiled earlier in this process is reused, not compiled again
+    jitted = training.make_train_step(config) if policy is None else step_program(config, policy)
+    ahead = timing.lower_and_compile(jitted, state, batch)
     compiled, compile_s = ahead.executable, ahead.total_s
     new_state, metrics = compiled(state, batch)
     jax.block_until_ready(new_state)
