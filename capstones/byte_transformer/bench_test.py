@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -318,7 +319,18 @@ def test_the_block_sweep_times_the_same_function_at_each_block_count():
             assert float(metrics[row][name]) == pytest.approx(
                 float(metrics["dense"][name]), rel=1e-5
             ), (row, name)
-    sweep = bench.variants.block_sweep(config, state, batch, ["dense", 2, 4], 2, 0, lambda _: 0)
+    compiled = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(kwargs.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:  # the sweep times the very programs checked above: it compiles none of them again
+        sweep = bench.variants.block_sweep(config, state, batch, ["dense", 2, 4], 2, 0, lambda _: 0)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert "jit(train_step)" not in compiled, compiled
     assert [row["blocks"] for row in sweep["rows"]] == ["dense", 2, 4]
     assert [row["skipped_fraction"] for row in sweep["rows"]] == [0.0, 1 / 4, 3 / 8]
     assert sweep["rows"][0]["vs_dense"]["median"] == 1.0

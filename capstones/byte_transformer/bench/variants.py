@@ -73,8 +73,15 @@ def sweep_step_fn(config, row: str | int):
     """jit(train_step) with the dense core (``"dense"``) or ``row`` causal blocks."""
     if row == DENSE:
         return training.make_train_step(config, dense_attention=True)
+    return _blocked_step_program(config.program_key(), row)
+
+
+@functools.lru_cache(maxsize=8)
+def _blocked_step_program(config, blocks: int):
+    """One jit per (program key, block count): a second caller in this process (the sweep
+    after a check of the same row) runs the program already compiled, not a new one."""
     training.make_train_step(config)  # builds the model structure eagerly, outside a trace
-    return jax.jit(functools.partial(training.train_step, config, loss=_blocked_loss(row)))
+    return jax.jit(functools.partial(training.train_step, config, loss=_blocked_loss(blocks)))
 
 
 def _spread(samples: list[float]) -> dict:
