@@ -134,14 +134,20 @@ def first_losses(config, steps: int, mxu: str | None = None, loss: Callable | No
         raise ValueError(f"steps must be >= 1, got {steps}")
     if mxu is not None and mxu not in PRECISIONS:
         raise ValueError(f"mxu must be None or one of {PRECISIONS}, got {mxu!r}")
-    training.make_train_step(config)  # builds the model structure eagerly (never under trace)
+    trainers_step = training.make_train_step(config)  # also builds the model structure
     step = functools.partial(training.train_step, config, loss=loss or training.loss_fn)
     precision = jax.default_matmul_precision(mxu.lower()) if mxu else contextlib.nullcontext()
     stream = data.training_stream(config, data.load_corpus(config))
-    state = training.init_state(config)
+    # committed to its device as training.train commits it: the same program's cache entry
+    state = jax.tree.map(
+        lambda leaf: jax.device_put(leaf, leaf.sharding), training.init_state(config)
+    )
     losses = []
     with precision:  # traced (and so emulated) at this precision
-        program = jax.jit(tpu_emulation.emulate(step) if mxu else step)
+        if mxu is None and loss is None:  # the trainer's program, compiled once per process
+            program = trainers_step
+        else:
+            program = jax.jit(tpu_emulation.emulate(step) if mxu else step)
         for _ in range(steps):
             state, metrics = program(state, stream.next_batch())
             losses.append(float(metrics["loss"]))
