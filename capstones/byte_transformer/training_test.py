@@ -205,7 +205,8 @@ def test_no_logit_depends_on_a_later_byte_or_another_document(corpus):
     def logits_from_embeddings(x):
         return model.unembed(model.backbone(x[None], mask))[0]  # (T, V)
 
-    jacobian = jax.jacrev(logits_from_embeddings)(x_TD)  # (T, V, S, D)
+    # jitted: one compiled program instead of ~120 eagerly dispatched ops (~4x less CPU)
+    jacobian = jax.jit(jax.jacrev(logits_from_embeddings))(x_TD)  # (T, V, S, D)
     norms_TS = np.asarray(jnp.sqrt(jnp.sum(jacobian**2, axis=(1, 3))), np.float64)
     t = len(segments)
     later = np.triu(np.ones((t, t), bool), k=1)
