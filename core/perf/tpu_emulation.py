@@ -201,10 +201,14 @@ def emulate(fn, default: str = "DEFAULT"):
     ``jax.default_matmul_precision`` in force when ``emulate(fn)(...)`` is called), ``default``
     where that says DEFAULT or nothing. Returns the same pytree ``fn`` returns; jitted."""
 
+    # One jit for the returned function: its cache (keyed by the arguments' shapes and the
+    # jax.default_matmul_precision in force, which is part of every jit key) compiles each
+    # program once, where a jit built on every call compiled again on every call.
+    @jax.jit
     def emulated(*args, **kwargs):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
         flat = jax.tree.leaves((args, kwargs))
-        run = jax.jit(lambda *a: _run(closed.jaxpr, closed.consts, list(a), default))
-        return jax.tree.unflatten(jax.tree.structure(shape), run(*flat))
+        outs = _run(closed.jaxpr, closed.consts, flat, default)
+        return jax.tree.unflatten(jax.tree.structure(shape), outs)
 
     return emulated

@@ -57,6 +57,30 @@ def test_batched_dots_gradients_and_control_flow_are_emulated():
     assert numerics.scaled_max_error(far, reference) > 1e-4  # every dot went through one pass
 
 
+def test_an_emulated_function_compiles_once_per_shape_and_precision():
+    """A training loop calls one emulated step many times: a call with the same shapes and
+    the same precision in force compiles nothing (a jit built on every call compiled every
+    call), and a new precision still compiles its own program, equal to a fresh emulation's."""
+    from core.nn.chunked import counting_compiles
+
+    x, w = _operands(8, 32, 4, seed=3)
+    matmul = tpu_emulation.emulate(lambda a, b: jnp.tanh(a @ b))
+    shifted = x + 1.0
+    first = matmul(x, w)
+    with counting_compiles() as again:
+        second = matmul(shifted, w)
+    assert again == []
+    fresh = tpu_emulation.emulate(lambda a, b: jnp.tanh(a @ b))(x, w)
+    np.testing.assert_array_equal(first, fresh)
+    want = jnp.tanh(precision.mxu_matmul(shifted, w, "DEFAULT"))
+    assert numerics.scaled_max_error(second, want) <= 1e-6
+    with jax.default_matmul_precision("highest"), counting_compiles() as pinned:
+        highest = matmul(x, w)
+    assert pinned != []
+    want = jnp.tanh(precision.mxu_matmul(x, w, "HIGHEST"))
+    assert numerics.scaled_max_error(highest, want) <= 1e-6
+
+
 def test_matrix_vector_products_are_emulated_too():
     # XLA:CPU has no bfloat16 x bfloat16 -> float32 kernel for these; a TPU may run them in
     # float32 (jax#16349): emulating them in bfloat16 passes is the cautious side
