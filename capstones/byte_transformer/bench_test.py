@@ -368,14 +368,20 @@ def test_bf16_rows_follow_the_float32_curves_of_both_frameworks():
 def test_decode_ab_rounds_and_the_arena_children_settings():
     config = tiny(d_model=32, num_heads=4, max_len=64)
     params = training.init_state(config)["params"]
-    prompt = np.asarray(tokenizer.encode("def main(argv):\n"), np.int32)[None]
-    ab = bench.decode_ab.interleaved_rounds(config, params, prompt, 4, 2, True)
+    # the prompt and length of the decode test above: its compiled decode programs serve here
+    prompt = np.asarray(tokenizer.encode("def main(argv):\n    return "), np.int32)[None]
+    ab = bench.decode_ab.interleaved_rounds(config, params, prompt, 6, 2, True)
     rates = ab["tokens_per_s"]
     assert set(rates) == {"recompute", "per_token", "loop", "loop_eigen_off"}
     for way in ("per_token", "loop", "loop_eigen_off"):
         spread = ab["ratio_vs_recompute"][way]
         assert spread["min"] <= spread["median"] <= spread["max"]
     assert bench.decode_ab.EIGEN_OFF == bench.decode.LOOP_COMPILER_OPTIONS  # the kept side
+    # decoders of one model shape share their jitted programs (compiled once per process);
+    # only the loop differs with its compiler options
+    kept, xla_default = (bench.decode.Decoders(config, params, prompt, 6, o) for o in (None, {}))
+    assert all(kept.jit[n] is xla_default.jit[n] for n in ("prefill", "decode", "recompute"))
+    assert kept.jit["decode_loop"] is not xla_default.jit["decode_loop"]
     tuned = bench.decode_ab._child_env("arena_max_1")["GLIBC_TUNABLES"]
     default = bench.decode_ab._child_env("arena_default")["GLIBC_TUNABLES"]
     assert tuned == allocator.TUNABLES
