@@ -260,9 +260,25 @@ def _install_chart_hook() -> None:
     alt.TopLevelMixin.to_dict = to_dict
 
 
+def _leave_cycles_to_the_os() -> None:
+    """At this process's exit, after every atexit handler registered later (they run last in,
+    first out), move all objects to the collector's permanent generation: the interpreter's
+    final collections then skip the JAX, Flax and pandas objects a lesson leaves behind
+    (0.7-1.2 of a lesson's 3.5-4.9 CPU s: attention, tiny_mlp). Objects are still freed by
+    their reference counts; only cyclic garbage is left to the OS, which frees it anyway.
+    Registered once per process."""
+    import atexit
+    import gc
+
+    if not getattr(_leave_cycles_to_the_os, "registered", False):
+        atexit.register(gc.freeze)
+        _leave_cycles_to_the_os.registered = True
+
+
 def start(lesson: str, flags: dict[str, Any], out: str | None) -> None:
     """Begin recording this process's headless run (lab.Flags.parse calls this), from an
     empty recorder: a process can run several lessons (course-run --one-process)."""
+    _leave_cycles_to_the_os()
     for field in dataclasses.fields(Recorder):
         setattr(RECORDER, field.name, getattr(Recorder(), field.name))
     topology_compile = sys.modules.get("core.tpu.topology_compile")

@@ -137,3 +137,35 @@ def test_a_new_recording_forgets_the_topologies_a_former_lesson_compiled(monkeyp
     results.start("jit", {}, None)
     assert topology_compile.TOPOLOGIES_USED == set()
     assert "v5p:2x2x1" not in results.receipt()["note"]
+
+
+def test_a_headless_run_leaves_its_cyclic_garbage_to_the_os(tmp_path):
+    """A headless lesson (lab.Flags.parse -> results.start) freezes the collector at exit:
+    a cycle whose finalizer prints at the interpreter's last collection stays silent. The
+    control, the same script without start, prints."""
+    script = (
+        "import atexit, gc, sys\n"
+        "from core.lab import results\n"
+        "class Node:\n"
+        "    def __del__(self):\n"
+        "        sys.stdout.write('collected at exit\\n'); sys.stdout.flush()\n"
+        "if sys.argv[1] == 'headless':\n"
+        "    results.start('probe', {}, None)\n"
+        "gc.disable()\n"  # nothing collects the cycle before exit
+        "a, b = Node(), Node(); a.other, b.other = b, a\n"
+        "del a, b\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+    )
+    (tmp_path / "cycle.py").write_text(script)
+    env = runtime.child_env(JAX_PLATFORMS="cpu")
+
+    def run(mode: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(tmp_path / "cycle.py"), mode],
+            capture_output=True, text=True, env=env, cwd=curriculum.REPO_ROOT, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert "collected at exit" in run("control"), "the control: a plain exit collects it"
+    assert run("headless") == "atexit ran\n"
