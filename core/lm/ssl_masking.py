@@ -31,7 +31,6 @@ but its training step takes several times longer to compile.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import jax
@@ -426,12 +425,13 @@ def neighbour_perturbation_gap(params: dict, batch: dict, seed: int = 0) -> tupl
 # --- training ---------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("learning_rate",))
+@jax.jit
 def _train_scan(
     params, uniforms_S3BT, tokens_BT, segment_ids_BT, positions_BT, probs, leak, learning_rate
 ):
-    """All steps in one lax.scan: one compile, no Python per step. ``leak`` is traced, so
-    the honest and the leaky run share the compile."""
+    """All steps in one lax.scan: one compile, no Python per step. ``leak`` and
+    ``learning_rate`` are traced, so the honest and the leaky run, and every learning rate,
+    share the compile."""
     tx = optax.adam(learning_rate)
 
     def loss_fn(params, inputs, labels):
@@ -514,7 +514,7 @@ def train(
         packed.positions_BT,
         probs,
         np.bool_(leak),
-        float(learning_rate),
+        np.float32(learning_rate),
     )
     return TrainResult(
         params,
