@@ -20,9 +20,14 @@ from core.lm import attention, causal_blocked, tokenizer, transformer
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision_on_tpu")
 
 
-def _qkv(key, b, t, h, k, dtype):
-    q, kk, v = jax.random.normal(key, (3, b, t, h, k), jnp.float32)
-    return q.astype(dtype), kk.astype(dtype), v.astype(dtype)
+def _normal(seed, shape):
+    """float32 N(0, 1) draws from NumPy: jax.random compiled a sampler for every new shape."""
+    return np.random.default_rng(seed).standard_normal(shape, np.float32)
+
+
+def _qkv(seed, b, t, h, k, dtype):
+    q, kk, v = _normal(seed, (3, b, t, h, k))
+    return tuple(jnp.asarray(a.astype(jnp.dtype(dtype))) for a in (q, kk, v))
 
 
 def _document_mask(b, t, seed):
@@ -43,7 +48,7 @@ def _document_mask(b, t, seed):
 )
 def test_forward_equals_float64_reference_with_document_masks(shape, blocks, dtype):
     b, t, h, k = shape
-    q, kk, v = _qkv(jax.random.key(t), b, t, h, k, dtype)
+    q, kk, v = _qkv(t, b, t, h, k, dtype)
     mask = _document_mask(b, t, seed=t)
     out = causal_blocked.causal_blocked_attention(q, kk, v, mask, num_blocks=blocks)
     reference = attention.reference_float64(q, kk, v, mask=np.asarray(mask))
@@ -55,8 +60,8 @@ def test_forward_equals_float64_reference_with_document_masks(shape, blocks, dty
 def test_gradients_equal_the_float64_closed_form(blocks):
     """Pure causal mask: dQ, dK, dV of sum(out * dO) against the NumPy float64 gradient."""
     b, t, h, k = 2, 16, 2, 8
-    q, kk, v = _qkv(jax.random.key(1), b, t, h, k, jnp.float32)
-    do = jax.random.normal(jax.random.key(2), q.shape)
+    q, kk, v = _qkv(1, b, t, h, k, jnp.float32)
+    do = jnp.asarray(_normal(2, q.shape))
     mask = attention.causal_mask_TS(t)
     fn = functools.partial(causal_blocked.causal_blocked_attention, num_blocks=blocks)
     grads = jax.grad(lambda *a: jnp.sum(fn(*a, mask) * do), argnums=(0, 1, 2))(q, kk, v)
@@ -71,8 +76,8 @@ def test_gradients_equal_the_float64_closed_form(blocks):
 
 def test_vjp_equals_autodiff_of_the_dense_attention_on_document_masks():
     b, t, h, k = 2, 32, 2, 8
-    q, kk, v = _qkv(jax.random.key(3), b, t, h, k, jnp.float32)
-    do = jax.random.normal(jax.random.key(4), q.shape)
+    q, kk, v = _qkv(3, b, t, h, k, jnp.float32)
+    do = jnp.asarray(_normal(4, q.shape))
     mask = _document_mask(b, t, seed=5)
 
     def grads(fn):
@@ -85,7 +90,7 @@ def test_vjp_equals_autodiff_of_the_dense_attention_on_document_masks():
 
 
 def test_refuses_what_it_cannot_compute():
-    q, kk, v = _qkv(jax.random.key(0), 1, 12, 1, 4, jnp.float32)
+    q, kk, v = _qkv(0, 1, 12, 1, 4, jnp.float32)
     mask = attention.causal_mask_TS(12)
     with pytest.raises(ValueError, match="split into 5 equal blocks"):
         causal_blocked.causal_blocked_attention(q, kk, v, mask, num_blocks=5)
@@ -99,7 +104,7 @@ def test_refuses_what_it_cannot_compute():
 def test_a_concrete_mask_that_is_not_causal_is_refused():
     """A full mask gave results ~1.0 away from the dense attention (the key blocks above the
     diagonal were skipped although the mask let queries see them): refused, naming where."""
-    q, kk, v = _qkv(jax.random.key(0), 1, 12, 1, 4, jnp.float32)
+    q, kk, v = _qkv(0, 1, 12, 1, 4, jnp.float32)
     full = jnp.ones((12, 12), bool)
     dense = attention.dot_product_attention(q, kk, v, full)
     with pytest.raises(ValueError, match=r"not causal: query 0 sees key 1"):
@@ -109,7 +114,7 @@ def test_a_concrete_mask_that_is_not_causal_is_refused():
     one_above[1, 0, 7, 9] = True
     with pytest.raises(ValueError, match=r"query 7 sees key 9 \(batch 1, head 0\)"):
         causal_blocked.causal_blocked_attention(
-            *_qkv(jax.random.key(0), 2, 12, 1, 4, jnp.float32), one_above, num_blocks=3
+            *_qkv(0, 2, 12, 1, 4, jnp.float32), one_above, num_blocks=3
         )
     empty_row = np.tril(np.ones((12, 12), bool))
     empty_row[5] = False
@@ -119,7 +124,7 @@ def test_a_concrete_mask_that_is_not_causal_is_refused():
 
 def test_a_traced_mask_cannot_be_inspected_and_is_taken_as_causal():
     """Inside jit the mask is a tracer: the call runs (documented), and a causal one matches."""
-    q, kk, v = _qkv(jax.random.key(1), 1, 12, 1, 4, jnp.float32)
+    q, kk, v = _qkv(1, 1, 12, 1, 4, jnp.float32)
     mask = attention.causal_mask_TS(12)
     run = jax.jit(functools.partial(causal_blocked.causal_blocked_attention, num_blocks=3))
     got, want = run(q, kk, v, mask), attention.dot_product_attention(q, kk, v, mask)
