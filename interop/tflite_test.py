@@ -6,6 +6,7 @@ model and one conversion (module-scoped) serve most tests.
 
 from __future__ import annotations
 
+import gc
 import pathlib
 
 import jax
@@ -44,11 +45,28 @@ def converted(trained, tmp_path_factory):
     split, fn, params = trained
     folder = tmp_path_factory.mktemp("saved") / "model"
     tflite.to_saved_model(fn, params, folder, SHAPE)
-    variants = {
-        "float": tflite.to_tflite(folder, "float"),
-        "int8": tflite.to_tflite(folder, "int8", representative=split.x_train),
-    }
-    return folder, variants
+    # the freeze count at each gc.collect() the converter makes (checked in a test below)
+    frozen_at_collect = []
+    collect = gc.collect
+
+    def counting_collect(*args, **kwargs):
+        frozen_at_collect.append(gc.get_freeze_count())
+        return collect(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gc, "collect", counting_collect)
+        variants = {
+            "float": tflite.to_tflite(folder, "float"),
+            "int8": tflite.to_tflite(folder, "int8", representative=split.x_train),
+        }
+    return folder, variants, frozen_at_collect
+
+
+def test_the_converters_collections_skip_the_objects_made_before_it(converted):
+    # every converter's gc.collect() met the older objects frozen, and none stays frozen after
+    frozen_at_collect = converted[2]
+    assert len(frozen_at_collect) >= 2 and min(frozen_at_collect) > 1000, frozen_at_collect
+    assert gc.get_freeze_count() == 0
 
 
 def test_nnx_function_is_the_model(trained):
