@@ -23,6 +23,25 @@ def run(*args, cwd=curriculum.REPO_ROOT, timeout=180):
     )
 
 
+def app_help(run_app, app) -> str:
+    """What `python APP --help` prints in export's own --help environment: the reference the
+    flags read from the source must equal (a forked run of a pre-imported server, as the
+    app-contract runs are, instead of a fresh interpreter importing JAX and marimo each time)."""
+    result = run_app([app, "--help"], env=export._help_env(), cwd=curriculum.REPO_ROOT, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+def run_exported(run_app, *args):
+    """`python EXPORTED ARGS...` from the repository root, in `run`'s environment."""
+    return run_app(
+        list(args),
+        env=runtime.child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"),
+        cwd=curriculum.REPO_ROOT,
+        timeout=180,
+    )
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "arrays_devices_tpu.py"
@@ -39,9 +58,9 @@ def test_export_keeps_the_app_byte_for_byte_and_records_its_hash(exported):
     assert export.source_digest(exported) == hashlib.sha256(source.encode()).hexdigest()
 
 
-def test_exported_flags_mirror_the_controls(exported):
+def test_exported_flags_mirror_the_controls(exported, run_app):
     header = exported.read_text(encoding="utf-8").split("import marimo", 1)[0]
-    help_result = run(str(exported), "--help")
+    help_result = run_exported(run_app, exported, "--help")
     assert help_result.returncode == 0
     for option in ("--rows", "--cols", "--dtype", "--device-a", "--device-b", "--seed"):
         assert option in header and option in help_result.stdout
@@ -53,8 +72,8 @@ def test_exported_script_runs_headless_with_flags(exported, tmp_path):
     assert "PASS: row sum-of-squares and mean in bfloat16" in result.stdout
 
 
-def test_exported_script_rejects_out_of_bounds_flags(exported):
-    result = run(str(exported), "--rows", "0")
+def test_exported_script_rejects_out_of_bounds_flags(exported, run_app):
+    result = run_exported(run_app, exported, "--rows", "0")
     assert result.returncode == 2
     assert "--rows must be between 1 and 64" in result.stderr
 
@@ -134,13 +153,13 @@ def tiny_app(folder, steps_line="    STEPS = 10", name="tiny.py"):
 
 
 @pytest.mark.parametrize("stem", ["arrays_devices", "tiny_mlp", "pytrees", "flax_nnx"])
-def test_flags_read_from_the_source_are_the_apps_own_help(stem):
+def test_flags_read_from_the_source_are_the_apps_own_help(stem, run_app):
     """The header's flags, read from the source, equal what `python app.py --help` prints (a
     handful: each --help starts the app's imports; apps using a module's constants among them)."""
     app = curriculum.APPS_DIR / f"{stem}.py"
     flags = export.static_flags(app.read_text(encoding="utf-8"))
     assert flags is not None
-    assert export.help_of(flags, app.name) == export.run_help(app)
+    assert export.help_of(flags, app.name) == app_help(run_app, app)
 
 
 def test_most_apps_export_without_starting_jax():
@@ -183,12 +202,14 @@ def test_static_flags_take_constants_only(tmp_path, steps_line, static):
         assert flags.flags["dtype"].choices == ("float32", "bfloat16", "float16", "int32")
 
 
-def test_help_is_kept_by_source_hash_and_asked_again_when_the_source_changes(tmp_path, monkeypatch):
+def test_help_is_kept_by_source_hash_and_asked_again_when_the_source_changes(
+    tmp_path, monkeypatch, run_app
+):
     cache = tmp_path / "cache"
     app = tiny_app(tmp_path, "    STEPS = int(os.environ.get('TINY_STEPS', 10))")
     text, how = export.flags_help(app, cache)
     assert how == "--help" and "--steps STEPS" in text and "(default: 10)" in text
-    assert text == export.run_help(app)
+    assert text == app_help(run_app, app)
 
     def no_run(path, timeout_s=120):
         raise AssertionError("--help ran again for an unchanged app")
