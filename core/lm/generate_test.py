@@ -10,6 +10,16 @@ from core.lm import generate, tokenizer, transformer
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision_on_tpu")
 
 
+def _tokens(seed, shape):
+    """Token ids in [0, 256) from NumPy: jax.random compiled a sampler for every new shape."""
+    return jnp.asarray(np.random.default_rng(seed).integers(0, 256, shape, dtype=np.int32))
+
+
+def _normal(seed, shape):
+    """float32 N(0, 1) draws from NumPy (no sampler compiled per shape)."""
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape, np.float32))
+
+
 @pytest.fixture(scope="module")
 def model():
     config = transformer.TransformerConfig(width=16, num_heads=2, num_layers=2, max_len=32)
@@ -26,7 +36,7 @@ def test_sampling_config_is_validated():
 
 
 def test_greedy_is_argmax():
-    logits = jax.random.normal(jax.random.key(0), (5, 256))
+    logits = _normal(0, (5, 256))
     token = generate.sample_next_B(logits, jax.random.key(1), generate.SamplingConfig("greedy"))
     np.testing.assert_array_equal(token, np.argmax(np.asarray(logits), -1))
 
@@ -75,7 +85,7 @@ def test_sampling_probs_closed_form():
 
 @pytest.mark.parametrize("prompt_len, num_new", [(1, 6), (5, 10), (12, 3)])
 def test_cached_greedy_equals_recomputing_everything(model, prompt_len, num_new):
-    prompt = jax.random.randint(jax.random.key(prompt_len), (2, prompt_len), 0, 256)
+    prompt = _tokens(prompt_len, (2, prompt_len))
     cached = generate.generate(model, prompt, num_new, jax.random.key(0))
     assert cached.tokens_BT.shape == (2, prompt_len + num_new) and cached.prompt_len == prompt_len
     np.testing.assert_array_equal(
@@ -91,7 +101,7 @@ def test_cached_greedy_equals_recomputing_everything(model, prompt_len, num_new)
 
 @pytest.mark.parametrize("length, prefill", [(1, 1), (7, 3), (20, 1), (32, 32)])
 def test_incremental_logits_equal_full_forward(model, length, prefill):
-    tokens = jax.random.randint(jax.random.key(length), (1, length), 0, 256)
+    tokens = _tokens(length, (1, length))
     incremental = generate.incremental_logits_BTV(model, tokens, prefill)
     tol = numerics.tolerance("float32")
     np.testing.assert_allclose(incremental, transformer.forward(model, tokens), rtol=tol, atol=tol)
@@ -118,7 +128,7 @@ def test_sampled_generation_is_reproducible_and_checked(model):
 
 
 def test_sampling_rule_is_traced_so_one_program_serves_all():
-    logits = jax.random.normal(jax.random.key(1), (3, 256))
+    logits = _normal(1, (3, 256))
     sample = jax.jit(generate._sample_B)
     for sampling in (
         generate.SamplingConfig(),
@@ -194,7 +204,7 @@ def test_generation_keeps_its_cache_of_g_heads_and_decodes_like_the_full_forward
         width=16, num_heads=heads, num_layers=2, max_len=16, num_kv_heads=kv_heads
     )
     model = transformer.TinyLM(config, jax.random.key(heads))
-    prompt = jax.random.randint(jax.random.key(5), (1, 3), 0, 256)
+    prompt = _tokens(5, (1, 3))
     generation = generate.generate(model, prompt, 6, jax.random.key(0))
     cache = generation.cache
     g = kv_heads or heads

@@ -13,6 +13,16 @@ from core.lm import attention, tokenizer, transformer
 pytestmark = pytest.mark.usefixtures("highest_matmul_precision_on_tpu")
 
 
+def _tokens(seed, shape):
+    """Token ids in [0, 256) from NumPy: jax.random compiled a sampler for every new shape."""
+    return jnp.asarray(np.random.default_rng(seed).integers(0, 256, shape, dtype=np.int32))
+
+
+def _normal(seed, shape):
+    """float32 N(0, 1) draws from NumPy (no sampler compiled per shape)."""
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape, np.float32))
+
+
 def tiny_config(**overrides):
     settings = {"width": 16, "num_heads": 2, "num_layers": 2, "max_len": 24} | overrides
     return transformer.TransformerConfig(**settings)
@@ -43,7 +53,7 @@ def test_config_names_the_shapes():
 def test_block_f32_matches_numpy_float64(width, heads, seq_len):
     config = tiny_config(width=width, num_heads=heads)
     block = transformer.Block(config, jax.random.key(width))
-    x = jax.random.normal(jax.random.key(1), (2, seq_len, width))
+    x = _normal(1, (2, seq_len, width))
     causal = tokenizer.segment_mask_BTS(jnp.ones((2, seq_len), jnp.int32))[:, None]
     y = transformer.block_forward(block, x)
     assert block(x, causal)[1] is None and y.dtype == jnp.float32
@@ -56,7 +66,7 @@ def test_block_with_a_segment_mask_matches_numpy():
     block = transformer.Block(config, jax.random.key(2))
     segments = jnp.asarray([[1, 1, 1, 2, 2, 3, 0, 0], [1, 2, 2, 2, 2, 2, 2, 0]])
     mask = tokenizer.segment_mask_BTS(segments)
-    x = jax.random.normal(jax.random.key(3), (2, 8, 16))
+    x = _normal(3, (2, 8, 16))
     y, _ = block(x, mask[:, None])
     reference = transformer.block_reference(transformer.block_weights(block), x, np.asarray(mask))
     assert numerics.scaled_max_error(y, reference) <= numerics.tolerance("float32")
@@ -71,7 +81,7 @@ def test_bf16_compute_stays_close_and_f32_params_stay_f32(width):
         transformer.Block(bf16, jax.random.key(4)),
     )
     assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nnx.state(block16, nnx.Param)))
-    x = jax.random.normal(jax.random.key(5), (1, 8, width))
+    x = _normal(5, (1, 8, width))
     y32, y16 = transformer.block_forward(block32, x), transformer.block_forward(block16, x)
     assert y16.dtype == jnp.bfloat16
     error = numerics.scaled_max_error(y16, y32)
@@ -95,7 +105,7 @@ def test_lm_matches_numpy_with_packing(model):
 
 @pytest.mark.parametrize("length, prefill", [(1, 1), (6, 1), (9, 4), (16, 16)])
 def test_cached_decode_equals_full_forward(model, length, prefill):
-    tokens = jax.random.randint(jax.random.key(length), (2, length), 0, 256)
+    tokens = _tokens(length, (2, length))
     full = transformer.forward(model, tokens)
     cache = transformer.init_cache(model.config, 2, length)
     logits, cache = extend(model, tokens[:, :prefill], cache)
@@ -119,7 +129,7 @@ def test_cache_is_a_pytree_and_checks_its_size():
 
 
 def _filled_cache(model, capacity, length):
-    tokens = jax.random.randint(jax.random.key(capacity), (2, length), 0, 256)
+    tokens = _tokens(capacity, (2, length))
     return extend(model, tokens, transformer.init_cache(model.config, 2, capacity))[1]
 
 
@@ -145,7 +155,7 @@ def test_extend_past_the_capacity_is_refused(model, capacity, length, new):
 
 
 def test_extend_up_to_the_capacity_still_works_eagerly_and_in_jit(model):
-    tokens = jax.random.randint(jax.random.key(11), (2, 6), 0, 256)
+    tokens = _tokens(11, (2, 6))
     full = transformer.forward(model, tokens)
     cache = transformer.init_cache(model.config, 2, 6)
     first, cache = model.extend(tokens[:, :4], cache)  # eager
@@ -157,7 +167,7 @@ def test_extend_up_to_the_capacity_still_works_eagerly_and_in_jit(model):
 
 
 def test_jit_equals_no_jit(model):
-    tokens = jax.random.randint(jax.random.key(7), (2, 10), 0, 256)
+    tokens = _tokens(7, (2, 10))
     jitted = transformer.forward(model, tokens)
     with jax.disable_jit():
         eager = model(tokens)
@@ -437,7 +447,7 @@ def test_rope_and_gqa_options_match_numpy_and_the_cache(rope, kv_heads):
     # the cache holds G key/value heads, and cached decoding equals the full forward pass
     cache = transformer.init_cache(config, 1, 9)
     assert cache.k_LBSHK.shape == (2, 1, 9, config.kv_heads, 4)
-    tokens = jax.random.randint(jax.random.key(1), (1, 9), 0, 256)
+    tokens = _tokens(1, (1, 9))
     logits, cache = extend(model, tokens[:, :4], cache)
     pieces = [logits]
     for i in range(4, 9):
@@ -455,7 +465,7 @@ def test_the_default_config_keeps_the_position_table_and_all_heads():
 
 def test_block_without_positions_is_order_blind_and_rope_is_not():
     """Non-causal, no positions: permuting x permutes y (equivariance). With RoPE it does not."""
-    x = jax.random.normal(jax.random.key(0), (1, 6, 16))
+    x = _normal(0, (1, 6, 16))
     order = np.array([3, 0, 5, 1, 4, 2])
     for rope, equivariant in ((False, True), (True, False)):
         config = transformer.TransformerConfig(width=16, num_heads=2, num_layers=1, rope=rope)
