@@ -40,8 +40,12 @@ def _variants(model) -> dict[str, dict[str, np.ndarray]]:
 
 
 @pytest.fixture(scope="module")
-def runs(nnx_model, inputs, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("keras")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("keras")
+
+
+@pytest.fixture(scope="module")
+def runs(nnx_model, inputs, folder):
     inputs_path = keras_bridge.write_inputs(folder / "inputs.npz", inputs)
     jobs = {}
     for name, weights in _variants(nnx_model).items():
@@ -112,6 +116,18 @@ def test_each_backend_equals_nnx_at_every_layer(runs, nnx_model, inputs, backend
             error = numerics.scaled_max_error(outputs[name][layer], reference[layer])
             assert error <= TOL, (backend, name, layer, error)
         assert outputs[name]["fc2"].shape == (len(x), twins.CLASSES)
+
+
+def test_only_the_tensorflow_worker_imports_tensorflow(runs, folder):
+    # the jax and torch workers save and load .keras files without importing TensorFlow
+    imported = {
+        backend: json.loads((folder / f"jobs_{backend}.done.json").read_text()) for backend in runs
+    }
+    assert {b: d["tensorflow_imported"] for b, d in imported.items()} == {
+        "jax": False,
+        "torch": False,
+        "tensorflow": True,
+    }
 
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])

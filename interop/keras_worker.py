@@ -50,6 +50,20 @@ def load_keras(path: pathlib.Path):
     return keras.saving.load_model(path, safe_mode=True)
 
 
+def _tensorflow_types_cannot_occur() -> None:
+    """Tell Keras that TensorFlow is absent while no one has imported it (jax, torch workers).
+
+    Keras's (de)serializer asks ``tensorflow.available`` for each object it writes, to spot a
+    tf.TensorShape, tf.DType or tf.TypeSpec; asking imports TensorFlow (~4 CPU s) in a worker
+    that never made a TensorFlow object, so none can be one. An explicit use of TensorFlow
+    (an attribute of Keras's lazy module) still imports it.
+    """
+    from keras.src.utils import module_utils
+
+    if "tensorflow" not in sys.modules and module_utils.tensorflow.module is None:
+        module_utils.tensorflow._available = False
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m interop.keras_worker JOBS.json", file=sys.stderr)
@@ -67,6 +81,8 @@ def main(argv: list[str]) -> int:
 
     if keras.backend.backend() != wanted:
         raise ValueError(f"Keras runs on {keras.backend.backend()!r}, the jobs want {wanted!r}")
+    if wanted != "tensorflow":
+        _tensorflow_types_cannot_occur()
     for job in document.jobs:
         if job.weights is not None:
             weights, config = keras_bridge.read_weights(job.weights)
@@ -83,6 +99,7 @@ def main(argv: list[str]) -> int:
         if job.save_keras is not None:
             save_keras(model, pathlib.Path(job.save_keras))
     done = {"backend": wanted, "keras_version": keras.__version__, "jobs": len(document.jobs)}
+    done["tensorflow_imported"] = "tensorflow" in sys.modules
     job_path.with_name(job_path.name.removesuffix(".json") + ".done.json").write_text(
         json.dumps(done)
     )
