@@ -178,13 +178,26 @@ def nnx_to_keras(model: twins.NNXDigitsNet) -> dict[str, np.ndarray]:
 
 def keras_to_nnx(weights: Mapping, config: twins.Config = twins.SPEC) -> twins.NNXDigitsNet:
     """A fresh NNX DigitsNet (``config``) holding Keras-named ``weights`` (checked first)."""
+    import jax
     import jax.numpy as jnp
+    from flax import nnx
 
     arrays = check_weights(weights)
-    model = twins.nnx_model(config)
+    # Abstract (shapes only): flax's random init compiled an initializer program per weight
+    # shape (~4.6 CPU s on first use) for values that are all replaced below.
+    model = nnx.eval_shape(lambda: twins.nnx_model(config))
     for rule in KERAS_RULES:
         variable = getattr(getattr(model, rule.layer), rule.nnx_attribute)
         variable.set_value(jnp.asarray(arrays[keras_name(rule)]))
+    # Keras keeps no count of BatchNorm updates: a fresh model's (0), as twins.nnx_model has
+    model.bn1_num_batches.set_value(jnp.zeros((), jnp.int32))
+    unset = [
+        jax.tree_util.keystr(path)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model))
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+    ]
+    if unset:
+        raise ValueError(f"no Keras weight sets {', '.join(unset)}")
     return model
 
 
