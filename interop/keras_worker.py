@@ -60,8 +60,9 @@ def _tensorflow_types_cannot_occur() -> None:
     """
     from keras.src.utils import module_utils
 
-    if "tensorflow" not in sys.modules and module_utils.tensorflow.module is None:
-        module_utils.tensorflow._available = False
+    lazy = getattr(module_utils, "tensorflow", None)  # private to Keras: a release may move it
+    if "tensorflow" not in sys.modules and lazy is not None and getattr(lazy, "module", 0) is None:
+        lazy._available = False  # without it, the worker is only slower
 
 
 def main(argv: list[str]) -> int:
