@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
@@ -41,22 +39,7 @@ def lacking_env(modules: str = "", sockets: bool = False) -> dict[str, str]:
     )
 
 
-def run_once(argv, *, env: dict[str, str], cwd, timeout: float) -> subprocess.CompletedProcess:
-    """`python ARGV...` in a fresh interpreter, as run_app's result. run_app keeps one
-    pre-imported server per environment; each lacking host here is used for one run, and a
-    server's imports plus its fork cost 0.5-1.3 CPU s more than the run alone (the probe,
-    which needs no JAX, several seconds more)."""
-    return subprocess.run(
-        [sys.executable, *(str(a) for a in argv)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def test_the_made_up_host_lacks_what_it_says(tmp_path):
+def test_the_made_up_host_lacks_what_it_says(run_app, tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import importlib.util, sys\n"
@@ -67,7 +50,9 @@ def test_the_made_up_host_lacks_what_it_says(tmp_path):
         "try:\n    import torch\nexcept ModuleNotFoundError as error:\n    print(error)\n",
         encoding="utf-8",
     )
-    result = run_once([probe], env=lacking_env("torch", sockets=True), cwd=tmp_path, timeout=60)
+    result = run_app(
+        [probe], env=lacking_env("torch", sockets=True), cwd=tmp_path, timeout=60, one_off=True
+    )
     assert result.stdout.splitlines() == [
         "False True None False",
         "socket(AF_INET).bind(('127.0.0.1', 0)) raised [Errno 97] Address family not supported "
@@ -93,10 +78,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_an_app_on_a_host_that_lacks_what_it_needs_stops_and_says_what(case):
+def test_an_app_on_a_host_that_lacks_what_it_needs_stops_and_says_what(case, run_app):
     stem, env, said = case
-    result = run_once(
-        [curriculum.APPS_DIR / f"{stem}.py"], env=env, cwd=curriculum.REPO_ROOT, timeout=LIMIT_S
+    # each made-up host serves this one run: a fresh interpreter (run_app's one_off)
+    result = run_app(
+        [curriculum.APPS_DIR / f"{stem}.py"],
+        env=env,
+        cwd=curriculum.REPO_ROOT,
+        timeout=LIMIT_S,
+        one_off=True,
     )
     output = result.stdout + result.stderr
     assert "Traceback" not in output, output[-4000:]

@@ -192,19 +192,30 @@ atexit.register(_close_all)
 
 
 def _fresh(argv: list[str], env, cwd: str, timeout: float) -> subprocess.CompletedProcess:
-    """The run in a fresh interpreter (the server refused to fork)."""
+    """The run in a fresh interpreter (one-off, or the server refused to fork)."""
     return subprocess.run(
         [sys.executable, *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
     )
 
 
 def run(
-    argv: list[str], *, env: dict[str, str], cwd: str | os.PathLike, timeout: float
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | os.PathLike,
+    timeout: float,
+    one_off: bool = False,
 ) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *argv], capture_output=True, text=True, ...)``, run
-    by a forked child of a pre-imported server (a fresh interpreter if forking is unsafe)."""
+    by a forked child of a pre-imported server (a fresh interpreter if forking is unsafe).
+
+    ``one_off``: the caller uses this environment for this run alone, so it runs in a fresh
+    interpreter: a server per environment pays its imports plus a fork, 0.5-1.3 CPU s more
+    than one run (tests/test_host_lacks.py's made-up hosts, measured with RUSAGE_CHILDREN)."""
     argv = [str(a) for a in argv]
     cwd = str(cwd)
+    if one_off:
+        return _fresh(argv, env, cwd, timeout)
     server = _server(dict(env), cwd)
     if server is None:
         return _fresh(argv, env, cwd, timeout)
