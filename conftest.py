@@ -11,6 +11,8 @@
 3. One persistent XLA compilation cache for the session's JAX processes, after a probe shows
    it reads back on this CPU (tests/tools/compilation_cache.py); JAX_LAB_TEST_COMPILATION_CACHE=0
    turns it off. Set here, in the controller, so xdist workers and every app subprocess inherit it.
+   Before it, on the CPU, XLA_FLAGS gains LLVM's optimizer off (tests/tools/fast_compile.py:
+   the suite compiles thousands of small programs; JAX_LAB_TEST_FAST_COMPILE=0 keeps defaults).
 4. One fresh folder for the session's cache of trained weights (core/post_training/cache.py,
    JAX_LAB_CACHE_DIR): the first process that trains a base model stores it, the other apps,
    workers and browser kernels of the session load it; the next session starts empty, so every
@@ -56,6 +58,12 @@ try:
 except ValueError as error:
     pytest.exit(str(error), returncode=pytest.ExitCode.USAGE_ERROR)
 
+# Before the cache's probe, so the probe compiles as the session will (flags are in the key).
+_FAST_COMPILE_STATUS = (
+    _load_tool("fast_compile").enable(TEST_BACKEND)
+    if "PYTEST_XDIST_WORKER" not in os.environ  # workers inherit the controller's XLA_FLAGS
+    else None
+)
 _CACHE_STATUS = (
     _load_tool("compilation_cache").enable(COMPILATION_CACHE_DIR)
     if "PYTEST_XDIST_WORKER" not in os.environ  # workers inherit the controller's decision
@@ -120,7 +128,8 @@ def pytest_report_header(config):
     # xdist workers inherit both decisions and report neither (None: no header line).
     weights = _SESSION_WEIGHTS_CACHE and f"trained-weights cache: {_SESSION_WEIGHTS_CACHE}"
     backend = f"test backend: {TEST_BACKEND} (JAX_PLATFORMS={os.environ['JAX_PLATFORMS']})"
-    return [line for line in (_CACHE_STATUS, weights, backend) if line]
+    lines = (_FAST_COMPILE_STATUS, _CACHE_STATUS, weights, backend)
+    return [line for line in lines if line]
 
 
 def pytest_unconfigure(config):

@@ -274,6 +274,23 @@ def enable_float64(backend: str | None = None):
         yield device
 
 
+# XLA:CPU with LLVM's optimizer off. For work that compiles many small programs and runs
+# each briefly (the test suite, a Keras child that builds a model once): LLVM's passes are then
+# most of the CPU time, and the machine code they would improve runs for milliseconds. The HLO,
+# XLA's fusions and the library calls (Eigen, YNNPACK) are unchanged; floating-point results
+# can differ in the last bits (instruction selection inside loops), within float32 tolerance.
+# Not for a learner's or a benchmark's runs, and not read by the TPU compiler.
+FAST_COMPILE_XLA_FLAGS = (
+    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+)
+
+
+def with_fast_compile(xla_flags: str) -> str:
+    """``xla_flags`` (an XLA_FLAGS value) with FAST_COMPILE_XLA_FLAGS appended, once."""
+    missing = [flag for flag in FAST_COMPILE_XLA_FLAGS.split() if flag not in xla_flags.split()]
+    return " ".join([*xla_flags.split(), *missing])
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """os.environ for a child Python process, minus pytest's markers, plus ``extra``.
 

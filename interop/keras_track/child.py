@@ -41,13 +41,10 @@ WorkerError = keras_bridge.WorkerError
 # The float32 tolerance for what the children computed alone (they run on the CPU, whatever
 # this process runs on: keras_bridge.CHILD_PLATFORM).
 FLOAT32 = keras_bridge.CHILD_FLOAT32
-# Opt-in for a jax child that runs a small model once (``fast_compile=True``): Keras on jax
-# compiles every eager op and every initializer (one threefry program per weight shape), and
-# XLA's CPU optimizer dominates that: these flags cut DigitsNet's build to a fraction of its
-# CPU time (jax 0.10.2), its outputs still within float32 tolerance of NNX.
-FAST_COMPILE_XLA_FLAGS = (
-    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-)
+# ``fast_compile=True`` is for a jax child that runs a small model once: Keras on jax compiles
+# every eager op and every initializer (one threefry program per weight shape), and XLA's CPU
+# optimizer dominates that: runtime.FAST_COMPILE_XLA_FLAGS cut DigitsNet's build to a fraction
+# of its CPU time (jax 0.10.2), its outputs still within float32 tolerance of NNX.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +57,7 @@ class ChildResult:
 def child_env(backend: str, fast_compile: bool = False) -> dict[str, str]:
     extra = {}
     if fast_compile and backend == "jax":
-        flags = os.environ.get("XLA_FLAGS", "")
-        extra["XLA_FLAGS"] = f"{flags} {FAST_COMPILE_XLA_FLAGS}".strip()
+        extra["XLA_FLAGS"] = runtime.with_fast_compile(os.environ.get("XLA_FLAGS", ""))
     return runtime.child_env(
         **extra,
         KERAS_BACKEND=backend,
@@ -83,7 +79,7 @@ def run(
     fast_compile: bool = False,
 ) -> ChildResult:
     """``request`` handled by ``python -m module`` under ``KERAS_BACKEND=backend``
-    (``fast_compile``: FAST_COMPILE_XLA_FLAGS in a jax child)."""
+    (``fast_compile``: runtime.FAST_COMPILE_XLA_FLAGS in a jax child)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown Keras backend {backend!r}; known: {', '.join(BACKENDS)}")
     folder = pathlib.Path(folder)

@@ -1,0 +1,42 @@
+"""The suite compiles XLA:CPU programs with LLVM's optimizer off (tests/tools/fast_compile.py)."""
+
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+from core import runtime
+
+_TOOL = pathlib.Path(__file__).resolve().parent / "tools" / "fast_compile.py"
+_spec = importlib.util.spec_from_file_location("fast_compile", _TOOL)
+fast_compile = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fast_compile)
+
+
+def test_the_flags_are_added_once_after_the_callers_own():
+    environ = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}
+    assert "on" in fast_compile.enable("cpu", environ)
+    flags = environ["XLA_FLAGS"].split()
+    assert flags[0] == "--xla_cpu_enable_fast_math=false"
+    assert flags[1:] == runtime.FAST_COMPILE_XLA_FLAGS.split()
+    fast_compile.enable("cpu", environ)
+    assert environ["XLA_FLAGS"].split() == flags
+
+
+def test_a_chip_session_and_an_opt_out_keep_xlas_defaults():
+    on_chip = {}
+    assert "off (test backend tpu)" in fast_compile.enable("tpu", on_chip)
+    assert "XLA_FLAGS" not in on_chip
+    opted_out = {fast_compile.ENV_DISABLE: "0", "XLA_FLAGS": "--a=1"}
+    assert "off" in fast_compile.enable("cpu", opted_out)
+    assert opted_out["XLA_FLAGS"] == "--a=1"
+
+
+def test_this_process_inherited_the_sessions_flags():
+    if os.environ.get(fast_compile.ENV_DISABLE) == "0":
+        pytest.skip(f"{fast_compile.ENV_DISABLE}=0: this session keeps XLA's defaults")
+    if os.environ.get("JAX_TPU_LAB_TEST_BACKEND") == "tpu":
+        pytest.skip("a chip session keeps XLA's defaults")
+    present = os.environ.get("XLA_FLAGS", "").split()
+    assert set(runtime.FAST_COMPILE_XLA_FLAGS.split()) <= set(present), present
