@@ -28,8 +28,11 @@
    test count. Within a module the order is untouched. The browser tour and the headless app
    runs are each split into parts that different workers share (tests/tools/scheduling.py),
    taken first and in turns.
+7. After collection, each process freezes what it holds out of the garbage collector
+   (gc.freeze): the session's imports and test modules live until it ends.
 """
 
+import gc
 import importlib.util
 import json
 import os
@@ -274,3 +277,13 @@ def pytest_terminal_summary(terminalreporter):
             "seconds": {module: round(seconds, 1) for module, seconds in ranked},
         }
         pathlib.Path(out).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+def pytest_collection_finish(session):
+    """Freeze what collection left (the stack's imports, every test module) out of the garbage
+    collector: a full collection in a worker otherwise walks millions of objects that live for
+    the whole session. Python's gc docs advise it for long-lived processes after their setup.
+    In-process modules (optimizers, training, attention tests, one process, compilation cache
+    off, 2-core host): 67.8 and 72.8 -> 64.2 and 69.9 CPU s."""
+    gc.collect()
+    gc.freeze()
