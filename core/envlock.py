@@ -239,9 +239,10 @@ def write_locks() -> None:
 
 def compile_installed(workers: int = 0) -> None:
     """Byte-compile this environment's site-packages on ``workers`` processes (0: one per
-    core), as pip would have one file at a time: on a fresh .venv pip's compile was ~60 of its
-    ~150 CPU s, all on one core. Files already compiled are skipped; a file that does not
-    compile (a package's template or Python 2 example) is left as pip leaves it."""
+    core), the files pip would compile one at a time. ``sync`` into a fresh venv, 2-core host,
+    back to back: pip compiling 144.7 CPU s / 147.6 s wall, this 127.5 / 101.5. Files already
+    compiled are skipped; a file that does not compile (a package's template or Python 2
+    example) is left as pip leaves it."""
     import compileall
     import sysconfig
 

@@ -274,12 +274,13 @@ def enable_float64(backend: str | None = None):
         yield device
 
 
-# XLA:CPU with LLVM's optimizer off. For work that compiles many small programs and runs
-# each briefly (the test suite, a Keras child that builds a model once): LLVM's passes are then
-# most of the CPU time, and the machine code they would improve runs for milliseconds. The HLO,
-# XLA's fusions and the library calls (Eigen, YNNPACK) are unchanged; floating-point results
-# can differ in the last bits (instruction selection inside loops), within float32 tolerance.
-# Not for a learner's or a benchmark's runs, and not read by the TPU compiler.
+# XLA:CPU with LLVM's optimizer off, for work that compiles many small programs and runs each
+# briefly: the test suite (tests/tools/fast_compile.py) and the Keras track's jax children that
+# build a model once (interop/keras_track/child.py). LLVM's passes are a large share of such
+# work (a third of an in-process test module's CPU), and the code they would speed up runs for
+# milliseconds. The HLO, XLA's fusions and the library kernels (Eigen, YNNPACK) are unchanged;
+# floating-point results can differ in the last bits (inside loops), within float32 tolerance.
+# Not for a benchmark or a training run; the TPU compiler does not read it.
 FAST_COMPILE_XLA_FLAGS = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 )

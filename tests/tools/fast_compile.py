@@ -11,9 +11,11 @@ default build in the last bits, which the tolerances against independent referen
 a comparison of two runs (bitwise resume, chunked against one scan) runs both under the same
 flags, since every process of the session inherits XLA_FLAGS from the controller.
 
-Learners' runs, benchmarks and the TPU never see these flags: only the suite's controller sets
-them, on the CPU backend. JAX_LAB_TEST_FAST_COMPILE=0 keeps XLA's defaults (to reproduce a
-learner's run bit for bit inside the suite).
+The suite-wide setting is the suite's alone: only its controller sets it, on the CPU backend
+(a chip session keeps XLA's defaults); a learner's lesson and a benchmark run with XLA's
+defaults, but for the Keras track's jax children, which ask for the same flags themselves.
+JAX_LAB_TEST_FAST_COMPILE=0 keeps XLA's defaults (to reproduce a learner's run bit for bit
+inside the suite).
 """
 
 from __future__ import annotations
