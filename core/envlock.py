@@ -239,10 +239,9 @@ def write_locks() -> None:
 
 def compile_installed(workers: int = 0) -> None:
     """Byte-compile this environment's site-packages on ``workers`` processes (0: one per
-    core), the files pip would compile one at a time. ``sync`` into a fresh venv, 2-core host,
-    back to back: pip compiling 144.7 CPU s / 147.6 s wall, this 127.5 / 101.5. Files already
-    compiled are skipped; a file that does not compile (a package's template or Python 2
-    example) is left as pip leaves it."""
+    core), the files pip would compile one at a time (the A/B of a fresh venv's ``sync`` is in
+    the commit that made this). Files already compiled are skipped; a file that does not
+    compile (a package's template or Python 2 example) is left as pip leaves it."""
     import compileall
     import sysconfig
 
