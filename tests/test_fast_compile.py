@@ -8,10 +8,18 @@ import pytest
 
 from core import runtime
 
-_TOOL = pathlib.Path(__file__).resolve().parent / "tools" / "fast_compile.py"
-_spec = importlib.util.spec_from_file_location("fast_compile", _TOOL)
-fast_compile = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fast_compile)
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(
+        name, pathlib.Path(__file__).resolve().parent / "tools" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fast_compile = _tool("fast_compile")
+chip_mode = _tool("chip_mode")
 
 
 def test_the_flags_are_added_once_after_the_callers_own():
@@ -36,7 +44,7 @@ def test_a_chip_session_and_an_opt_out_keep_xlas_defaults():
 def test_this_process_inherited_the_sessions_flags():
     if os.environ.get(fast_compile.ENV_DISABLE) == "0":
         pytest.skip(f"{fast_compile.ENV_DISABLE}=0: this session keeps XLA's defaults")
-    if os.environ.get("JAX_TPU_LAB_TEST_BACKEND") == "tpu":
+    if chip_mode.backend_asked(os.environ) == "tpu":
         pytest.skip("a chip session keeps XLA's defaults")
     present = os.environ.get("XLA_FLAGS", "").split()
     assert set(runtime.FAST_COMPILE_XLA_FLAGS.split()) <= set(present), present
