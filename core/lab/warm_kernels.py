@@ -20,6 +20,7 @@ imported (the same files, imported with the same environment), and ``sys.argv`` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,18 @@ from core import runtime
 ENV_SWITCH = "JAX_TPU_LAB_WARM_KERNELS"  # "0": every kernel starts in a fresh interpreter
 SHIM = pathlib.Path(__file__).with_name("warm_kernel_shim.py")
 APP_HOST_MODULE = "marimo._session.app_host.main"
+# What nearly every lesson imports lazily during its first run, whatever its own imports (88
+# to 105 of the apps each, `python -X importtime`): the MHLO dialect (JAX's first lowering),
+# narwhals' pandas backend (Altair's first chart), the lab's comparison and records modules
+# (the check cell) and markdown's toc extension (the first mo.md). The test suite's headless
+# runner (tests/tools/app_runner.py) preloads them too; each is best-effort (import_first_run).
+FIRST_RUN_IMPORTS = (
+    "jaxlib.mlir.dialects.mhlo",
+    "narwhals._pandas_like.namespace",
+    "core.lab.comparison",
+    "core.perf.records",
+    "markdown.extensions.toc",
+)
 # What a lesson's kernel imports before its first cell, or soon after: paid once here.
 PRELOAD = (
     "numpy",
@@ -61,6 +74,16 @@ PRELOAD = (
 MAX_MESSAGE = 1 << 22  # a request carries the shim's environment: well under 4 MiB
 POLL_S = 0.2  # how often the warm process reaps kernels and checks that its server lives
 READY_TIMEOUT_S = 120  # its imports on a loaded 2-core machine, with margin
+
+
+def import_first_run() -> None:
+    """Import FIRST_RUN_IMPORTS, skipping any this install lacks (a library's private module
+    may move between versions: a kernel then imports what it needs itself)."""
+    import importlib
+
+    for name in FIRST_RUN_IMPORTS:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def fork_problem() -> str | None:
@@ -148,6 +171,7 @@ def serve(socket_path: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the server's stop: kill the kernels
     for name in PRELOAD:
         importlib.import_module(name)
+    import_first_run()
     freeze_imports()
     problem = fork_problem()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

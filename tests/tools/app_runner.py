@@ -126,9 +126,11 @@ def _wait(pid: int, timeout: float) -> dict:
 def serve() -> int:
     import importlib
 
+    from core.lab import warm_kernels
+
     for name in PRELOAD:
         importlib.import_module(name)
-    from core.lab import warm_kernels
+    warm_kernels.import_first_run()
 
     warm_kernels.freeze_imports()  # each run's collections skip what the imports made
     problem = _fork_problem()
