@@ -7,6 +7,7 @@ CI went red on every machine the day it appeared.
 """
 
 import importlib.metadata
+import sys
 import tomllib
 
 import pytest
@@ -202,3 +203,36 @@ def test_a_vendored_folder_on_sys_path_is_not_the_environment(tmp_path, monkeypa
     }  # the planted dist-info is visible on sys.path ...
     assert "vendored-helper" not in envlock.installed()  # ... and is not the environment
     assert "numpy" in envlock.installed()
+
+
+def test_pips_package_sources_reach_uv():
+    """uv reads neither pip's configuration files nor PIP_* variables: sync hands it the
+    sources pip would use, in pip's order of preference, and uv keeps pip's checks."""
+    listing = "\n".join(
+        [
+            "global.extra-index-url='file:///a/simple file:///b/simple'",
+            "global.find-links='/opt/wheels'",
+            "global.cert='/etc/ssl/certs/ca.crt'",
+            "global.index-url='https://ignored.example/simple'",
+            ":env:.find-links='/srv/wheels'",
+            "install.index-url='https://mirror.example/simple'",
+            "global.constraint='/etc/xdg/pip/constraints.txt'",
+        ]
+    )
+    settings = envlock.pip_config(listing)
+    assert settings["find-links"] == "/srv/wheels"  # a PIP_ variable beats the files
+    assert settings["index-url"] == "https://mirror.example/simple"  # install beats global
+    flags, env = envlock.uv_source_flags(settings)
+    assert flags == [
+        "--index-url", "https://mirror.example/simple",
+        "--extra-index-url", "file:///a/simple", "--extra-index-url", "file:///b/simple",
+        "--find-links", "/srv/wheels",
+    ]  # fmt: skip
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
+    assert envlock.uv_source_flags({"no-index": "true"})[0] == ["--no-index"]
+    command = envlock.uv_install_command("uv", envlock.COURSE_LOCK, flags)
+    for flag in ("--require-hashes", "--no-deps", "--no-cache", "--no-compile"):
+        assert flag in command
+    assert command[command.index("--only-binary") + 1] == ":all:"
+    assert command[command.index("--python") + 1] == sys.executable
+    assert envlock.INSTALLER in course_lock()  # sync installs uv from its hashed lock line
