@@ -288,7 +288,7 @@ def pip_config(listing: str) -> dict[str, str]:
 
 def uv_source_flags(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """uv's flags and environment for the package sources pip's ``settings`` name: indexes,
-    find-links folders, trusted hosts, ``no-index`` and the certificate bundle."""
+    find-links folders, trusted hosts, ``no-index``, the certificate bundle and the proxy."""
     flags: list[str] = []
     for setting, flag in PIP_TO_UV_FLAGS.items():
         for value in settings.get(setting, "").split():
@@ -296,6 +296,8 @@ def uv_source_flags(settings: dict[str, str]) -> tuple[list[str], dict[str, str]
     if settings.get("no-index", "").lower() in ("1", "true", "yes", "on"):
         flags.append("--no-index")
     env = {"SSL_CERT_FILE": settings["cert"]} if settings.get("cert") else {}
+    if settings.get("proxy"):
+        env |= {"HTTPS_PROXY": settings["proxy"], "HTTP_PROXY": settings["proxy"]}
     return flags, env
 
 

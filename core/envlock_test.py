@@ -230,9 +230,17 @@ def test_pips_package_sources_reach_uv():
     ]  # fmt: skip
     assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
     assert envlock.uv_source_flags({"no-index": "true"})[0] == ["--no-index"]
+    proxy = envlock.uv_source_flags({"proxy": "http://proxy.example:3128"})[1]
+    assert proxy["HTTPS_PROXY"] == proxy["HTTP_PROXY"] == "http://proxy.example:3128"
     command = envlock.uv_install_command("uv", envlock.COURSE_LOCK, flags)
     for flag in ("--require-hashes", "--no-deps", "--no-cache", "--no-compile"):
         assert flag in command
     assert command[command.index("--only-binary") + 1] == ":all:"
     assert command[command.index("--python") + 1] == sys.executable
     assert envlock.INSTALLER in course_lock()  # sync installs uv from its hashed lock line
+
+
+def test_a_lock_without_uv_is_installed_by_pip(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("six==1.16.0 --hash=sha256:" + "0" * 64 + "\n")
+    assert envlock.install_with_uv(lock) is False  # nothing was run: sync falls back to pip
