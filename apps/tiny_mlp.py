@@ -14,7 +14,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab
-    from core.lab import claims
+    from core.lab import claims, exercises
     from core.nn import mlp
 
     lab.use_cpu_devices()
@@ -36,6 +36,7 @@ with app.setup:
         lab.Flag("learning_rate", 0.1, "gradient-descent step size", lo=0.001, hi=1.0, step=0.001),
         lab.Flag("steps", 300, "full-batch training steps", lo=10, hi=2000, step=10),
         lab.Flag("seed", 0, "PRNG seed (data and init)", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Build a tiny multilayer perceptron by hand in jax.numpy.",
     )
     ARGS = FLAGS.parse()
@@ -345,6 +346,23 @@ def _(finite_differences, grads64):
             ),
         ]
     )
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet = exercises.open_sheet("tiny_mlp", ARGS.answers)
+    lab.guard(exercise_sheet.problem, headline="The exercises cannot use this file.")
+    exercise_forms, solution_switches = exercises.forms(exercise_sheet)
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercise_grades = exercises.grade(exercise_sheet, exercise_forms.value)
+    if lab.mode() == "script":  # headless: one line per exercise
+        print("\n".join(exercises.headless_lines(exercise_grades)))
+    exercises.view(exercise_sheet, exercise_grades, exercise_forms, solution_switches)
     return
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from core import curriculum, lab
 from core.data import digits
+from core.lab import claims
 from core.lessons.deployment import adapt_pretrained
 from core.lessons.nn_training import debug_unstable
 from core.lessons.post_training import rlhf_ppo
@@ -40,7 +41,8 @@ LIMIT_S = 120  # a hang guard, not a speed assertion
 
 
 def _flag_defaults(stem: str) -> dict:
-    """{name: default} of every ``lab.Flag("name", default, ...)`` in apps/<stem>.py."""
+    """{name: default} of every ``lab.Flag("name", default, ...)`` in apps/<stem>.py, but the
+    flags that only name a file to grade (claims.GRADING_FLAGS: not the lesson's numbers)."""
     tree = ast.parse((curriculum.APPS_DIR / f"{stem}.py").read_text(encoding="utf-8"))
     defaults = {}
     for node in ast.walk(tree):
@@ -48,6 +50,7 @@ def _flag_defaults(stem: str) -> dict:
             isinstance(node, ast.Call)
             and ast.unparse(node.func) == "lab.Flag"
             and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value not in claims.GRADING_FLAGS
         ):
             defaults[node.args[0].value] = ast.literal_eval(node.args[1])
     return defaults

@@ -32,7 +32,12 @@ EXIT_UNGRADED = 3
 
 
 def _paper_names() -> list[str]:
-    return [a.paper for a in curriculum.ASSESSMENTS]
+    """The assessments' papers, then each lesson's exercises (``lesson-<slug>``)."""
+    from core import exercises  # the items' modules import NumPy, not JAX
+
+    return [a.paper for a in curriculum.ASSESSMENTS] + [
+        exercises.paper_slug(lesson) for lesson in exercises.lessons()
+    ]
 
 
 def _lesson_app(slug: str) -> str:
@@ -47,7 +52,8 @@ def print_paper(slug: str, seed: int) -> None:
     from core.assessment import paper as papers
 
     chosen = papers.paper(slug)
-    print(f"# {chosen.path_title}: synthesis assessment, learner seed {seed}\n")
+    kind = "a lesson's exercises" if chosen.is_lesson else "synthesis assessment"
+    print(f"# {chosen.title}: {kind}, learner seed {seed}\n")
     for number, item in enumerate(chosen.items, start=1):
         question = item.question(seed)
         print(f"## {number}. {item.title} ({item.kind}; {item.phase}) [{item.id}]\n")
@@ -67,7 +73,7 @@ def print_paper(slug: str, seed: int) -> None:
 
 
 def print_report(report, detail: str) -> None:
-    print(f"== {report.paper.path_title}: learner seed {report.seed}")
+    print(f"== {report.paper.title}: learner seed {report.seed}")
     for number, result in enumerate(report.results, start=1):
         item = result.item
         mark = "pass" if result.passed else ("FAIL" if result.attempted else "----")
@@ -77,6 +83,8 @@ def print_report(report, detail: str) -> None:
         show = detail == "all" or (detail == "failed" and result.attempted and not result.passed)
         if show and result.feedback is not None:
             print(_indent(result.feedback.detail, "        "))
+            if result.feedback.solution:
+                print(_indent(result.feedback.solution, "        "))
         if result.attempted and not result.passed:
             print(f"      revisit: {_lesson_app(item.lesson)}")
     total = len(report.results)
@@ -164,6 +172,8 @@ def print_progress(args) -> int:
 
     for slug in [args.path] if args.path else _paper_names():
         found = sheets.latest_progress(slug, args.progress_dir)
+        if found is None and not args.path and papers.paper(slug).is_lesson:
+            continue  # a lesson's exercises are listed once the learner answered one
         if found is None:
             print(f"{slug}: no progress yet ({args.progress_dir / slug})")
             continue

@@ -102,6 +102,9 @@ class Feedback:
     # the answer is not counted as an attempt
     ungraded: str = ""
     confinement: str = ""  # how a code answer's process was confined (sandbox.Child)
+    # a code item's reference solution, Markdown: an assessment shows it after an attempt, a
+    # lesson only behind "show solution" (core.lab.exercises)
+    solution: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +124,9 @@ class Item(abc.ABC):
     lesson: ClassVar[str]  # the lesson slug to revisit when the answer fails
     kind: ClassVar[Kind]
     title: ClassVar[str]  # a short name for tables: "KV-cache HBM on a TPU generation"
+    # What a lesson shows after each failed attempt, weakest first (the last one all but
+    # gives the answer); a lesson exercise has at least two (core/exercises).
+    hints: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def question(self, seed: int) -> Question: ...
@@ -529,11 +535,11 @@ class CodeItem(Item):
                 f"\n\nNote: {run.confinement}; the answer ran in its own process with time "
                 "and memory limits, but could read the files this user can read."
             )
-        detail += (
-            f"\n\nThe reference solution ({self.solution_module}):\n\n"
+        solution = (
+            f"The reference solution ({self.solution_module}):\n\n"
             f"```python\n{self.reference_source().strip()}\n```"
         )
-        return Feedback(passed, summary, detail, run.ungraded, run.confinement)
+        return Feedback(passed, summary, detail, run.ungraded, run.confinement, solution)
 
     def reference_answer(self, seed: int) -> Answer:
         return self.reference_source()

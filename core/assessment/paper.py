@@ -1,8 +1,9 @@
-"""The two synthesis assessments: which items each learning path asks, and grading a sheet.
+"""Papers: the two synthesis assessments and each lesson's exercises; grading a sheet.
 
 Each path of core.curriculum.LEARNING_PATHS has one paper: at least one item per phase of the
 path, in path order. The items live in core/assessment/bank/ (one module per phase); a paper
-is a list of item ids, and ``grade`` grades a learner's answers at their seed.
+is a list of item ids, and ``grade`` grades a learner's answers at their seed. A lesson with
+exercises (core/exercises) has a paper too, ``lesson-<slug>``, graded the same way.
 
     report = paper.grade("learn-tpus", seed=7, answers={"setup.shard_shape": [2, 64]})
     report.score, [r.summary for r in report.results]
@@ -13,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from core import curriculum
+from core import curriculum, exercises
 from core.assessment import bank
 from core.assessment.items import Answer, Feedback, Item
 
-ITEMS: dict[str, Item] = {}
-for _item in bank.ITEMS:
+ITEMS: dict[str, Item] = {}  # every item by id: the bank's and the lessons' exercises
+for _item in (*bank.ITEMS, *exercises.ITEMS):
     if _item.id in ITEMS:
         raise ValueError(f"two assessment items share the id {_item.id!r}")
     ITEMS[_item.id] = _item
@@ -28,10 +29,23 @@ for _item in bank.ITEMS:
 class Paper:
     """One path's assessment: ``slug`` names it on the command line and in progress files."""
 
-    slug: str  # "learn-tpus"
-    path_title: str  # the LearningPath's title in core.curriculum
+    slug: str  # "learn-tpus", or "lesson-tiny_mlp" for a lesson's exercises
+    path_title: str  # the LearningPath's title in core.curriculum ("" for a lesson's)
     app_slug: str  # apps/<app_slug>.py
     item_ids: tuple[str, ...]
+
+    @property
+    def is_lesson(self) -> bool:
+        """A lesson's exercises (practice), not a synthesis assessment."""
+        return not self.path_title
+
+    @property
+    def title(self) -> str:
+        """The path's title, or "Exercises: <lesson title>"."""
+        if self.path_title:
+            return self.path_title
+        titles = {lesson.slug: lesson.title for lesson in curriculum.all_lessons()}
+        return f"Exercises: {titles.get(self.app_slug, self.app_slug)}"
 
     @property
     def items(self) -> list[Item]:
@@ -47,7 +61,7 @@ def _path_items(path_title: str) -> tuple[str, ...]:
     phase)."""
     path = next(p for p in curriculum.LEARNING_PATHS if p.title == path_title)
     return tuple(
-        item.id for phase in path.phase_titles for item in ITEMS.values() if item.phase == phase
+        item.id for phase in path.phase_titles for item in bank.ITEMS if item.phase == phase
     )
 
 
@@ -59,6 +73,14 @@ PAPERS: dict[str, Paper] = {
         _path_items(assessment.path_title),
     )
     for assessment in curriculum.ASSESSMENTS
+} | {
+    exercises.paper_slug(lesson): Paper(
+        exercises.paper_slug(lesson),
+        "",
+        lesson,
+        tuple(item.id for item in exercises.lesson_items(lesson)),
+    )
+    for lesson in exercises.lessons()
 }
 
 

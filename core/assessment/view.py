@@ -34,28 +34,35 @@ def shown_path(path: pathlib.Path) -> str:
 
 def question_markdown(number: int, item: Item, question: Question) -> str:
     """The item's heading, prompt, program and what to enter (never the answer)."""
-    parts = [
+    heading = [
         f"### {number}. {item.title}",
         f"*{item.phase} · {KIND_WORDS[item.kind]} · `{item.id}`*",
-        question.prompt.strip(),
     ]
+    return "\n\n".join(heading + question_body(question))
+
+
+def question_body(question: Question) -> list[str]:
+    """The prompt, the program to read (a diagnose item's) and what to enter: Markdown parts."""
+    parts = [question.prompt.strip()]
     if question.program:
         parts.append("```python\n" + question.program.strip() + "\n```")
     enter = f"**Enter:** {question.answer_hint}"
     if question.tolerance:
         enter += f". **Tolerance:** {question.tolerance}"
-    parts.append(enter + ".")
-    return "\n\n".join(parts)
+    return [*parts, enter + "."]
 
 
 def feedback_markdown(result: papers.ItemResult) -> str:
     """The verdict and what teaches: shown only once an answer was committed."""
     if result.feedback is None:
         return ""
+    body = result.feedback.detail.strip()
+    if result.feedback.solution:  # an assessment shows the reference after an attempt
+        body += "\n\n" + result.feedback.solution.strip()
     if result.ungraded:  # the grader's failure: nothing to revisit, commit it again
-        return f"**Not graded.** {result.feedback.summary}\n\n{result.feedback.detail.strip()}"
+        return f"**Not graded.** {result.feedback.summary}\n\n{body}"
     verdict = "**Right.**" if result.passed else "**Not right.**"
-    text = f"{verdict} {result.feedback.summary}\n\n{result.feedback.detail.strip()}"
+    text = f"{verdict} {result.feedback.summary}\n\n{body}"
     if not result.passed:
         text += f"\n\n**Revisit:** `apps/{result.item.lesson}.py`"
     return text

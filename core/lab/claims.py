@@ -33,18 +33,25 @@ def _same(value: Any, default: Any) -> bool:
     return str(value) == str(default)
 
 
+# Flags that name a file to grade (the exercises' answers sheet), not the lesson's
+# computation: no control mirrors them and a claim about the defaults does not look at them.
+GRADING_FLAGS = frozenset({"answers"})
+
+
 def at_defaults(flags: lab.Flags, values: Mapping[str, Any]) -> bool:
-    """True when every control of ``flags`` holds its default.
+    """True when every control of ``flags`` holds its default (GRADING_FLAGS aside).
 
     ``values`` maps every flag name to the control's current value (``control.value``);
     a slider may hand back 0.30000000000000004 for 0.3 and a dropdown "32" for 32, and both
     count as the default. A missing or unknown name raises ValueError: a claim made for the
     defaults must look at every control.
     """
-    missing = sorted(set(flags.flags) - set(values))
+    missing = sorted(set(flags.flags) - set(values) - GRADING_FLAGS)
     unknown = sorted(set(values) - set(flags.flags))
     if missing or unknown:
         raise ValueError(
             f"at_defaults needs exactly the flags' names: missing {missing}, unknown {unknown}"
         )
-    return all(_same(values[name], flag.default) for name, flag in flags.flags.items())
+    return all(
+        _same(values[name], flag.default) for name, flag in flags.flags.items() if name in values
+    )

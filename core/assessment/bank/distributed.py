@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import numpy as np
 
 from core.assessment.bank.common import mesh_devices
-from core.assessment.items import CodeItem, Feedback, HiddenTest, Item, PredictItem, SelfCheck
+from core.assessment.items import CodeItem, HiddenTest, Item, PredictItem, SelfCheck
 from core.distributed import collectives, sharding
 
 P = jax.sharding.PartitionSpec
@@ -119,7 +120,7 @@ class AllReduceBytes(PredictItem):
     def grade(self, seed, answer):
         feedback = super().grade(seed, answer)
         text, _holds = self.hlo_evidence(seed)
-        return Feedback(feedback.passed, feedback.summary, feedback.detail + text)
+        return dataclasses.replace(feedback, detail=feedback.detail + text)
 
     def self_check(self, seed):
         check = super().self_check(seed)
