@@ -57,9 +57,8 @@ LOCK_PLATFORMS = (
 )
 INSTALL_HINT = "pip install --require-hashes --only-binary=:all: --no-deps -r"
 # What unpacks the lock's wheels into .venv when the lock pins it: uv installs the same files,
-# hash-checked, without resolution, but unpacks them in parallel (a fresh .venv's 223 wheels:
-# pip ~100 s on one core, uv ~20 s; the commit that made this has the A/B). pip remains the
-# fallback and the installer of uv itself.
+# hash-checked, without resolution, but unpacks them in parallel where pip works on one core
+# (the commit that made this has the A/B). pip remains the fallback and installs uv itself.
 INSTALLER = "uv"
 # pip's settings that say where packages come from, and uv's flag for each (pip reads its own
 # configuration files and PIP_* variables; uv reads neither, so sync passes them on).
