@@ -73,11 +73,12 @@ def print_paper(slug: str, seed: int) -> None:
 
 
 def print_report(report, detail: str) -> None:
+    from core.assessment import view
+
     print(f"== {report.paper.title}: learner seed {report.seed}")
     for number, result in enumerate(report.results, start=1):
         item = result.item
-        mark = "pass" if result.passed else ("FAIL" if result.attempted else "----")
-        mark = "????" if result.ungraded else mark
+        mark = view.result_mark(result)
         print(f"{number:3d}. [{mark}] {item.title} ({item.kind}; {item.phase})")
         print(_indent(result.summary))
         show = detail == "all" or (detail == "failed" and result.attempted and not result.passed)

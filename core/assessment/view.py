@@ -115,6 +115,14 @@ def score_rows(report: papers.Report, attempts: dict[str, int] | None = None) ->
     return rows
 
 
+def result_mark(result: papers.ItemResult) -> str:
+    """A graded item's four-letter mark for a headless line: pass, FAIL, ---- (not attempted)
+    or ???? (the grader could not grade it)."""
+    if result.ungraded:
+        return "????"
+    return "pass" if result.passed else ("FAIL" if result.attempted else "----")
+
+
 def score_line(report: papers.Report) -> str:
     total = len(report.results)
     return (

@@ -218,8 +218,7 @@ def headless_lines(graded: Graded) -> list[str]:
     """One line per exercise, for a script run: ``exercise 1 [pass] title: summary``."""
     lines = []
     for number, result in enumerate(graded.report.results, start=1):
-        mark = "pass" if result.passed else "FAIL" if result.attempted else "----"
-        mark = "????" if result.ungraded else mark
+        mark = assessment_view.result_mark(result)
         lines.append(f"exercise {number} [{mark}] {result.item.title}: {result.summary}")
     lines.append(f"exercises: {assessment_view.score_line(graded.report)}")
     return lines
