@@ -44,8 +44,9 @@ def _():
     the checkpoint directory in the job's own mount namespace), the supervisor detects it,
     restarts the job from the newest committed checkpoint, and the result is compared with a
     fresh process's uninterrupted run: per-step losses and the final state digest, bit for
-    bit. Below: the timeline, the runbook, and a checkpoint written to a `gs://` path on a
-    local Cloud Storage emulator through Orbax's own GCS code.
+    bit. Choose the failure and when it strikes, then press **Run the drill**. Below: the
+    timeline, the runbook, and a checkpoint written to a `gs://` path on a local Cloud Storage
+    emulator through Orbax's own GCS code.
     """)
     return
 
@@ -56,12 +57,15 @@ def _():
     at_step = FLAGS.control("at_step", ARGS)
     steps = FLAGS.control("steps", ARGS)
     save_every = FLAGS.control("save_every", ARGS)
-    mo.hstack([failure, at_step, steps, save_every], justify="start", wrap=True)
-    return at_step, failure, save_every, steps
+    # The drill starts real processes (each imports JAX and compiles): it runs on a press, so
+    # a learner sets all four controls first. Headless runs it at the flags.
+    drill_button = mo.ui.run_button(label="Run the drill")
+    mo.hstack([failure, at_step, steps, save_every, drill_button], justify="start", wrap=True)
+    return at_step, drill_button, failure, save_every, steps
 
 
 @app.cell
-def _(at_step, failure, save_every, steps):
+def _(at_step, drill_button, failure, save_every, steps):
     lab.guard(
         None if at_step.value <= steps.value else
         f"the failure step {at_step.value} is after the last step {steps.value}",
@@ -78,6 +82,17 @@ def _(at_step, failure, save_every, steps):
         "this machine does not allow a private mount namespace (needs CAP_SYS_ADMIN)",
         headline="disk-full cannot be injected here.",
     )  # fmt: skip
+    mo.stop(
+        lab.interactive() and not drill_button.value,
+        mo.callout(
+            mo.md(
+                f"Press **Run the drill**: a `{failure.value}` at step {at_step.value} of "
+                f"{steps.value}, checkpoints every {save_every.value} steps, then a fresh "
+                "uninterrupted process to compare with (a few job processes, some seconds)."
+            ),
+            kind="info",
+        ),
+    )
     _base = pathlib.Path(tempfile.mkdtemp(prefix="failure_runbooks-"))
     result, reference = lesson.drill(
         _base, failure.value, at_step.value, steps.value, save_every.value

@@ -292,6 +292,14 @@ def with_fast_compile(xla_flags: str) -> str:
     return " ".join([*xla_flags.split(), *missing])
 
 
+def without_fast_compile(xla_flags: str) -> str:
+    """``xla_flags`` without FAST_COMPILE_XLA_FLAGS: XLA's default optimization, for work that
+    runs long enough to pay for it. Unoptimized code is several times slower on large
+    elementwise work (a CNN's activations, an optimizer's update of many weights)."""
+    fast = set(FAST_COMPILE_XLA_FLAGS.split())
+    return " ".join(flag for flag in xla_flags.split() if flag not in fast)
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """os.environ for a child Python process, minus pytest's markers, plus ``extra``.
 

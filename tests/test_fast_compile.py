@@ -32,6 +32,13 @@ def test_the_flags_are_added_once_after_the_callers_own():
     assert environ["XLA_FLAGS"].split() == flags
 
 
+def test_work_that_runs_long_can_drop_them_and_keep_the_callers_own():
+    environ = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}
+    fast_compile.enable("cpu", environ)
+    assert runtime.without_fast_compile(environ["XLA_FLAGS"]) == "--xla_cpu_enable_fast_math=false"
+    assert runtime.without_fast_compile("") == ""
+
+
 def test_a_chip_session_and_an_opt_out_keep_xlas_defaults():
     on_chip = {}
     assert "off (test backend tpu)" in fast_compile.enable("tpu", on_chip)
