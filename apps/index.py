@@ -13,13 +13,18 @@ with app.setup:
 
     from core import curriculum, lab, numerics
     from core.assessment import sheets, view
+    from core.exercises import progress as exercise_progress
     from core.state import artifacts
 
     PATH_CHOICES = ("All phases",) + tuple(p.title for p in curriculum.LEARNING_PATHS)
     FLAGS = lab.Flags(
         lab.Flag("path", "All phases", "learning path to show", choices=PATH_CHOICES),
         lab.Flag("only_present", False, "list only lessons whose app exists"),
-        lab.Flag("progress_dir", str(sheets.WORKSPACE), "where the assessments save progress"),
+        lab.Flag(
+            "progress_dir",
+            str(sheets.WORKSPACE),
+            "where the exercises and assessments save progress",
+        ),
         description="The jax-tpu-lab course home: phases, lessons, capstones and tracks.",
     )
     ARGS = FLAGS.parse()
@@ -42,12 +47,19 @@ with app.setup:
                           text-transform: uppercase; letter-spacing: 0.03em; }
     .course-home .badge.built { color: #1b5e20; background: #e8f5e9; border-color: #81c784; }
     .course-home .badge.planned { color: #455a64; background: #eceff1; border-color: #b0bec5; }
+    .course-home .exercises { font-size: 0.75rem; margin-left: 0.4rem; color: #5f3dc4; }
+    .course-home .exercises[data-done="true"] { color: #1b5e20; font-weight: 600; }
     .course-home .badge.changed { color: #b71c1c; background: #ffebee; border-color: #e57373; }
     .course-home .tpu { display: block; margin-left: 5rem; font-size: 0.75rem;
                         color: var(--slate-11, #5f6b7a); }
     .course-home .tpu[data-tpu="passed"] { color: #1b5e20; }
     </style>"""
     STATUS_WORD = {"present": "built", "missing": "planned"}  # curriculum status -> badge
+    # What "start again" moves aside -> whether the assessments' progress goes too
+    RESET_SCOPES = {
+        "the lesson exercises": False,
+        "the lesson exercises and both assessments": True,
+    }
 
 
 @app.cell(hide_code=True)
@@ -81,7 +93,7 @@ def _():
 
 
 @app.cell
-def _(course, only_present, path):
+def _(course, exercise_state, only_present, path):
     def lesson_item(lesson: dict) -> str:
         title = html.escape(lesson["title"])
         word = STATUS_WORD[lesson["status"]]
@@ -94,9 +106,20 @@ def _(course, only_present, path):
             )
             return (
                 f'<li data-status="{word}">{badge}{link} <code>{lesson["app"]}</code>'
-                f"{twins(lesson)}{tpu_line(lesson)}</li>"
+                f"{exercise_mark(lesson)}{twins(lesson)}{tpu_line(lesson)}</li>"
             )
         return f'<li data-status="{word}">{badge}{title} <code>{lesson["app"]}</code></li>'
+
+    def exercise_mark(lesson: dict) -> str:
+        """' 1 of 2 exercises passed' for a lesson that asks exercises, else nothing."""
+        slug = lesson["app"].removeprefix("apps/").removesuffix(".py")
+        state = exercise_state.get(slug)
+        if state is None:
+            return ""
+        return (
+            f'<span class="exercises" data-exercises="{slug}" data-done="{str(state.done).lower()}"'
+            f">{html.escape(state.label())}</span>"
+        )
 
     def tpu_line(lesson: dict) -> str:
         """The lesson's line from the newest TPU course record (or "not yet run on a TPU")."""
@@ -132,10 +155,14 @@ def _(course, only_present, path):
         _items = (
             "".join(lesson_item(les) for les in _shown) or "<li><em>no lesson apps yet</em></li>"
         )
+        _passed, _asked = exercise_progress.totals(
+            exercise_state, exercise_progress.phase_lessons(_title)
+        )
+        _practice = f" · exercises {_passed} of {_asked} passed" if _asked else ""
         _blocks.append(
             f'<section data-phase="{html.escape(_title)}"><h3>{phase_number[_title]}. '
-            f'{html.escape(_title)} <span class="count">{_count} of {len(_all)} built</span>'
-            f"</h3><ul>{_items}</ul></section>"
+            f'{html.escape(_title)} <span class="count">{_count} of {len(_all)} built'
+            f"{_practice}</span></h3><ul>{_items}</ul></section>"
         )
     _lessons = [les for _title in shown_titles for les in by_title[_title]["lessons"]]
     _built = sum(les["status"] == "present" for les in _lessons)
@@ -211,7 +238,7 @@ def _(path):
 
 
 @app.cell
-def _(path):
+def _(exercise_state, path):
     _blocks, guides = [], {}
     for _path in curriculum.LEARNING_PATHS:
         if path.value not in ("All phases", _path.title):
@@ -225,9 +252,14 @@ def _(path):
             if curriculum.status(_assessment.slug) == "present"
             else f'<span class="badge planned">planned</span>{html.escape(_assessment.title)}'
         )
+        _passed, _asked = exercise_progress.totals(
+            exercise_state, exercise_progress.path_lessons(_path.title)
+        )
         _blocks.append(
             f'<section data-path="{html.escape(_path.title)}"><h3>{html.escape(_path.title)}'
-            f"</h3><p>1. Read the portfolio project guide of <em>{html.escape(_capstone.title)}"
+            f'</h3><p data-path-exercises="{_passed}/{_asked}">Lesson exercises on this path: '
+            f"<strong>{_passed} of {_asked} passed</strong>.</p>"
+            f"<p>1. Read the portfolio project guide of <em>{html.escape(_capstone.title)}"
             f"</em> (below, and in the capstone app): <code>{_guide_file}"
             f"</code>.</p><p>2. Work through the synthesis assessment: {_app} "
             f"<code>{_assessment.app}</code>; graded headless with <code>python -m "
@@ -246,6 +278,66 @@ def _(path):
         ]
     )
     return (guides,)
+
+
+@app.cell
+def _():
+    reset_scope = mo.ui.radio(
+        options=list(RESET_SCOPES),
+        value="the lesson exercises",
+        label="start again with",
+    )
+    reset_confirm = mo.ui.switch(label="I want to start again")
+    return reset_confirm, reset_scope
+
+
+@app.cell
+def _(reset_confirm, reset_scope):
+    # Rebuilt when either moves: the label names what a press resets, and the button stays
+    # disabled until the learner confirms.
+    reset_button = mo.ui.run_button(
+        label=f"Reset {reset_scope.value}", kind="warn", disabled=not reset_confirm.value
+    )
+    return (reset_button,)
+
+
+@app.cell
+def _(reset_button, reset_scope):
+    _root = pathlib.Path(ARGS.progress_dir)
+    reset_note = ""
+    if reset_button.value:
+        _moved_to, _moved = exercise_progress.reset(
+            _root, include_assessments=RESET_SCOPES[reset_scope.value]
+        )
+        reset_note = (
+            f"Moved {len(_moved)} progress folder(s) to `{_moved_to}`: move them back to undo."
+            if _moved_to
+            else "Nothing to reset: no progress saved yet."
+        )
+    # Read again after a reset; a served home reads the files when it opens.
+    exercise_state = exercise_progress.course_progress(_root)
+    return exercise_state, reset_note
+
+
+@app.cell
+def _(exercise_state, reset_button, reset_confirm, reset_note, reset_scope):
+    _passed, _asked = exercise_progress.totals(exercise_state, exercise_state)
+    _done = sum(state.done for state in exercise_state.values())
+    mo.vstack(
+        [
+            mo.md(
+                f"""
+    ## Your progress
+    Lesson exercises: **{_passed} of {_asked} passed**, {_done} of {len(exercise_state)}
+    lessons done (read from `{ARGS.progress_dir}`, where each lesson saves what you commit).
+    Starting again moves the saved files into a dated folder beside them; nothing is deleted.
+    """
+            ),
+            mo.hstack([reset_scope, reset_confirm, reset_button], justify="start", wrap=True),
+            mo.md(reset_note),
+        ]
+    )
+    return
 
 
 @app.cell

@@ -27,7 +27,7 @@ import urllib.request
 import psutil
 import pytest
 
-from core import curriculum, lab
+from core import curriculum, exercises, lab
 
 pytestmark = pytest.mark.browser
 
@@ -236,6 +236,14 @@ def test_course_home_lists_every_phase(browser, gallery_url):
             assert link.count() == 1, assessment.slug
             assert link.get_attribute("href") == f"/?file={assessment.slug}.py"
             assert page.locator(f'[data-progress="{assessment.paper}"]').count() == 1
+        # Each lesson that asks exercises says how far the learner got, and each path sums
+        # them; starting again stays disabled until the learner confirms.
+        for slug in exercises.lessons():
+            mark = page.locator(f'[data-exercises="{slug}"]')
+            assert mark.count() == 1 and "exercises" in mark.inner_text(), slug
+        assert page.locator("[data-path-exercises]").count() == len(curriculum.LEARNING_PATHS)
+        reset = page.get_by_role("button", name=re.compile("^Reset the lesson exercises"))
+        assert reset.count() == 1 and reset.is_disabled()
     finally:
         page.close()
 

@@ -51,8 +51,11 @@ from core.runtime import (  # noqa: F401 (re-exported)
 def phase_line(slug: str) -> str:
     """The line under a lesson's title (``curriculum.phase_line``, derived from the course
     map), with the device notice when this app runs on the CPU because another process holds
-    the TPU (a second app of `make lab` on a TPU VM: ``runtime.tpu_notice``)."""
-    return curriculum.phase_line(slug) + _device_notice()
+    the TPU (a second app of `make lab` on a TPU VM: ``runtime.tpu_notice``), and how far the
+    learner got in the lesson's exercises, if it asks any (read when the lesson opens)."""
+    from core.exercises import progress  # imports the assessment grader: not at lab's import
+
+    return curriculum.phase_line(slug) + progress.header_mark(slug) + _device_notice()
 
 
 def track_line(slug: str) -> str:

@@ -20,13 +20,13 @@ atomically), the same files the course home reads.
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 
 from core import exercises as registry
-from core.assessment import PROGRESS_DIR_ENV, sheets
 from core.assessment import paper as papers
+from core.assessment import sheets
 from core.assessment import view as assessment_view
+from core.exercises import progress as exercise_progress
 from core.lab import assessment
 
 KIND_WORDS = {"predict": "predict, then see", "diagnose": "find the bug", "code": "write code"}
@@ -56,9 +56,7 @@ def open_sheet(lesson: str, answers: str = "", progress_dir=None) -> Sheet:
     progress file are validated before anything is graded or written; a sheet's seed is the
     one graded. ``Sheet.problem`` says why a file cannot be used."""
     paper = papers.paper(registry.paper_slug(lesson))
-    # read now, not at import: a kernel forked from a warm process imported core.assessment
-    # before its own environment was set
-    folder = pathlib.Path(progress_dir or os.environ.get(PROGRESS_DIR_ENV) or sheets.WORKSPACE)
+    folder = exercise_progress.progress_dir(progress_dir)
     seed = learner_seed(paper, folder)
     opened = assessment.open_paper(paper, seed, answers, folder, seed_chosen=False)
     return Sheet(paper, opened)

@@ -70,6 +70,8 @@ PRELOAD = (
     "marimo._output.md",
     "core.lab",
     "core.numerics",
+    # Every lesson's header reads its exercises' progress (core.lab.phase_line).
+    "core.exercises.progress",
 )
 MAX_MESSAGE = 1 << 22  # a request carries the shim's environment: well under 4 MiB
 POLL_S = 0.2  # how often the warm process reaps kernels and checks that its server lives

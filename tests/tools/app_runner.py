@@ -49,6 +49,8 @@ PRELOAD = (
     "optax",
     "core.lab",
     "core.numerics",
+    # Every lesson's header reads its exercises' progress (core.lab.phase_line).
+    "core.exercises.progress",
     # What marimo's script runner imports in every run, after the app's own imports: its
     # matplotlib backend (pyplot, whenever matplotlib is installed), its output formatters and
     # its markdown renderer (markdown, pymdownx).
