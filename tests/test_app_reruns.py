@@ -56,6 +56,8 @@ CASES = [
         "rank",
         ["lesson.pretrain(", "lesson.shifted_task(", "lesson.base_accuracy("],
     ),
+    # DPO's hyperparameters are DPO's: the RLHF comparison (a PPO run) reads the seed alone
+    *[("dpo", control, ["rlhf.rlhf_policy("]) for control in ("beta", "steps", "learning_rate")],
     # the dtype is the kernel's: the train step's profile, the sharding and the TPU compiles stay
     (
         "capstone_pallas_kernel",

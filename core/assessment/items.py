@@ -168,6 +168,10 @@ class PredictItem(Item):
     units: ClassVar[str] = ""  # "GiB", "FLOP/byte", "" for a count
     rel_tol: ClassVar[float] = 0.02  # |answer - expected| <= max(abs_tol, rel_tol * |expected|)
     abs_tol: ClassVar[float] = 0.0
+    # Why the answer is the same at every seed, where that is what a lesson's exercise teaches
+    # (the DPO loss before the first step is ln 2 for any beta and pairs); "" for an item whose
+    # answer changes with the seed, as every assessment item's must (a copied answer fails).
+    same_answer_at_every_seed: ClassVar[str] = ""
 
     @abc.abstractmethod
     def params(self, generator: np.random.Generator) -> dict[str, Any]: ...
