@@ -51,8 +51,8 @@ def _():
 
     - count trainable parameters, LoRA vs full fine-tuning, and check the closed form
       `L · Σ R (d_in + d_out)`;
-    - train the adapters on the reversal task of the SFT lesson, and compare with full
-      fine-tuning on the same batches;
+    - train the adapters (press **Train**) on the reversal task of the SFT lesson, and
+      compare with full fine-tuning on the same batches;
     - **save only the adapters** (bytes shown), **merge** them, `W' = W + (alpha/R) B·A`,
       check that the merged model gives the outputs of base + adapter, and **unmerge**
       back to the base bit for bit.
@@ -68,21 +68,35 @@ def _():
     steps = FLAGS.control("steps", ARGS)
     learning_rate = FLAGS.control("learning_rate", ARGS, label="learning rate")
     seed = FLAGS.control("seed", ARGS)
+    # Training (the adapters and a full fine-tuning run) is the lesson's long work: it runs on
+    # a press, so a learner sets the controls first. Headless runs train at the flags.
+    train_button = mo.ui.run_button(label="Train")
     mo.vstack(
         [
             mo.hstack([rank, alpha, targets], justify="start", wrap=True),
-            mo.hstack([steps, learning_rate, seed], justify="start", wrap=True),
+            mo.hstack([steps, learning_rate, seed, train_button], justify="start", wrap=True),
         ]
     )
-    return alpha, learning_rate, rank, seed, steps, targets
+    return alpha, learning_rate, rank, seed, steps, targets, train_button
 
 
 @app.cell
-def _(alpha, learning_rate, rank, seed, steps, targets):
+def _(alpha, learning_rate, rank, seed, steps, targets, train_button):
     kernels = lora.TARGET_SETS[targets.value]
     lab.guard(
         lesson.rank_problem(rank.value, kernels),
         headline=f"Rank {rank.value} is not a low-rank update here.",
+    )
+    mo.stop(
+        lab.interactive() and not train_button.value,
+        mo.callout(
+            mo.md(
+                f"Press **Train**: LoRA adapters of rank {rank.value} (alpha {alpha.value:g}) on "
+                f"{targets.value}, {steps.value} steps at learning rate {learning_rate.value:g}, "
+                f"seed {seed.value}, beside full fine-tuning on the same batches."
+            ),
+            kind="info",
+        ),
     )
     with mo.status.spinner(title="pretraining the base model, training LoRA and full FT"):
         result = lesson.run(
