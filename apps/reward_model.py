@@ -65,12 +65,25 @@ def _():
     steps = FLAGS.control("steps", ARGS)
     learning_rate = FLAGS.control("learning_rate", ARGS, label="learning rate")
     seed = FLAGS.control("seed", ARGS)
-    mo.hstack([steps, learning_rate, seed], justify="start", wrap=True)
-    return learning_rate, seed, steps
+    # Sampling the pairs and training the reward model are the lesson's long work: they run
+    # on a press, so a learner sets the controls first. Headless runs train at the flags.
+    train_button = mo.ui.run_button(label="Train the reward model")
+    mo.hstack([steps, learning_rate, seed, train_button], justify="start", wrap=True)
+    return learning_rate, seed, steps, train_button
 
 
 @app.cell
-def _(learning_rate, seed, steps):
+def _(learning_rate, seed, steps, train_button):
+    mo.stop(
+        lab.interactive() and not train_button.value,
+        mo.callout(
+            mo.md(
+                f"Press **Train the reward model**: preference pairs sampled at seed "
+                f"{seed.value}, then {steps.value} steps at learning rate {learning_rate.value:g}."
+            ),
+            kind="info",
+        ),
+    )
     with mo.status.spinner(title="pretraining the base model, sampling pairs, training"):
         result = reward_model.run(seed.value, steps.value, learning_rate.value)
     _pairs = result.train_pairs

@@ -53,14 +53,15 @@ def _():
     learning_rate = FLAGS.control("learning_rate", ARGS, label="learning rate")
     loss_on = FLAGS.control("loss_on", ARGS, label="loss on")
     seed = FLAGS.control("seed", ARGS)
-    mo.hstack([steps, learning_rate, loss_on, seed], justify="start", wrap=True)
-    return learning_rate, loss_on, seed, steps
+    # Pretraining and fine-tuning are the lesson's long work: they run on a press, so a
+    # learner sets the controls first. Headless runs train at the flags.
+    train_button = mo.ui.run_button(label="Fine-tune")
+    mo.hstack([steps, learning_rate, loss_on, seed, train_button], justify="start", wrap=True)
+    return learning_rate, loss_on, seed, steps, train_button
 
 
 @app.cell
-def _(learning_rate, loss_on, seed, steps):
-    with mo.status.spinner(title="pretraining the base model, then fine-tuning"):
-        result = sft.run(seed.value, steps.value, learning_rate.value, loss_on.value)
+def _():
     _example = task.encode(["cab="], ["bac."])
     _mask_rows = [
         {
@@ -75,15 +76,39 @@ def _(learning_rate, loss_on, seed, steps):
     mo.vstack(
         [
             mo.md(
-                f"""
-    ## Data, mask and identities
+                """
+    ## Data and mask
 
-    {len(result.train_prompts)} training prompts, {len(result.heldout_prompts)} held out
-    (never seen in training). Position t predicts token t+1; the response mask keeps the
-    positions whose target is a response token (PAD is byte 0):
+    Position t predicts token t+1; the response mask keeps the positions whose target is a
+    response token (PAD is byte 0):
     """
             ),
             lab.table(_mask_rows),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(learning_rate, loss_on, seed, steps, train_button):
+    mo.stop(
+        lab.interactive() and not train_button.value,
+        mo.callout(
+            mo.md(
+                f"Press **Fine-tune**: {steps.value} steps at learning rate "
+                f"{learning_rate.value:g}, loss on {loss_on.value}, seed {seed.value}."
+            ),
+            kind="info",
+        ),
+    )
+    with mo.status.spinner(title="pretraining the base model, then fine-tuning"):
+        result = sft.run(seed.value, steps.value, learning_rate.value, loss_on.value)
+    mo.vstack(
+        [
+            mo.md(
+                f"{len(result.train_prompts)} training prompts, {len(result.heldout_prompts)} "
+                "held out (never seen in training)."
+            ),
             lab.table(
                 result.identities(),
                 caption=report.hashes_caption(task.base_origin(seed.value)),
