@@ -11,8 +11,8 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import charts
-    from core.lm import attention
+    from core.lab import charts, exercises
+    from core.lm import attention, attention_torch
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -29,6 +29,7 @@ with app.setup:
         lab.Flag("head", 0, "which head the pictures show", lo=0, hi=7),
         lab.Flag("row", 5, "which query position the softmax picture shows", lo=0, hi=23),
         lab.Flag("seed", 0, "PRNG seed for x and the projection weights", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Attention from small pieces: q, k, v, scores, mask, softmax, output; "
             "checked against torch and jax.nn."
@@ -431,7 +432,8 @@ def _(config, k_BTHK, pickers_ok, pieces, q_BTHK, v_BTHK):
         "vs torch sdpa and jax.nn.dot_product_attention",
         {
             "torch.nn.functional.scaled_dot_product_attention (float64)": numerics.scaled_max_error(
-                pieces.out_BTHK, attention.torch_reference(q_BTHK, k_BTHK, v_BTHK, config.causal)
+                pieces.out_BTHK,
+                attention_torch.torch_reference(q_BTHK, k_BTHK, v_BTHK, config.causal),
             ),
             f"jax.nn.dot_product_attention ({config.dtype})": numerics.scaled_max_error(
                 pieces.out_BTHK, attention.jax_nn_reference(q_BTHK, k_BTHK, v_BTHK, config.causal)
@@ -538,6 +540,18 @@ def _():
     Next lesson: pack several documents into one row and extend the mask so that they cannot
     see each other.
     """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson("attention", ARGS)
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
     return
 
 

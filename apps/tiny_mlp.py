@@ -351,21 +351,13 @@ def _(finite_differences, grads64):
 
 @app.cell(hide_code=True)
 def _():
-    _answers = ""
-    if not lab.interactive():  # a sheet is graded headless; a served lesson grades its forms
-        _answers = ARGS.answers
-    exercise_sheet = exercises.open_sheet("tiny_mlp", _answers)
-    lab.guard(exercise_sheet.problem, headline="The exercises cannot use this file.")
-    exercise_forms, solution_switches = exercises.forms(exercise_sheet)
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson("tiny_mlp", ARGS)
     return exercise_forms, exercise_sheet, solution_switches
 
 
 @app.cell(hide_code=True)
 def _(exercise_forms, exercise_sheet, solution_switches):
-    exercise_grades = exercises.grade(exercise_sheet, exercise_forms.value)
-    if lab.mode() == "script":  # headless: one line per exercise
-        print("\n".join(exercises.headless_lines(exercise_grades)))
-    exercises.view(exercise_sheet, exercise_grades, exercise_forms, solution_switches)
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
     return
 
 

@@ -102,7 +102,6 @@ REFUSALS = [
     ("pallas_grids", ["--ragged-block-rows", "256"], "a block taller than the 200-row array"),
     ("first_tpu_kernel", ["--bk", "96"], "does not divide"),
     ("tiling_pipelining", ["--chunk", "48"], "does not divide the 256 rows"),
-    ("dpo", ["--answers", "/nonexistent/answers.json"], "no answers file to grade"),
     ("rlhf_ppo", ["--group", "1"], "a GRPO group of 1 sample has no spread"),
     ("rlhf_ppo", ["--group", "3"], "3 samples per prompt do not divide the batch of 64 responses"),
     ("kernel_iteration", ["--block-q", "96"], "does not divide"),

@@ -11,9 +11,9 @@ core.assessment.paper opens a lesson's exercises as the paper ``lesson-<slug>``.
 from __future__ import annotations
 
 from core.assessment.items import Item
-from core.exercises import nn_training, post_training
+from core.exercises import nn_training, post_training, transformers
 
-PHASE_MODULES = (nn_training, post_training)
+PHASE_MODULES = (nn_training, transformers, post_training)
 ITEMS: tuple[Item, ...] = tuple(item for module in PHASE_MODULES for item in module.ITEMS)
 PAPER_PREFIX = "lesson-"
 

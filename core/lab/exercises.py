@@ -1,12 +1,14 @@
 """A lesson's graded exercises, the same in every lesson app (its items: core/exercises).
 
-Two cells of an app, after the lesson's own cells:
+Two hidden cells of an app, after the lesson's own cells (see apps/tiny_mlp.py):
 
-    exercise_sheet = exercises.open_sheet("tiny_mlp", ARGS.answers)   # validated first
-    exercise_forms, solution_switches = exercises.forms(exercise_sheet)
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson("tiny_mlp", ARGS)
 
-    graded = exercises.grade(exercise_sheet, exercise_forms.value)  # saves a new answer
-    exercises.view(exercise_sheet, graded, exercise_forms, solution_switches)
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+
+open_lesson validates an ``--answers`` sheet (headless only) and the progress file first and
+builds the forms; lesson_section grades what was committed (open_sheet, forms, grade, view and
+headless_lines are its parts).
 
 A learner commits an answer in a form; the grade appears below it, with the first hints after
 a failed attempt (one more per failed attempt, weakest first); a code exercise's reference
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 
 from core import exercises as registry
 from core.assessment import paper as papers
@@ -220,3 +223,33 @@ def headless_lines(graded: Graded) -> list[str]:
         lines.append(f"exercise {number} [{mark}] {result.item.title}: {result.summary}")
     lines.append(f"exercises: {assessment_view.score_line(graded.report)}")
     return lines
+
+
+UNUSABLE_SHEET = "The exercises cannot use this file."
+
+
+def open_lesson(lesson: str, args):
+    """A lesson's first exercise cell: (sheet, answer forms, reveal switches).
+
+    Headless, ``args.answers`` names a sheet to grade; a served lesson grades what the learner
+    commits in its forms and reads no file. A sheet or progress file that cannot be used stops
+    the calling cell and the one below it with its reason, as ``lab.guard`` does (headless:
+    ``STOPPED: ...``, exit 0, nothing written)."""
+    from core import lab  # the package imports this module's callers, not this module
+
+    answers = "" if lab.interactive() else args.answers
+    sheet = open_sheet(lesson, answers)
+    lab._stop_cell(sheet.problem, (), UNUSABLE_SHEET, sys._getframe(1).f_globals)
+    answer_forms, switches = forms(sheet)
+    return sheet, answer_forms, switches
+
+
+def lesson_section(sheet: Sheet, answer_forms, switches):
+    """A lesson's second exercise cell: grade the committed answers (progress saved when one
+    is new), print one line per exercise in a script run, and return the section to show."""
+    from core import lab
+
+    graded = grade(sheet, answer_forms.value)
+    if lab.mode() == "script":
+        print("\n".join(headless_lines(graded)))
+    return view(sheet, graded, answer_forms, switches)

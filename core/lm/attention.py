@@ -363,23 +363,6 @@ def gqa_reference_float64(q_BTHK, k_BSGK, v_BSGK, mask=None, causal=False) -> np
     return reference_float64(q_BTHK, k, v, mask, causal)
 
 
-def torch_reference(q_BTHK, k_BSHK, v_BSHK, causal=False) -> np.ndarray:
-    """torch.nn.functional.scaled_dot_product_attention on the same values, in float64.
-
-    Torch wants (B, H, T, K); its is_causal masks key s > query t (T == S here).
-    """
-    import torch
-
-    def to_torch(a):
-        host = np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
-        return torch.from_numpy(host).permute(0, 2, 1, 3)
-
-    out = torch.nn.functional.scaled_dot_product_attention(
-        to_torch(q_BTHK), to_torch(k_BSHK), to_torch(v_BSHK), is_causal=causal
-    )
-    return out.permute(0, 2, 1, 3).numpy()
-
-
 def jax_nn_reference(q_BTHK, k_BSHK, v_BSHK, causal=False) -> jax.Array:
     """jax.nn.dot_product_attention (XLA's implementation) in the inputs' own dtype."""
     try:
