@@ -60,6 +60,9 @@ def test_a_sheet_is_graded_headless_one_line_per_exercise_and_progress_saved(run
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     lines = _exercise_lines(result.stdout)
     assert "[FAIL]" in lines[0] and "[----]" in lines[1], lines
+    # a missed prediction says which way it is off, not the value (as the served lesson)
+    expected = item.reference_answer(SEED)
+    assert f"{expected:.6g}" not in lines[0] and ("too high" in lines[0] or "too low" in lines[0])
     after = sheets.load_progress(slug, SEED, root)
     assert after.items[item.id].attempts == 2 and not after.items[item.id].passed
     assert after.items[item.id].ever_passed

@@ -216,11 +216,17 @@ def intro_markdown(sheet: Sheet, graded: Graded) -> str:
 
 
 def headless_lines(graded: Graded) -> list[str]:
-    """One line per exercise, for a script run: ``exercise 1 [pass] title: summary``."""
+    """One line per exercise, for a script run: ``exercise 1 [pass] title: summary``; a missed
+    prediction says which way it is off, as the served lesson does, not the value."""
     lines = []
     for number, result in enumerate(graded.report.results, start=1):
         mark = assessment_view.result_mark(result)
-        lines.append(f"exercise {number} [{mark}] {result.item.title}: {result.summary}")
+        summary = result.summary
+        if result.item.kind == "predict" and result.attempted and not result.passed:
+            # as in the served lesson: which way a miss is off, not the value
+            answer = graded.report.answers.get(result.item.id)
+            summary = prediction_miss(result.item, graded.report.seed, answer)
+        lines.append(f"exercise {number} [{mark}] {result.item.title}: {summary}")
     lines.append(f"exercises: {assessment_view.score_line(graded.report)}")
     return lines
 
