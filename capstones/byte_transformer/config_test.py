@@ -43,7 +43,7 @@ def test_preset_fits_one_v5e_without_remat():
 def test_preset_overrides_and_unknown_name():
     c = config_lib.preset("tpu-v5e", base=config_lib.Config(steps=7))
     assert c.steps == 7 and c.d_model == 2048
-    with pytest.raises(ValueError, match="unknown preset 'tpu-v4'; presets: tpu-v5e"):
+    with pytest.raises(ValueError, match="unknown preset 'tpu-v4'; presets: tpu-v5e, quality-v5e"):
         config_lib.preset("tpu-v4")
 
 

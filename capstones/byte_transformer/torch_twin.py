@@ -231,13 +231,19 @@ def make_optimizer(config: config_lib.Config, model):
     optax.adamw decays every parameter (no mask) and its update is
     -lr * (m_hat / (sqrt(v_hat) + eps) + wd * p); torch's AdamW applies p *= 1 - lr * wd
     and then the same Adam step: the same arithmetic. ``fused`` (one kernel for all
-    parameters) where this torch build supports it on CPU, else ``foreach``.
+    parameters) where this torch build supports it on CPU, else ``foreach``. The twin follows
+    a constant rate: a config with warmup or a decaying schedule is refused (ValueError).
     """
     import torch
 
+    if config.lr_schedule != "constant" or config.warmup_steps:
+        raise ValueError(
+            "the PyTorch twin trains at a constant learning rate; set lr_schedule=constant "
+            f"warmup_steps=0 (got {config.lr_schedule!r}, warmup_steps={config.warmup_steps})"
+        )
     kwargs = dict(
         lr=config.learning_rate,
-        betas=(0.9, 0.999),
+        betas=(0.9, config.adam_b2),
         eps=1e-8,
         weight_decay=config.weight_decay,
     )

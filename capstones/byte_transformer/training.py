@@ -88,10 +88,33 @@ def model_from_params(config: config_lib.Config, params: dict) -> transformer.Ti
     return nnx.merge(_graphdef(config.program_key()), params)
 
 
+def learning_rate_schedule(config: config_lib.Config) -> float | optax.Schedule:
+    """The learning rate by step (config_lib.LR_SCHEDULES): a plain float for a constant
+    rate without warmup (the optimizer state then holds no schedule count), else an optax
+    schedule: linear warmup from 0 over warmup_steps, then constant or a cosine decay to
+    final_lr_fraction x learning_rate at schedule_steps (0: config.steps)."""
+    peak, warmup = config.learning_rate, config.warmup_steps
+    if config.lr_schedule == "constant":
+        if warmup == 0:
+            return peak
+        return optax.join_schedules(
+            [optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup]
+        )
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=peak,
+        warmup_steps=warmup,
+        decay_steps=max(config.schedule_steps or config.steps, warmup + 1),
+        end_value=peak * config.final_lr_fraction,
+    )
+
+
 def make_optimizer(config: config_lib.Config) -> optax.GradientTransformation:
     return optax.chain(
         optax.clip_by_global_norm(config.clip_norm),
-        optax.adamw(config.learning_rate, weight_decay=config.weight_decay),
+        optax.adamw(
+            learning_rate_schedule(config), b2=config.adam_b2, weight_decay=config.weight_decay
+        ),
     )
 
 
@@ -268,7 +291,12 @@ def run_config(run_dir: pathlib.Path, overrides: dict) -> config_lib.Config:
     identity field of an existing run is refused (its checkpoints belong to the old one)."""
     saved = saved_config(run_dir)
     if saved is None:
-        return args.make_config(config_lib.Config(), overrides)
+        config = args.make_config(config_lib.Config(), overrides)
+        if config.lr_schedule == "cosine" and config.schedule_steps == 0:
+            # the curve is fixed at the first start: a resumption asking for more steps
+            # continues it rather than stretching it (schedule_steps is an identity field)
+            config = dataclasses.replace(config, schedule_steps=config.steps)
+        return config
     wanted = args.make_config(saved, overrides)
     _check_identity(run_dir, saved, wanted)
     return wanted
