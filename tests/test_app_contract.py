@@ -31,7 +31,7 @@ from tpu_scripts import export
 APPS = sorted(curriculum.APPS_DIR.glob("*.py"))
 LESSON_APPS = [p for p in APPS if p.stem != curriculum.HOME_APP]
 # A hang guard, not a speed assertion: lessons target well under 30 s on 2 CPU cores, but a
-# loaded machine (two pytest workers, a browser) runs the training lessons 3-5x slower.
+# loaded machine (three pytest workers, a browser) runs the training lessons 3-5x slower.
 HEADLESS_LIMIT_S = 300
 HEADLESS_TIMES: dict[str, float] = {}
 
