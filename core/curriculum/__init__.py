@@ -42,6 +42,7 @@ from core.curriculum.queries import (  # noqa: F401
     assessment_for,
     lesson_module,
     named_app_slugs,
+    neighbours,
     phase_line,
     phase_number,
     phase_of,

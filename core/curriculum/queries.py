@@ -48,6 +48,20 @@ def all_lessons() -> list[Lesson]:
     return [lesson for phase in PHASES for lesson in phase.lessons]
 
 
+def neighbours(slug: str) -> tuple[Lesson | None, Lesson | None]:
+    """The lessons before and after lesson ``slug`` in the course map's order (None past
+    either end); ValueError naming the slug if it is no lesson."""
+    lessons = all_lessons()
+    slugs = [lesson.slug for lesson in lessons]
+    if slug not in slugs:
+        raise ValueError(f"no lesson {slug!r} in the course map")
+    index = slugs.index(slug)
+    return (
+        lessons[index - 1] if index > 0 else None,
+        lessons[index + 1] if index + 1 < len(lessons) else None,
+    )
+
+
 def phase_of(slug: str) -> Phase:
     """The phase that holds lesson ``slug`` (ValueError naming the slug if none does)."""
     for phase in PHASES:

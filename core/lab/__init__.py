@@ -51,11 +51,23 @@ from core.runtime import (  # noqa: F401 (re-exported)
 def phase_line(slug: str) -> str:
     """The line under a lesson's title (``curriculum.phase_line``, derived from the course
     map), with the device notice when this app runs on the CPU because another process holds
-    the TPU (a second app of `make lab` on a TPU VM: ``runtime.tpu_notice``), and how far the
-    learner got in the lesson's exercises, if it asks any (read when the lesson opens)."""
+    the TPU (a second app of `make lab` on a TPU VM: ``runtime.tpu_notice``), how far the
+    learner got in the lesson's exercises, if it asks any (read when the lesson opens), and the
+    phase's goal in the map's words (``frame.goal``). One line: a title cell's markdown holds it
+    at its own indentation."""
     from core.exercises import progress  # imports the assessment grader: not at lab's import
+    from core.lab import frame
 
-    return curriculum.phase_line(slug) + progress.header_mark(slug) + _device_notice()
+    line = curriculum.phase_line(slug) + progress.header_mark(slug) + _device_notice()
+    return f"{line} — {frame.goal(slug)}"
+
+
+def lesson_end(slug: str):
+    """The section that closes lesson ``slug`` (``frame.lesson_end``): its TPU results beside
+    the CPU's, the previous and next lessons as links, and its primary sources."""
+    from core.lab import frame
+
+    return frame.lesson_end(slug)
 
 
 def track_line(slug: str) -> str:

@@ -220,9 +220,10 @@ def test_an_app_whose_tpu_another_process_holds_says_so_under_its_title(monkeypa
     """The lab on a TPU VM (issue 37): a second app's kernel runs on the CPU while the first
     holds the chip; its title line names the holder and how to free the chip."""
     from core import curriculum, runtime
+    from core.lab import frame
 
-    lesson = "vmap"  # a lesson without exercises: its line is the course map's alone
-    assert lab.phase_line(lesson) == curriculum.phase_line(lesson)
+    lesson = "jit"  # a lesson without exercises: its line is the course map's alone
+    assert lab.phase_line(lesson) == f"{curriculum.phase_line(lesson)} — {frame.goal(lesson)}"
     busy = runtime.ChipBusy(4242, "python -m marimo run apps/jit.py", "/tmp/libtpu_lockfile")
     monkeypatch.setattr(runtime, "_BUSY", busy)
     line = lab.phase_line(lesson)

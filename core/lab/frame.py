@@ -1,0 +1,80 @@
+"""The frame every lesson shares, built from the course map rather than typed per app: the
+phase's goal under the title (``goal``), and at the lesson's end its TPU results, the lessons
+before and after it as links, and the primary sources to read next (``lesson_end``).
+
+A served gallery opens a lesson at ``/?file=<slug>.py``: the links use that form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+
+from core import curriculum
+from core.curriculum import sources as sources_lib
+
+
+def goal(slug: str) -> str:
+    """One line: what the lesson's phase makes a learner able to do, in the map's words."""
+    return f"**This phase:** {curriculum.phase_of(slug).summary}"
+
+
+def _link(lesson: curriculum.Lesson) -> str:
+    return f'<a href="/?file={html.escape(lesson.slug)}.py">{html.escape(lesson.title)}</a>'
+
+
+@dataclasses.dataclass(frozen=True)
+class LessonEnd:
+    """What closes a lesson (marimo renders ``_mime_``; a headless run draws nothing)."""
+
+    slug: str
+    results: object  # comparison.ComparisonSection: the lesson's TPU results or how to get them
+    previous: curriculum.Lesson | None
+    next: curriculum.Lesson | None
+    sources: tuple[sources_lib.Source, ...]
+
+    @property
+    def markdown(self) -> str:
+        steps = []
+        if self.previous:
+            steps.append(f"previous: [{self.previous.title}](/?file={self.previous.slug}.py)")
+        if self.next:
+            steps.append(f"next: [{self.next.title}](/?file={self.next.slug}.py)")
+        reading = "\n".join(f"- {source.markdown()}" for source in self.sources)
+        return (
+            f"{self.results.markdown}\n### Where next\n\n{' · '.join(steps)}\n\n"
+            f"### Read next\n\n{reading}\n"
+        )
+
+    def _mime_(self) -> tuple[str, str]:
+        _, results = self.results._mime_()
+        steps = []
+        if self.previous:
+            steps.append(f"← previous: {_link(self.previous)}")
+        if self.next:
+            steps.append(f"next: {_link(self.next)} →")
+        reading = "".join(
+            f'<li><a href="{html.escape(s.url)}" target="_blank" rel="noopener">'
+            f"{html.escape(s.title)}</a></li>"
+            for s in self.sources
+        )
+        return "text/html", (
+            f"{results}<h3>Where next</h3><p>{' · '.join(steps)}</p>"
+            f"<h3>Read next</h3><ul>{reading}</ul>"
+        )
+
+
+def lesson_end(slug: str) -> LessonEnd:
+    """Lesson ``slug``'s closing section: its TPU results beside the CPU's (or how to make
+    them), the previous and next lessons of the course map, and its sources."""
+    from core.lab import comparison
+
+    previous, following = curriculum.neighbours(slug)
+    package = curriculum.PHASE_PACKAGES[curriculum.phase_of(slug).title]
+    return LessonEnd(
+        slug,
+        comparison.comparison_section(slug),
+        previous,
+        following,
+        sources_lib.sources_for(slug, package),
+    )
