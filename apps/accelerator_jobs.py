@@ -175,7 +175,7 @@ def _(job_events):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("accelerator_jobs")
+    lab.lesson_end("accelerator_jobs")
     return
 
 

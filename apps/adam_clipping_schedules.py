@@ -350,7 +350,7 @@ def _(clip_norm, norm_after_S, norm_before_S):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("adam_clipping_schedules")
+    lab.lesson_end("adam_clipping_schedules")
     return
 
 

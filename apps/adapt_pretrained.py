@@ -331,7 +331,7 @@ def _(accuracy_target, parameter_budget, results):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("adapt_pretrained")
+    lab.lesson_end("adapt_pretrained")
     return
 
 

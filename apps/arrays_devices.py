@@ -154,7 +154,7 @@ def _(reference, stats, x):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("arrays_devices")
+    lab.lesson_end("arrays_devices")
     return
 
 

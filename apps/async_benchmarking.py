@@ -258,7 +258,7 @@ def _(blocked, step, x_NN):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("async_benchmarking")
+    lab.lesson_end("async_benchmarking")
     return
 
 

@@ -495,7 +495,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("async_checkpoints")
+    lab.lesson_end("async_checkpoints")
     return
 
 

@@ -557,7 +557,7 @@ def _(exercise_forms, exercise_sheet, solution_switches):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("attention")
+    lab.lesson_end("attention")
     return
 
 

@@ -9,6 +9,7 @@ with app.setup:
     import numpy as np
 
     from core import lab
+    from core.lab import exercises
     from core.lessons.reinforcement_learning import batched_rollouts
     from core.rl import gymnasium_parity, rollout
 
@@ -21,6 +22,7 @@ with app.setup:
         lab.Flag("max_envs", 256, "largest env count of the timing sweep", lo=1, hi=4096),
         lab.Flag("points", 3, "env counts in the sweep (each compiles once)", lo=1, hi=7),
         lab.Flag("timing_steps", 64, "rollout length T of the timing sweep", lo=8, hi=512),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Batch environments and scan rollouts: vmap over envs, lax.scan over time.",
     )
     ARGS = FLAGS.parse()
@@ -180,7 +182,21 @@ def _(counts, timing_steps):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("batched_rollouts")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "batched_rollouts", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("batched_rollouts")
     return
 
 

@@ -273,7 +273,7 @@ def _(trials):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("capacity_cost")
+    lab.lesson_end("capacity_cost")
     return
 
 

@@ -466,7 +466,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("capstone_pallas_kernel")
+    lab.lesson_end("capstone_pallas_kernel")
     return
 
 

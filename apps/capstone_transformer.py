@@ -17,9 +17,17 @@ with app.setup:
     import pandas as pd
 
     from capstones.byte_transformer import config as config_lib
-    from capstones.byte_transformer import cache_report, data, kv_cache, report, training
+    from capstones.byte_transformer import (
+        cache_report,
+        compressors,
+        data,
+        kv_cache,
+        report,
+        training,
+    )
     from core import curriculum, lab, numerics
     from core.lm import transformer
+    from core.perf import records
     from core.state import checkpoint
 
     lab.use_cpu_devices()
@@ -534,11 +542,9 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    from core.perf import records as _records
-
     # The chip's figures come from the kept record, never from this machine (a CPU's step
     # time says nothing about a TPU's).
-    _f = _records.latest("byte_transformer_mfu").figures
+    _f = records.latest("byte_transformer_mfu").figures
     _rows = [
         {
             "config": "the defaults above (float32, d_model 256)",
@@ -569,7 +575,7 @@ def _():
                 f"kernel takes {_f['profile_attention_share']:.1%} at only "
                 f"{_f['profile_attention_fraction_of_peak']:.1%}; elementwise work "
                 f"{_f['profile_elementwise_share']:.1%}. At T = 2048 attention, not the "
-                f"matmuls, bounds the MFU. Record: {_records.cite('byte_transformer_mfu')}."
+                f"matmuls, bounds the MFU. Record: {records.cite('byte_transformer_mfu')}."
             ),
         ]
     )
@@ -675,6 +681,72 @@ def _():
             else mo.md(""),
             _decode_chart if _contexts else mo.md(""),
             mo.md(f"Record: {_cite('byte_transformer_chip_run')}."),
+        ]
+    )
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    # The chip run from its kept record; the compressors recomputed here, on this machine's
+    # copy of the very files the run held out (the record's corpus hashes say whether they are).
+    _q = records.latest("byte_transformer_quality").figures
+    _corpus = data.load_corpus(config_lib.Config())
+    _live = compressors.compressor_rates(_corpus.heldout)
+    _kept = dict(zip(_q["compressors"], _q["compressor_bpb"], strict=True))
+    _lines = {**_live, "xz -9e after training files": _kept["xz -9e after training files"]}
+    _curve = pd.DataFrame(
+        {"step": _q["heldout_bpb_steps"], "held-out bits per byte": _q["heldout_bpb"]}
+    )
+    _rules = pd.DataFrame(
+        [{"compressor": name, "bits per byte": rate} for name, rate in _lines.items()]
+    )
+    _chart = (
+        alt.Chart(_curve)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("step:Q", title="training step"),
+            y=alt.Y(
+                "held-out bits per byte:Q",
+                title="held-out bits per byte (lower is better)",
+                scale=alt.Scale(domain=[1.2, 3.6]),
+            ),
+            tooltip=["step", alt.Tooltip("held-out bits per byte:Q", format=".3f")],
+        )
+        + alt.Chart(_rules)
+        .mark_rule(strokeDash=[4, 3])
+        .encode(
+            y="bits per byte:Q",
+            color=alt.Color("compressor:N", title="compressor, same files"),
+            tooltip=["compressor", alt.Tooltip("bits per byte:Q", format=".3f")],
+        )
+    ).properties(
+        title="preset=quality-v5e on one v5e chip, against compressors", width=520, height=260
+    )
+    _best_compressor = min(_lines, key=_lines.get)
+    mo.vstack(
+        [
+            mo.md(
+                "### A model worth keeping: `preset=quality-v5e`\n\n"
+                "A language model's held-out loss in bits per byte is a compression rate: "
+                "an arithmetic coder driven by it would store the held-out files in that many "
+                f"bits. After {_q['steps']:,} steps ({_q['tokens_seen'] / 1e6:.0f} M bytes "
+                f"read, {_q['tokens_seen'] / _q['train_bytes']:.0f} passes over the "
+                f"{_q['train_bytes'] / 1e6:.2f} MB of training files), the chip's model "
+                f"stores the {_q['heldout_files']} held-out files in "
+                f"**{_q['final_heldout_bpb']:.2f} bits per byte**; the best compressor here, "
+                f"{_best_compressor}, needs {_lines[_best_compressor]:.2f}. The dashed lines "
+                "are computed now, on this machine's copy of the same files (xz given every "
+                "training file first is the record's: it compresses 4 MB twice)."
+            ),
+            _chart,
+            mo.md(
+                f"The run's command took {_q['command_wall_s']:.0f} s on the chip, its first "
+                f"step (the compile) {_q['first_step_s']:.0f} s, a step "
+                f"{_q['median_step_ms']:.1f} ms ({_q['mfu_percent']:.1f}% MFU). Record: "
+                f"{records.cite('byte_transformer_quality')}; how the preset was chosen: "
+                f"{records.cite('byte_transformer_sweep')}."
+            ),
         ]
     )
     return

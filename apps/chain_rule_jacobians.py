@@ -210,7 +210,7 @@ def _(timing_button, timing_max, timing_outputs):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("chain_rule_jacobians")
+    lab.lesson_end("chain_rule_jacobians")
     return
 
 

@@ -314,7 +314,7 @@ def _(predicted, split, test_logits):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("cnn_digits")
+    lab.lesson_end("cnn_digits")
     return
 
 

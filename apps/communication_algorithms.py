@@ -15,6 +15,7 @@ with app.setup:
 
     from core import distributed, lab, numerics
     from core.distributed import sharding
+    from core.lab import exercises
     from core.lessons.distributed import communication_algorithms as lesson
     from core.tpu import specs
 
@@ -28,6 +29,7 @@ with app.setup:
         lab.Flag("batch", 16, "examples in the big batch", lo=1, hi=64),
         lab.Flag("microbatches", 4, "microbatches K the batch is cut into", lo=1, hi=16),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Communication-efficient algorithms: all-reduce, reduce-scatter + all-gather, "
             "gradient accumulation."
@@ -302,7 +304,21 @@ def _(devices, microbatches, parameter_count):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("communication_algorithms")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "communication_algorithms", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("communication_algorithms")
     return
 
 

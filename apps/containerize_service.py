@@ -260,7 +260,7 @@ def _(probe):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("containerize_service")
+    lab.lesson_end("containerize_service")
     return
 
 

@@ -452,7 +452,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("contrastive")
+    lab.lesson_end("contrastive")
     return
 
 

@@ -323,7 +323,7 @@ def _(net_eigenvalues, quad, quad_eigenvalues):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("curvature_hessians")
+    lab.lesson_end("curvature_hessians")
     return
 
 

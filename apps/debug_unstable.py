@@ -380,7 +380,7 @@ def _(diverged_at, outcomes, runs, x_ND, y_N):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("debug_unstable")
+    lab.lesson_end("debug_unstable")
     return
 
 

@@ -417,7 +417,7 @@ def _(heldout_pairs, policy, reference, seed, train_pairs):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("dpo")
+    lab.lesson_end("dpo")
     return
 
 

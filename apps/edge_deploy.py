@@ -374,7 +374,7 @@ def _(budget, figures, verdict_rows):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("edge_deploy")
+    lab.lesson_end("edge_deploy")
     return
 
 

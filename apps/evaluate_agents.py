@@ -227,7 +227,7 @@ def _(names, outcome_a, outcome_b, seed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("evaluate_agents")
+    lab.lesson_end("evaluate_agents")
     return
 
 

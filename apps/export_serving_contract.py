@@ -248,7 +248,7 @@ def _(dtype, result):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("export_serving_contract")
+    lab.lesson_end("export_serving_contract")
     return
 
 

@@ -239,7 +239,7 @@ def _(gcs_trip, problems, reference, result, save_every, spot):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("failure_runbooks")
+    lab.lesson_end("failure_runbooks")
     return
 
 

@@ -11,6 +11,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import exercises
     from core.lessons.transformations import first_gradient
 
     lab.use_cpu_devices()
@@ -25,6 +26,7 @@ with app.setup:
         lab.Flag("x_hi", 3.0, "right end of the plotted range", lo=-8.0, hi=8.0, step=0.5),
         lab.Flag("points", 121, "points on the grid", lo=2, hi=801),
         lab.Flag("x0", 0.7, "the point for the step-size experiment", lo=-4.0, hi=4.0, step=0.1),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Your first gradient: jax.grad vs the closed form vs finite differences.",
     )
     ARGS = FLAGS.parse()
@@ -230,7 +232,21 @@ def _(function, x0):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("first_gradient")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "first_gradient", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("first_gradient")
     return
 
 

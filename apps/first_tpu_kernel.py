@@ -223,7 +223,7 @@ def _(blocks, compile_button, dtype, shape):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("first_tpu_kernel")
+    lab.lesson_end("first_tpu_kernel")
     return
 
 

@@ -333,7 +333,7 @@ def _(state_rows):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("flax_nnx")
+    lab.lesson_end("flax_nnx")
     return
 
 

@@ -256,7 +256,7 @@ def _(matrix):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("framework_interop")
+    lab.lesson_end("framework_interop")
     return
 
 

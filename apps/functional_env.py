@@ -10,6 +10,7 @@ with app.setup:
     import numpy as np
 
     from core import lab
+    from core.lab import exercises
     from core.lessons.reinforcement_learning import functional_env
     from core.rl import cartpole, gymnasium_parity
 
@@ -24,6 +25,7 @@ with app.setup:
             "for 500 steps (one truncation) then random",
             choices=gymnasium_parity.POLICIES,
         ),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Write a functional environment: CartPole as pure functions, "
         "checked against gymnasium.",
     )
@@ -213,7 +215,21 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("functional_env")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "functional_env", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("functional_env")
     return
 
 

@@ -274,7 +274,7 @@ def _(checked):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("gradient_checking")
+    lab.lesson_end("gradient_checking")
     return
 
 

@@ -296,7 +296,7 @@ def _(reference_runs, runs, start):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("gradient_descent")
+    lab.lesson_end("gradient_descent")
     return
 
 

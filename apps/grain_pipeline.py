@@ -360,7 +360,7 @@ def _(after, before, interrupt_at, uninterrupted):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("grain_pipeline")
+    lab.lesson_end("grain_pipeline")
     return
 
 

@@ -429,7 +429,7 @@ def _(check_closed, dtype, elements, k, kernel, m, n, op, tpu_cost):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("hlo_roofline")
+    lab.lesson_end("hlo_roofline")
     return
 
 

@@ -381,7 +381,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("immutable_updates")
+    lab.lesson_end("immutable_updates")
     return
 
 

@@ -402,7 +402,7 @@ def _(p95_budget_ms, policy, replayed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("inference_capacity")
+    lab.lesson_end("inference_capacity")
     return
 
 

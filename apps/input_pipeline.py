@@ -304,7 +304,7 @@ def _(batched):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("input_pipeline")
+    lab.lesson_end("input_pipeline")
     return
 
 

@@ -327,7 +327,7 @@ def _(seed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("jit")
+    lab.lesson_end("jit")
     return
 
 

@@ -436,7 +436,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("kernel_iteration")
+    lab.lesson_end("kernel_iteration")
     return
 
 

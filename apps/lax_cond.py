@@ -304,7 +304,7 @@ def _(evaluations):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("lax_cond")
+    lab.lesson_end("lax_cond")
     return
 
 

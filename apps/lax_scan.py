@@ -313,7 +313,7 @@ def _(hidden, seed, sweep, sweep_button):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("lax_scan")
+    lab.lesson_end("lax_scan")
     return
 
 

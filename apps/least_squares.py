@@ -288,7 +288,7 @@ def _(a_MK, b_M, deficient, lstsq_x, x_true):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("least_squares")
+    lab.lesson_end("least_squares")
     return
 
 

@@ -247,7 +247,7 @@ def _(eigenvalues, half_width, path, stopped_at, vectors, w_star):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("linear_algebra_loss")
+    lab.lesson_end("linear_algebra_loss")
     return
 
 

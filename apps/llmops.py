@@ -213,7 +213,7 @@ def _(history):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("llmops")
+    lab.lesson_end("llmops")
     return
 
 

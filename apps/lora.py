@@ -245,7 +245,7 @@ def _(result):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("lora")
+    lab.lesson_end("lora")
     return
 
 

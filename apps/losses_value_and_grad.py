@@ -11,8 +11,8 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import charts, text
-    from core.lessons.transformations import losses_value_and_grad
+    from core.lab import charts, exercises, text
+    from core.lessons.transformations import losses_value_and_grad, losses_value_and_grad_torch
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -27,6 +27,7 @@ with app.setup:
             "dtype of the PyTorch reference",
             choices=losses_value_and_grad.TORCH_DTYPES,
         ),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Losses and value_and_grad: MSE and cross-entropy, has_aux metrics, checked against "
             "PyTorch."
@@ -137,7 +138,7 @@ def _(grads, loss, loss_value, params, torch_dtype, x_BD, y):
     # Independent references: PyTorch autograd (F.mse_loss / F.cross_entropy) and the
     # gradients written out by hand in NumPy float64. JAX runs in float32.
     lab.require("torch", why="one reference is PyTorch autograd")
-    torch_loss, torch_grads = losses_value_and_grad.torch_value_and_grad(
+    torch_loss, torch_grads = losses_value_and_grad_torch.torch_value_and_grad(
         params, x_BD, y, loss.value, torch_dtype.value
     )
     numpy_loss, numpy_grads = losses_value_and_grad.numpy_value_and_grad(
@@ -219,7 +220,21 @@ def _(loss, params, x_BD, y):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("losses_value_and_grad")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "losses_value_and_grad", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("losses_value_and_grad")
     return
 
 

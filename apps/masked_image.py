@@ -384,7 +384,7 @@ def _(batch_size, hidden_units, learning_rate, mask_ratio, patch, seed, steps):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("masked_image")
+    lab.lesson_end("masked_image")
     return
 
 

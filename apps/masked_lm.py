@@ -475,7 +475,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("masked_lm")
+    lab.lesson_end("masked_lm")
     return
 
 

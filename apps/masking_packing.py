@@ -546,7 +546,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("masking_packing")
+    lab.lesson_end("masking_packing")
     return
 
 

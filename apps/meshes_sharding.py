@@ -12,7 +12,7 @@ with app.setup:
 
     from core import distributed, lab, numerics
     from core.distributed import sharding
-    from core.lab import charts
+    from core.lab import charts, exercises
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))
@@ -41,6 +41,7 @@ with app.setup:
         lab.Flag("features", 8, "columns of x = rows of W", lo=1, hi=64),
         lab.Flag("hidden", 4, "columns of W", lo=1, hi=32),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Arrays, meshes, and sharding: PartitionSpecs and how shardings propagate.",
     )
     ARGS = FLAGS.parse()
@@ -307,7 +308,21 @@ def _(steps, w_FH, x_BF):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("meshes_sharding")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "meshes_sharding", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("meshes_sharding")
     return
 
 

@@ -215,7 +215,7 @@ def _(examples, rows, sigma2):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("minibatch_noise")
+    lab.lesson_end("minibatch_noise")
     return
 
 

@@ -235,7 +235,7 @@ def _(store_dir):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("mlflow_tracking")
+    lab.lesson_end("mlflow_tracking")
     return
 
 

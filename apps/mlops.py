@@ -296,7 +296,7 @@ def _(drift):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("mlops")
+    lab.lesson_end("mlops")
     return
 
 

@@ -185,7 +185,7 @@ def _(life):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("modelops")
+    lab.lesson_end("modelops")
     return
 
 

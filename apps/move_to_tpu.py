@@ -460,7 +460,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("move_to_tpu")
+    lab.lesson_end("move_to_tpu")
     return
 
 

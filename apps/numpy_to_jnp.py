@@ -318,7 +318,7 @@ def _(matmul_size, seed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("numpy_to_jnp")
+    lab.lesson_end("numpy_to_jnp")
     return
 
 

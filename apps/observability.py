@@ -246,7 +246,7 @@ def _(chosen, watched):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("observability")
+    lab.lesson_end("observability")
     return
 
 

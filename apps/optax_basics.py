@@ -192,7 +192,7 @@ def _(clip_norm, learning_rate, losses, momentum, params, steps, weight_decay, x
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("optax_basics")
+    lab.lesson_end("optax_basics")
     return
 
 

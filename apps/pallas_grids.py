@@ -292,7 +292,7 @@ def _(ragged_block_rows, ragged_rows, seed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("pallas_grids")
+    lab.lesson_end("pallas_grids")
     return
 
 

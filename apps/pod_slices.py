@@ -229,7 +229,7 @@ def _(multi, single):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("pod_slices")
+    lab.lesson_end("pod_slices")
     return
 
 

@@ -10,6 +10,7 @@ with app.setup:
     import numpy as np
 
     from core import lab, numerics
+    from core.lab import claims, exercises
     from core.lessons.reinforcement_learning import policy_gradients_ppo as lesson
     from core.perf import records, timing
     from core.rl import ppo
@@ -36,6 +37,7 @@ with app.setup:
         lab.Flag("gae_lambda", 0.95, "GAE lambda", lo=0.0, hi=1.0, step=0.01),
         lab.Flag("ent_coef", 0.01, "entropy bonus coefficient", lo=0.0, hi=0.1, step=0.005),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Policy gradients and PPO on CartPole: GAE, the clipped objective, make_train.",
     )
     ARGS = FLAGS.parse()
@@ -67,7 +69,14 @@ def _():
 def _():
     # Every control feeds the run's config, so they live in one mo.ui.dictionary: marimo
     # tracks it (a plain dict of controls is no name it can see) and re-runs its readers.
-    controls = mo.ui.dictionary({name: FLAGS.control(name, ARGS) for name in FLAGS.flags})
+    # The answers flag names a sheet to grade: no control, and no part of the run's config.
+    controls = mo.ui.dictionary(
+        {
+            name: FLAGS.control(name, ARGS)
+            for name in FLAGS.flags
+            if name not in claims.GRADING_FLAGS
+        }
+    )
     _c = controls
     mo.vstack(
         [
@@ -326,7 +335,21 @@ def _(controls, drift_reference, metrics):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("policy_gradients_ppo")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "policy_gradients_ppo", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("policy_gradients_ppo")
     return
 
 

@@ -285,7 +285,7 @@ def _(fp8_emulated, runs, settings):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("precision_policy")
+    lab.lesson_end("precision_policy")
     return
 
 

@@ -447,7 +447,7 @@ def _(channel_spread, k_max, rows, schemes, seed, w_KN):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("precision_xprof")
+    lab.lesson_end("precision_xprof")
     return
 
 

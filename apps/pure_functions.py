@@ -320,7 +320,7 @@ def _(calls, distinct_shapes, effects, stale, x_N):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("pure_functions")
+    lab.lesson_end("pure_functions")
     return
 
 

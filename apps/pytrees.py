@@ -275,7 +275,7 @@ def _(dtype, leaves_info, params, round_trip_equal, widths, x_BI):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("pytrees")
+    lab.lesson_end("pytrees")
     return
 
 

@@ -478,7 +478,7 @@ def _(bins, drawn):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("random_keys")
+    lab.lesson_end("random_keys")
     return
 
 

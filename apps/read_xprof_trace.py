@@ -471,7 +471,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("read_xprof_trace")
+    lab.lesson_end("read_xprof_trace")
     return
 
 

@@ -330,7 +330,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("recompilation_host_sync")
+    lab.lesson_end("recompilation_host_sync")
     return
 
 

@@ -319,7 +319,7 @@ def _(leak, leak_examples, leak_seed_list, noise_features, select_k):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("regularization_validation")
+    lab.lesson_end("regularization_validation")
     return
 
 

@@ -233,7 +233,7 @@ def _(grads, params, x_BW, y_BW):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("remat_tradeoffs")
+    lab.lesson_end("remat_tradeoffs")
     return
 
 

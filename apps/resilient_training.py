@@ -275,7 +275,7 @@ def _(devices_after, devices_before, epoch_length, reference, run, stop_at):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("resilient_training")
+    lab.lesson_end("resilient_training")
     return
 
 

@@ -283,7 +283,7 @@ def _(full, loss_error, resume_at, resumed_losses):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("resume_data_position")
+    lab.lesson_end("resume_data_position")
     return
 
 

@@ -199,7 +199,7 @@ def _(best_loss, result):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("reward_model")
+    lab.lesson_end("reward_model")
     return
 
 

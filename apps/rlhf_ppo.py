@@ -270,7 +270,7 @@ def _(penalised, result):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("rlhf_ppo")
+    lab.lesson_end("rlhf_ppo")
     return
 
 

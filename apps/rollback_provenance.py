@@ -294,7 +294,7 @@ def _(outcome):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("rollback_provenance")
+    lab.lesson_end("rollback_provenance")
     return
 
 

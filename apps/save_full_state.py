@@ -234,7 +234,7 @@ def _(config, restored, saved_data_state, saved_state, steps):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("save_full_state")
+    lab.lesson_end("save_full_state")
     return
 
 

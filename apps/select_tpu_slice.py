@@ -246,7 +246,7 @@ def _(options):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("select_tpu_slice")
+    lab.lesson_end("select_tpu_slice")
     return
 
 

@@ -181,7 +181,7 @@ def _(result):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("sft")
+    lab.lesson_end("sft")
     return
 
 

@@ -409,7 +409,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("shapes_broadcasting")
+    lab.lesson_end("shapes_broadcasting")
     return
 
 

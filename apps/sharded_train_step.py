@@ -12,6 +12,7 @@ with app.setup:
 
     from core import distributed, lab, numerics
     from core.distributed import sharding
+    from core.lab import exercises
 
     lab.use_cpu_devices()
     MESH_SIZES = tuple(sharding.valid_mesh_sizes(jax.device_count()))
@@ -26,6 +27,7 @@ with app.setup:
         lab.Flag("classes", 4, "classes C", lo=2, hi=16),
         lab.Flag("learning_rate", 0.01, "learning rate", lo=0.001, hi=0.5, step=0.001),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="A sharded training step: data parallel, FSDP and tensor parallel on one mesh.",
     )
     ARGS = FLAGS.parse()
@@ -215,7 +217,21 @@ def _(mesh, results):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("sharded_train_step")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "sharded_train_step", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("sharded_train_step")
     return
 
 

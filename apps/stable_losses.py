@@ -231,7 +231,7 @@ def _(classes, log10_scale, seed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("stable_losses")
+    lab.lesson_end("stable_losses")
     return
 
 

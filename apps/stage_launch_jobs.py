@@ -237,7 +237,7 @@ def _(interrupted):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("stage_launch_jobs")
+    lab.lesson_end("stage_launch_jobs")
     return
 
 

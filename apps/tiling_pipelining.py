@@ -418,7 +418,7 @@ def _(dtype, streamed, w, x):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("tiling_pipelining")
+    lab.lesson_end("tiling_pipelining")
     return
 
 

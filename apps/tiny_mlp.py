@@ -363,7 +363,7 @@ def _(exercise_forms, exercise_sheet, solution_switches):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("tiny_mlp")
+    lab.lesson_end("tiny_mlp")
     return
 
 

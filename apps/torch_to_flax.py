@@ -205,7 +205,7 @@ def _(correct, diff, mistake, tolerance):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("torch_to_flax")
+    lab.lesson_end("torch_to_flax")
     return
 
 

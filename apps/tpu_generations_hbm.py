@@ -505,7 +505,7 @@ def _(compile_shape, reports, setups, shape):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("tpu_generations_hbm")
+    lab.lesson_end("tpu_generations_hbm")
     return
 
 

@@ -256,7 +256,7 @@ def _(live):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("tpu_receipt")
+    lab.lesson_end("tpu_receipt")
     return
 
 

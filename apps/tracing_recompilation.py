@@ -276,7 +276,7 @@ def _(bucketed, seed):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("tracing_recompilation")
+    lab.lesson_end("tracing_recompilation")
     return
 
 

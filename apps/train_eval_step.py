@@ -354,7 +354,7 @@ def _(
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("train_eval_step")
+    lab.lesson_end("train_eval_step")
     return
 
 

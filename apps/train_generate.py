@@ -706,7 +706,7 @@ def _(batch, files, heads, kv_heads, layers, learning_rate, max_bytes, seed, seq
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("train_generate")
+    lab.lesson_end("train_generate")
     return
 
 

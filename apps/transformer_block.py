@@ -515,7 +515,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("transformer_block")
+    lab.lesson_end("transformer_block")
     return
 
 

@@ -266,7 +266,7 @@ def _(sub_a, sub_residual, sub_x):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("vectors_norms")
+    lab.lesson_end("vectors_norms")
     return
 
 

@@ -461,7 +461,7 @@ def _(layout_table, owner_map, per_device, reference_RH, run, y_layout):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("virtual_devices")
+    lab.lesson_end("virtual_devices")
     return
 
 

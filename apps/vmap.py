@@ -11,7 +11,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import charts, text
+    from core.lab import charts, exercises, text
     from core.lessons.transformations import vmap
 
     lab.use_cpu_devices()
@@ -46,6 +46,7 @@ with app.setup:
         ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
         lab.Flag("timing_batch", 32, "largest batch for the loop-vs-vmap timing", lo=2, hi=2048),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Batch a function with vmap: in_axes/out_axes, vmap == a Python loop, and the speed-up."
         ),
@@ -294,7 +295,19 @@ def _(cols, rows, timing_batch, timing_button):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("vmap")
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson("vmap", ARGS)
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    lab.lesson_end("vmap")
     return
 
 

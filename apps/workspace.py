@@ -284,7 +284,7 @@ def _(receipt, uploaded):
 
 @app.cell(hide_code=True)
 def _():
-    lab.tpu_results("workspace")
+    lab.lesson_end("workspace")
     return
 
 

@@ -94,11 +94,14 @@ COURSE_LESSON_APPS = [p for p in LESSON_APPS if p.stem in COURSE_SLUGS]
 
 
 @pytest.mark.parametrize("app_path", COURSE_LESSON_APPS, ids=_ids(COURSE_LESSON_APPS))
-def test_lesson_shows_its_tpu_results(app_path):
-    """One hidden cell shows this lesson's course-run results (TPU beside CPU) or how to get
-    them: `lab.tpu_results("<its slug>")`, before the test cells."""
+def test_lesson_ends_with_the_frame(app_path):
+    """The lesson frame (core/lab/frame.py): the title cell shows the phase line with the
+    phase's goal, `lab.phase_line("<its slug>")`, and one hidden cell closes the lesson,
+    `lab.lesson_end("<its slug>")` (its course-run results, TPU beside CPU, or how to get them;
+    the previous and next lessons; its sources), before the test cells."""
     source = app_path.read_text(encoding="utf-8")
-    assert re.findall(r'lab\.tpu_results\("([^"]*)"\)', source) == [app_path.stem]
+    assert re.findall(r'lab\.phase_line\("([^"]*)"\)', source) == [app_path.stem]
+    assert re.findall(r'lab\.lesson_end\("([^"]*)"\)', source) == [app_path.stem]
 
 
 @pytest.mark.parametrize("app_path", APPS, ids=_ids(APPS))

@@ -97,7 +97,8 @@ def test_every_domain_package_of_core_is_kept_off_lesson_code():
         for p in core_dir.glob("*.py")
         if p.stem != "__init__" and not p.stem.endswith("_test")
     } | {f"core.{p.parent.name}" for p in core_dir.glob("*/__init__.py")}
-    missing = members - {"core.lessons"} - set(leaf["source_modules"])
+    # core.exercises may import lesson code (a lesson's practice; pyproject.toml says why)
+    missing = members - {"core.lessons", "core.exercises"} - set(leaf["source_modules"])
     assert not missing, f"add {sorted(missing)} to the contract in pyproject.toml"
 
 

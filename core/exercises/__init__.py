@@ -11,9 +11,24 @@ core.assessment.paper opens a lesson's exercises as the paper ``lesson-<slug>``.
 from __future__ import annotations
 
 from core.assessment.items import Item
-from core.exercises import nn_training, post_training, transformers
+from core.exercises import (
+    distributed,
+    nn_training,
+    post_training,
+    reinforcement_learning,
+    transformations,
+    transformers,
+)
 
-PHASE_MODULES = (nn_training, transformers, post_training)
+# In course order (a lesson's exercises are listed in the order of its phase's module).
+PHASE_MODULES = (
+    transformations,
+    nn_training,
+    transformers,
+    reinforcement_learning,
+    post_training,
+    distributed,
+)
 ITEMS: tuple[Item, ...] = tuple(item for module in PHASE_MODULES for item in module.ITEMS)
 PAPER_PREFIX = "lesson-"
 

@@ -300,17 +300,6 @@ def require(*modules: str, sockets: bool = False, why: str = "", programs=()) ->
     )
 
 
-def tpu_results(slug: str):
-    """Lesson ``slug``'s newest TPU results beside its newest local CPU ones, or how to make them.
-
-    Reads runs/tpu/<vm>/<date>/<slug>/ and runs/local/<date>/<slug>/ (course-run's bundles);
-    one glob when there are none. Shown in the UI only: a headless run draws nothing.
-    """
-    from core.lab import comparison
-
-    return comparison.comparison_section(slug)
-
-
 def table(
     rows: list[dict],
     caption: str = "",

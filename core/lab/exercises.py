@@ -151,8 +151,9 @@ def prediction_miss(item, seed: int, answer) -> str:
         return f"{wrong} of its {len(expected)} axes differ."
     direction = "too high" if float(answer) > float(expected) else "too low"
     ratio = float(answer) / float(expected) if float(expected) else float("inf")
+    units = f" {item.units}" if item.units else ""
     return (
-        f"Your {answer:g} {item.units} is {direction}: {ratio:.3g} times the value "
+        f"Your {answer:g}{units} is {direction}: {ratio:.3g} times the value "
         f"(the tolerance: {item.tolerance_text()})."
     )
 
@@ -163,7 +164,8 @@ def reveal_markdown(item, seed: int) -> str:
     if item.kind == "code":
         return f"```python\n{item.reference_source().strip()}\n```"
     _params, expected, _derived, derivation = item.seeded(seed)
-    value = f"{expected:.6g} {item.units}" if item.answer_type == "number" else str(expected)
+    units = f" {item.units}" if item.units else ""
+    value = f"{expected:.6g}{units}" if item.answer_type == "number" else str(expected)
     return f"**The lesson's library computes {value}.**\n\n{derivation}"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 import jax
 import numpy as np
@@ -210,3 +211,33 @@ def rollout_vs_gymnasium(seed: int, num_envs: int, num_steps: int) -> dict:
                     env.unwrapped.state = traj.obs_TN4[t + 1, n].astype(np.float64).copy()
         env.close()
     return {"state_error": state_err, "flag_mismatches": mismatches, "episodes_ended": ended}
+
+
+def gymnasium_steps_per_second(
+    num_envs: int, total_steps: int, seed: int = 0, clock=time.perf_counter
+) -> dict:
+    """Steps per second of a Python loop over ``num_envs`` gymnasium ``CartPole-v1`` envs
+    (random actions, reset on terminated or truncated), ``total_steps`` steps in all (at
+    least one step of every env). Python-side work only: what ``rollout`` replaces."""
+    import gymnasium as gym
+
+    envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+    rounds = max(1, -(-total_steps // num_envs))
+    actions = np.random.default_rng(seed).integers(0, 2, size=(rounds, num_envs)).tolist()
+    start = clock()
+    for row in actions:
+        for env, action in zip(envs, row, strict=True):
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+    seconds = clock() - start
+    for env in envs:
+        env.close()
+    return {
+        "num_envs": num_envs,
+        "num_steps": rounds,
+        "seconds": seconds,
+        "steps_per_s": rounds * num_envs / seconds,
+    }

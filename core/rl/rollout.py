@@ -3,13 +3,13 @@
 ``batch_reset(key, num_envs)`` and ``batch_step(keys_N, state_N, action_N)`` are CartPole's
 functions vmapped over N environments; ``rollout(key, policy, num_envs, num_steps)`` runs a
 policy for T steps in one compiled ``lax.scan`` and returns the trajectory with a leading time
-axis (``reward_TN``, ``done_TN``, ...). ``gymnasium_steps_per_second`` is the baseline: a
-Python loop over N gymnasium ``CartPole-v1`` envs, one ``env.step`` at a time.
+axis (``reward_TN``, ``done_TN``, ...). Its baseline, a Python loop over N gymnasium
+``CartPole-v1`` envs, is ``gymnasium_parity.gymnasium_steps_per_second``: nothing here
+imports gymnasium, so the exercises that run a rollout need no gymnasium.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -110,36 +110,6 @@ def jax_steps_per_second(num_envs: int, num_steps: int, repeats: int = 3) -> dic
         "compile_s": compile_s,
         "seconds": seconds,
         "steps_per_s": num_envs * num_steps / seconds,
-    }
-
-
-def gymnasium_steps_per_second(
-    num_envs: int, total_steps: int, seed: int = 0, clock=time.perf_counter
-) -> dict:
-    """Steps per second of a Python loop over ``num_envs`` gymnasium ``CartPole-v1`` envs
-    (random actions, reset on terminated or truncated), ``total_steps`` steps in all (at
-    least one step of every env). Python-side work only: what ``rollout`` replaces."""
-    import gymnasium as gym
-
-    envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
-    for i, env in enumerate(envs):
-        env.reset(seed=seed + i)
-    rounds = max(1, -(-total_steps // num_envs))
-    actions = np.random.default_rng(seed).integers(0, 2, size=(rounds, num_envs)).tolist()
-    start = clock()
-    for row in actions:
-        for env, action in zip(envs, row, strict=True):
-            _, _, terminated, truncated, _ = env.step(action)
-            if terminated or truncated:
-                env.reset()
-    seconds = clock() - start
-    for env in envs:
-        env.close()
-    return {
-        "num_envs": num_envs,
-        "num_steps": rounds,
-        "seconds": seconds,
-        "steps_per_s": rounds * num_envs / seconds,
     }
 
 

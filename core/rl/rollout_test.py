@@ -39,5 +39,5 @@ def test_episode_returns_and_throughput_rows():
     traj = rollout.compiled_random_rollout(4, 80, fast_compile=True)(jax.random.key(0))
     returns = rollout.episode_returns(traj)
     assert len(returns) >= 4 and np.all(returns >= 1)
-    row = rollout.gymnasium_steps_per_second(3, 30)
+    row = gymnasium_parity.gymnasium_steps_per_second(3, 30)
     assert row["num_steps"] == 10 and row["steps_per_s"] > 0

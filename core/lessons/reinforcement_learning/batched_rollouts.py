@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from core.rl import rollout
+from core.rl import gymnasium_parity, rollout
 
 # The check's bound: float64 on both sides, each env running free within an episode; random
 # actions end episodes after ~20 steps, so rounding (1e-16) grows by at most a few decades.
@@ -59,7 +59,7 @@ def sweep(counts: list[int], num_steps: int, repeats: int = 3) -> list[dict]:
     rows = []
     for n in counts:
         ours = rollout.jax_steps_per_second(n, num_steps, repeats=repeats)
-        theirs = rollout.gymnasium_steps_per_second(n, max(GYM_STEPS, n))
+        theirs = gymnasium_parity.gymnasium_steps_per_second(n, max(GYM_STEPS, n))
         rows.append(
             {
                 "envs": n,

@@ -4,7 +4,8 @@ The model is linear, ``logits_BK = x_BD @ w_DK + b_K``; the loss is mean squared
 against real targets (B, K) or softmax cross-entropy against integer labels (B,). The loss
 function returns ``(loss, metrics)``: ``has_aux=True`` tells JAX to differentiate the first
 and carry the second along. Two independent references: the gradients written out in
-closed form (NumPy float64) and PyTorch autograd (torch imported inside the function).
+closed form (NumPy float64) and PyTorch autograd (losses_value_and_grad_torch.py: apart, so
+what imports this module, a lesson's exercise too, never reaches for torch).
 
 Dimension glossary: B batch, D input features, K outputs (regression targets or classes).
 """
@@ -141,28 +142,6 @@ def numpy_value_and_grad(params, x_BD, y, loss: str):
     else:
         raise ValueError(problem(loss, 2))
     return float(value), {"w_DK": x.T @ d_out, "b_K": d_out.sum(axis=0)}
-
-
-def torch_value_and_grad(params, x_BD, y, loss: str, dtype: str = "float64"):
-    """(loss, grads as NumPy float64) from PyTorch autograd in ``dtype``."""
-    import torch
-
-    if dtype not in TORCH_DTYPES:
-        raise ValueError(f"torch dtype must be one of {TORCH_DTYPES}, got {dtype!r}")
-    torch_dtype = getattr(torch, dtype)
-    p, x, y = _as_numpy(params, x_BD, y)
-    w = torch.tensor(p["w_DK"], dtype=torch_dtype, requires_grad=True)
-    b = torch.tensor(p["b_K"], dtype=torch_dtype, requires_grad=True)
-    out = torch.tensor(x, dtype=torch_dtype) @ w + b
-    if loss == "mse":
-        value = torch.nn.functional.mse_loss(out, torch.tensor(y, dtype=torch_dtype))
-    elif loss == "cross_entropy":
-        value = torch.nn.functional.cross_entropy(out, torch.tensor(y, dtype=torch.long))
-    else:
-        raise ValueError(problem(loss, 2))
-    value.backward()
-    grads = {"w_DK": w.grad.double().numpy(), "b_K": b.grad.double().numpy()}
-    return float(value.detach()), grads
 
 
 def loss_along_gradient(params, x_BD, y, loss: str, steps) -> list[dict]:

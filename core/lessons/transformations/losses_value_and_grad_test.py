@@ -5,7 +5,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from core import numerics
-from core.lessons.transformations import losses_value_and_grad
+from core.lessons.transformations import losses_value_and_grad, losses_value_and_grad_torch
 
 SHAPES = [(1, 1, 2), (8, 7, 5), (64, 3, 10)]  # (batch, features, outputs)
 
@@ -32,7 +32,9 @@ def test_value_and_grad_matches_torch_autograd(loss, dtype, batch, features, out
         jax.random.key(7), loss, batch, features, outputs
     )
     (value, _), grads = losses_value_and_grad.value_and_grad(params, x, y, loss)
-    torch_value, torch_grads = losses_value_and_grad.torch_value_and_grad(params, x, y, loss, dtype)
+    torch_value, torch_grads = losses_value_and_grad_torch.torch_value_and_grad(
+        params, x, y, loss, dtype
+    )
     tol = numerics.tolerance("float32")
     assert numerics.scaled_max_error(float(value), torch_value) <= tol
     assert numerics.tree_scaled_max_error(grads, torch_grads) <= tol
@@ -42,7 +44,7 @@ def test_torch_and_closed_form_agree_in_float64():
     params, x, y = losses_value_and_grad.example_problem(
         jax.random.key(3), "cross_entropy", 16, 4, 6
     )
-    torch_value, torch_grads = losses_value_and_grad.torch_value_and_grad(
+    torch_value, torch_grads = losses_value_and_grad_torch.torch_value_and_grad(
         params, x, y, "cross_entropy"
     )
     ref_value, ref_grads = losses_value_and_grad.numpy_value_and_grad(params, x, y, "cross_entropy")
@@ -114,7 +116,7 @@ def test_bad_inputs_name_the_problem():
         losses_value_and_grad.example_problem(jax.random.key(0), "hinge", 4, 3, 2)
     params, x, y = losses_value_and_grad.example_problem(jax.random.key(0), "mse", 4, 3, 2)
     with pytest.raises(ValueError, match="torch dtype"):
-        losses_value_and_grad.torch_value_and_grad(params, x, y, "mse", "bfloat16")
+        losses_value_and_grad_torch.torch_value_and_grad(params, x, y, "mse", "bfloat16")
 
 
 @pytest.mark.parametrize("loss, outputs", [("mse", 3), ("cross_entropy", 4)])
