@@ -703,7 +703,7 @@ def _():
     )
     _chart = (
         alt.Chart(_curve)
-        .mark_line(point=True)
+        .mark_line(point=True, color="#222222", strokeWidth=3)
         .encode(
             x=alt.X("step:Q", title="training step"),
             y=alt.Y(
@@ -713,6 +713,9 @@ def _():
             ),
             tooltip=["step", alt.Tooltip("held-out bits per byte:Q", format=".3f")],
         )
+        + alt.Chart(_curve.tail(1))
+        .mark_text(text="this model", align="left", dx=6, dy=-10, color="#222222")
+        .encode(x="step:Q", y="held-out bits per byte:Q")
         + alt.Chart(_rules)
         .mark_rule(strokeDash=[4, 3])
         .encode(
