@@ -196,9 +196,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(comparison: Comparison, level: int = 2) -> str:
-    """The comparison as markdown: a heading, the notes, one table per section."""
-    lines = [f"{'#' * level} {comparison.lesson}", ""]
+def markdown(comparison: Comparison, level: int = 2, title: str | None = None) -> str:
+    """The comparison as markdown: a heading (``title``, default the lesson), the notes, one
+    table per section."""
+    lines = [f"{'#' * level} {title or comparison.lesson}", ""]
     lines += [f"- {note}" for note in comparison.notes]
     for section in comparison.sections:
         lines += ["", f"{'#' * (level + 1)} {section.title}", ""]
@@ -358,7 +359,7 @@ class ComparisonSection:
     def markdown(self) -> str:
         if self.comparison is None:
             return self.hint + "\n"
-        text = markdown(self.comparison, level=3)
+        text = markdown(self.comparison, level=3, title=f"TPU beside CPU: {self.slug}")
         return text + "\n" + "\n".join(f"- from `{s}`" for s in self.sources) + "\n"
 
     def _mime_(self) -> tuple[str, str]:

@@ -8,7 +8,6 @@ A served gallery opens a lesson at ``/?file=<slug>.py``: the links use that form
 from __future__ import annotations
 
 import dataclasses
-import html
 
 from core import curriculum
 from core.curriculum import sources as sources_lib
@@ -17,10 +16,6 @@ from core.curriculum import sources as sources_lib
 def goal(slug: str) -> str:
     """One line: what the lesson's phase makes a learner able to do, in the map's words."""
     return f"**This phase:** {curriculum.phase_of(slug).summary}"
-
-
-def _link(lesson: curriculum.Lesson) -> str:
-    return f'<a href="/?file={html.escape(lesson.slug)}.py">{html.escape(lesson.title)}</a>'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +32,9 @@ class LessonEnd:
     def markdown(self) -> str:
         steps = []
         if self.previous:
-            steps.append(f"previous: [{self.previous.title}](/?file={self.previous.slug}.py)")
+            steps.append(f"← previous: [{self.previous.title}](/?file={self.previous.slug}.py)")
         if self.next:
-            steps.append(f"next: [{self.next.title}](/?file={self.next.slug}.py)")
+            steps.append(f"next: [{self.next.title}](/?file={self.next.slug}.py) →")
         reading = "\n".join(f"- {source.markdown()}" for source in self.sources)
         return (
             f"{self.results.markdown}\n### Where next\n\n{' · '.join(steps)}\n\n"
@@ -47,21 +42,11 @@ class LessonEnd:
         )
 
     def _mime_(self) -> tuple[str, str]:
-        _, results = self.results._mime_()
-        steps = []
-        if self.previous:
-            steps.append(f"← previous: {_link(self.previous)}")
-        if self.next:
-            steps.append(f"next: {_link(self.next)} →")
-        reading = "".join(
-            f'<li><a href="{html.escape(s.url)}" target="_blank" rel="noopener">'
-            f"{html.escape(s.title)}</a></li>"
-            for s in self.sources
-        )
-        return "text/html", (
-            f"{results}<h3>Where next</h3><p>{' · '.join(steps)}</p>"
-            f"<h3>Read next</h3><ul>{reading}</ul>"
-        )
+        """Rendered as marimo markdown, styled like the lesson's own text (headings, links,
+        the results' table)."""
+        import marimo as mo
+
+        return mo.md(self.markdown)._mime_()
 
 
 def lesson_end(slug: str) -> LessonEnd:
