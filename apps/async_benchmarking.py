@@ -15,6 +15,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
+    from core.lab import exercises
     from core.perf import machine, timing
 
     lab.use_cpu_devices()
@@ -23,6 +24,7 @@ with app.setup:
         lab.Flag("repeats", 20, "timed calls per method", lo=3, hi=200),
         lab.Flag("warmup", 1, "untimed calls before timing", lo=0, hi=10),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Benchmark asynchronous work correctly: block, warm up, repeat, report medians."
         ),
@@ -254,6 +256,20 @@ def _(blocked, step, x_NN):
     )
     check
     return (check,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "async_benchmarking", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

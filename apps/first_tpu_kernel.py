@@ -10,7 +10,7 @@ with app.setup:
     import marimo as mo
 
     from core import lab, numerics
-    from core.lab import text
+    from core.lab import exercises, text
     from core.kernels import matmul, tiling
     from core.lessons.pallas import first_tpu_kernel
     from core.tpu import topology_compile
@@ -29,6 +29,7 @@ with app.setup:
             choices=("float32", "bfloat16"),
         ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="A first TPU kernel: VMEM accumulator, pl.when init/finalize, Mosaic compiles.",
     )
     ARGS = FLAGS.parse()
@@ -219,6 +220,20 @@ def _(blocks, compile_button, dtype, shape):
         else lab.table(compiled_rows, caption="Compiled on this CPU host for TPU topologies")
     )
     return (compiled_rows,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "first_tpu_kernel", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

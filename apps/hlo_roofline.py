@@ -14,7 +14,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import charts
+    from core.lab import charts, exercises
     from core.perf import machine, roofline, timing
     from core.tpu import specs, topology_compile, vpu
 
@@ -30,6 +30,7 @@ with app.setup:
         lab.Flag("op", "add", "elementwise op", choices=roofline.ELEMENTWISE_OPS),
         lab.Flag("dtype", "float32", "element type", choices=("float32", "bfloat16")),
         lab.Flag("repeats", 10, "timed runs", lo=3, hi=100),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Reason with HLO and the roofline model.",
     )
     ARGS = FLAGS.parse()
@@ -425,6 +426,18 @@ def _(check_closed, dtype, elements, k, kernel, m, n, op, tpu_cost):
     )
     check
     return (check,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson("hlo_roofline", ARGS)
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

@@ -10,7 +10,7 @@ with app.setup:
     import pandas as pd
 
     from core import data, lab, numerics
-    from core.lab import text
+    from core.lab import exercises, text
 
     lab.use_cpu_devices()
     FLAGS = lab.Flags(
@@ -25,6 +25,7 @@ with app.setup:
             "fault", "none", "break one example to see the contract refuse it", choices=data.FAULTS
         ),
         lab.Flag("fault_index", 2, "which example to break", lo=0, hi=199),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Design an input pipeline: examples -> shuffled, padded, masked batches, checked "
             "at the boundary."
@@ -299,6 +300,20 @@ def _(batched):
         color="how:N",
         strokeDash="how:N",
     ).properties(width=420, height=180)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "input_pipeline", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
     return
 
 

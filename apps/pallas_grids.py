@@ -10,6 +10,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.kernels import tiling
+    from core.lab import exercises
     from core.lessons.pallas import pallas_grids
 
     FLAGS = lab.Flags(
@@ -22,6 +23,7 @@ with app.setup:
         lab.Flag("dtype", "float32", "element type", choices=pallas_grids.DTYPES),
         lab.Flag("program", 1, "the program instance to highlight (row-major)", lo=0, hi=63),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         lab.Flag(
             "ragged_rows",
             200,
@@ -288,6 +290,18 @@ def _(ragged_block_rows, ragged_rows, seed):
         ]
     )
     return (ragged_check,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson("pallas_grids", ARGS)
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

@@ -13,7 +13,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import text
+    from core.lab import exercises, text
     from core.perf import machine, remat, timing
     from core.tpu import topology_compile
 
@@ -34,6 +34,7 @@ with app.setup:
             choices=remat.POLICIES,
         ),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Memory, rematerialization, and optimization tradeoffs.",
     )
     ARGS = FLAGS.parse()
@@ -229,6 +230,20 @@ def _(grads, params, x_BW, y_BW):
     )
     check
     return (check,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "remat_tradeoffs", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

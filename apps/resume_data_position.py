@@ -15,7 +15,7 @@ with app.setup:
     import pandas as pd
 
     from core import curriculum, data, lab, numerics
-    from core.lab import text
+    from core.lab import exercises, text
     from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
@@ -40,6 +40,7 @@ with app.setup:
             lo=1,
             hi=48,
         ),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Recover data position and resume: a fresh process continues bit for bit.",
     )
     ARGS = FLAGS.parse()
@@ -278,6 +279,20 @@ def _(full, loss_error, resume_at, resumed_losses):
             ),
         ]
     )
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "resume_data_position", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
     return
 
 

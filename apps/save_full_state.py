@@ -18,7 +18,7 @@ with app.setup:
     import pandas as pd
 
     from core import lab, numerics
-    from core.lab import text
+    from core.lab import exercises, text
     from core.state import checkpoint, recovery_demo
 
     lab.use_cpu_devices()
@@ -28,6 +28,7 @@ with app.setup:
         lab.Flag("dropout", 0.1, "dropout rate (uses the dropout key)", lo=0.0, hi=0.9, step=0.05),
         lab.Flag("seed", 0, "data, init and dropout seed", lo=0, hi=9999),
         lab.Flag("async_save", True, "save asynchronously (Orbax writes in the background)"),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description=(
             "Save model, optimizer, and random state: a complete Orbax checkpoint, verified."
         ),
@@ -230,6 +231,20 @@ def _(config, restored, saved_data_state, saved_state, steps):
         ]
     )
     return (check,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "save_full_state", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

@@ -13,7 +13,7 @@ with app.setup:
 
     from core import lab, numerics
     from core.kernels import matmul, pipeline, vmem
-    from core.lab import charts, text
+    from core.lab import charts, exercises, text
     from core.lessons.pallas import tiling_pipelining
 
     FLAGS = lab.Flags(
@@ -34,6 +34,7 @@ with app.setup:
         lab.Flag("rows", 256, "rows of x in the DMA demo", lo=8, hi=2048, step=8),
         lab.Flag("chunk", 32, "rows per DMA in the demo", lo=8, hi=1024, step=8),
         lab.Flag("seed", 0, "PRNG seed", lo=0, hi=9999),
+        lab.Flag("answers", "", "an exercises answers file to grade (see Exercises below)"),
         description="Tiling, memory and pipelining: VMEM per block size, DMAs, the roofline.",
     )
     ARGS = FLAGS.parse()
@@ -414,6 +415,20 @@ def _(dtype, streamed, w, x):
     )
     check
     return (check,)
+
+
+@app.cell(hide_code=True)
+def _():
+    exercise_sheet, exercise_forms, solution_switches = exercises.open_lesson(
+        "tiling_pipelining", ARGS
+    )
+    return exercise_forms, exercise_sheet, solution_switches
+
+
+@app.cell(hide_code=True)
+def _(exercise_forms, exercise_sheet, solution_switches):
+    exercises.lesson_section(exercise_sheet, exercise_forms, solution_switches)
+    return
 
 
 @app.cell(hide_code=True)

@@ -63,6 +63,9 @@ def test_a_sheet_is_graded_headless_one_line_per_exercise_and_progress_saved(run
     # a missed prediction says which way it is off, not the value (as the served lesson)
     expected = item.reference_answer(SEED)
     assert f"{expected:.6g}" not in lines[0] and ("too high" in lines[0] or "too low" in lines[0])
+    # ... nor the exact ratio to it (the learner's number divided by it gives the value)
+    ratio = float(wrong_answer) / float(expected)
+    assert f"{ratio:.3g}" not in lines[0] and "factor" in lines[0], lines[0]
     after = sheets.load_progress(slug, SEED, root)
     assert after.items[item.id].attempts == 2 and not after.items[item.id].passed
     assert after.items[item.id].ever_passed

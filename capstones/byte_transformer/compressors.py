@@ -56,3 +56,26 @@ def compressor_rates(
         extra = len(compress(before + b"".join(contents))) - len(compress(before))
         rates["xz -9e after training files"] = bits_per_byte(extra, raw)
     return rates
+
+
+def standing(config, heldout_bpb: float) -> str:
+    """Where the run's held-out bits per byte stand: against gzip on the held-out files
+    (computed now) and the kept chip run of preset=quality-v5e (its record)."""
+    from capstones.byte_transformer import data
+    from core.perf import records
+
+    corpus = data.load_corpus(config)
+    gzip_rate = compressor_rates(corpus.heldout)["gzip -9 per file"]
+    try:  # an installed wheel (a TPU VM) carries no benchmarks/
+        kept = records.latest("byte_transformer_quality").figures["final_heldout_bpb"]
+        chip = (
+            f", and preset=quality-v5e reached {kept:.2f} on one v5e chip "
+            "(benchmarks/records/byte_transformer_quality)"
+        )
+    except (OSError, ValueError, KeyError):
+        chip = ""
+    return (
+        f"held-out {heldout_bpb:.2f} bits per byte (its first {config.eval_batches} held-out "
+        f"batches); gzip -9 stores the held-out files in {gzip_rate:.2f}{chip}. The defaults "
+        "check the system in minutes; docs/capstone.md says how to train the model worth keeping."
+    )

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from capstones.byte_transformer import args, data, documents, rundir
+from capstones.byte_transformer import args, compressors, data, documents, rundir
 from capstones.byte_transformer import config as config_lib
 from core.documents import write_text_atomic
 from core.kernels import flash_attention
@@ -639,31 +639,8 @@ def train_command(parsed: args.Parsed) -> int:
             f"metrics in {run_dir / METRICS_FILE}"
         )
         if "heldout_bpb" in last:
-            print(_how_far(config, last["heldout_bpb"]))
+            print(compressors.standing(config, last["heldout_bpb"]))
     return 0
-
-
-def _how_far(config: config_lib.Config, heldout_bpb: float) -> str:
-    """Where the run's held-out bits per byte stand: against gzip on the held-out files
-    (computed now) and the kept chip run of preset=quality-v5e (its record)."""
-    from capstones.byte_transformer import compressors
-    from core.perf import records
-
-    corpus = data.load_corpus(config)
-    gzip_rate = compressors.compressor_rates(corpus.heldout)["gzip -9 per file"]
-    try:  # an installed wheel (a TPU VM) carries no benchmarks/
-        kept = records.latest("byte_transformer_quality").figures["final_heldout_bpb"]
-        chip = (
-            f", and preset=quality-v5e reached {kept:.2f} on one v5e chip "
-            "(benchmarks/records/byte_transformer_quality)"
-        )
-    except (OSError, ValueError, KeyError):
-        chip = ""
-    return (
-        f"held-out {heldout_bpb:.2f} bits per byte (its first {config.eval_batches} held-out "
-        f"batches); gzip -9 stores the held-out files in {gzip_rate:.2f}{chip}. The defaults "
-        "check the system in minutes; docs/capstone.md says how to train the model worth keeping."
-    )
 
 
 def eval_command(parsed: args.Parsed) -> int:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from core.assessment.items import Item
 from core.exercises import (
+    data_checkpoints,
     distributed,
     nn_training,
+    pallas,
+    performance,
     post_training,
     reinforcement_learning,
     transformations,
@@ -24,10 +27,13 @@ from core.exercises import (
 PHASE_MODULES = (
     transformations,
     nn_training,
+    data_checkpoints,
     transformers,
     reinforcement_learning,
     post_training,
+    performance,
     distributed,
+    pallas,
 )
 ITEMS: tuple[Item, ...] = tuple(item for module in PHASE_MODULES for item in module.ITEMS)
 PAPER_PREFIX = "lesson-"

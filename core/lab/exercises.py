@@ -142,18 +142,30 @@ def feedback_markdown(result, seed: int, answer=None) -> str:
 
 
 def prediction_miss(item, seed: int, answer) -> str:
-    """Which way a wrong prediction is off, and by how much, without the value."""
+    """Which way a wrong prediction is off, and roughly how far, without the value: an exact
+    ratio would give the answer away (the learner's number divided by it)."""
     expected = item.reference_answer(seed)
     if item.answer_type == "shape":
         if len(answer) != len(expected):
             return f"The shape has {len(expected)} axes; yours has {len(answer)}."
         wrong = sum(mine != right for mine, right in zip(answer, expected, strict=True))
         return f"{wrong} of its {len(expected)} axes differ."
-    direction = "too high" if float(answer) > float(expected) else "too low"
-    ratio = float(answer) / float(expected) if float(expected) else float("inf")
     units = f" {item.units}" if item.units else ""
+    mine, right = float(answer), float(expected)
+    direction = "too high" if mine > right else "too low"
+    if right == 0 or mine == 0 or (mine > 0) != (right > 0):
+        how_far = "and its sign or its zero is wrong" if right else "and the value is 0"
+    else:
+        factor = max(mine / right, right / mine)
+        how_far = (
+            "within a factor of 2"
+            if factor < 2
+            else "by a factor between 2 and 10"
+            if factor < 10
+            else "by more than a factor of 10"
+        )
     return (
-        f"Your {answer:g}{units} is {direction}: {ratio:.3g} times the value "
+        f"Your {answer:g}{units} is {direction}, {how_far} "
         f"(the tolerance: {item.tolerance_text()})."
     )
 
