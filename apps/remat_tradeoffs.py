@@ -179,9 +179,12 @@ def _(evidence_rows):
       memory can stay flat, and the TPU compiler (different fusion and layouts) can even rank
       the policies differently. That estimate, not the residual list, is what decides whether
       a step fits in HBM.
-    - **Step time** on this CPU: recomputation costs FLOPs (`nothing_saveable` redoes every
-      matmul), but at this size timing noise can hide it. On a TPU, where memory is the
-      constraint, remat buys a bigger batch or model for ~1/3 more compute.
+    - **Step time** on this CPU says little: XLA:CPU may fold the recomputation back into
+      the forward pass (its cost analysis then counts no more matmul FLOPs than without
+      remat), and at this size timing noise hides the rest. The TPU compiler keeps it:
+      `nothing_saveable` redoes each layer's forward matmul in the backward pass. On a TPU,
+      where memory is the constraint, remat buys a bigger batch or model for ~1/3 more
+      compute.
     """
             ),
         ]

@@ -219,6 +219,16 @@ LESSON_SOURCES: dict[str, tuple[Source, ...]] = {
 }
 
 
+# Apps outside the lessons that close with lab.lesson_end (a capstone): their own reading.
+APP_SOURCES: dict[str, tuple[Source, ...]] = {
+    "capstone_pallas_kernel": (
+        _s("Dao et al., FlashAttention", ARXIV + "2205.14135"),
+        _s("JAX: Pallas TPU pipelining", JAX + "pallas/tpu/pipelining.html"),
+        _s("How to Scale Your Model: All about rooflines", BOOK + "roofline/"),
+    ),
+}
+
+
 def sources_for(lesson_slug: str, phase_package: str) -> tuple[Source, ...]:
     """The lesson's own sources, then its phase's, each URL once."""
     seen, found = set(), []

@@ -36,10 +36,12 @@ class LessonEnd:
         if self.next:
             steps.append(f"next: [{self.next.title}](/?file={self.next.slug}.py) →")
         reading = "\n".join(f"- {source.markdown()}" for source in self.sources)
-        return (
-            f"{self.results.markdown}\n### Where next\n\n{' · '.join(steps)}\n\n"
-            f"### Read next\n\n{reading}\n"
-        )
+        text = self.results.markdown
+        if steps:
+            text += f"\n### Where next\n\n{' · '.join(steps)}\n"
+        if reading:
+            text += f"\n### Read next\n\n{reading}\n"
+        return text
 
     def _mime_(self) -> tuple[str, str]:
         """Rendered as marimo markdown, styled like the lesson's own text (headings, links,
@@ -50,16 +52,16 @@ class LessonEnd:
 
 
 def lesson_end(slug: str) -> LessonEnd:
-    """Lesson ``slug``'s closing section: its TPU results beside the CPU's (or how to make
-    them), the previous and next lessons of the course map, and its sources."""
+    """App ``slug``'s closing section: its TPU results beside the CPU's (or how to make
+    them), then for a lesson the previous and next lessons of the course map and its sources;
+    for another app (a capstone) its own sources (sources_lib.APP_SOURCES)."""
     from core.lab import comparison
 
-    previous, following = curriculum.neighbours(slug)
-    package = curriculum.PHASE_PACKAGES[curriculum.phase_of(slug).title]
-    return LessonEnd(
-        slug,
-        comparison.comparison_section(slug),
-        previous,
-        following,
-        sources_lib.sources_for(slug, package),
-    )
+    if slug in {lesson.slug for lesson in curriculum.all_lessons()}:
+        previous, following = curriculum.neighbours(slug)
+        package = curriculum.PHASE_PACKAGES[curriculum.phase_of(slug).title]
+        reading = sources_lib.sources_for(slug, package)
+    else:
+        previous = following = None
+        reading = sources_lib.APP_SOURCES.get(slug, ())
+    return LessonEnd(slug, comparison.comparison_section(slug), previous, following, reading)

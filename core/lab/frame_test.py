@@ -47,6 +47,17 @@ def test_each_lesson_ends_with_its_neighbours_and_at_least_two_sources(slug):
     assert [s.url for s in end.sources[: len(own)]] == [s.url for s in own]
 
 
+def test_a_capstone_ends_with_its_results_and_its_own_sources():
+    """A capstone app closes with lab.lesson_end too: no neighbours (it is no lesson of the
+    map), its own reading on primary domains."""
+    for slug, reading in sources_lib.APP_SOURCES.items():
+        assert slug in {c.slug for c in curriculum.CAPSTONES}
+        end = frame.lesson_end(slug)
+        assert end.previous is None and end.next is None and end.sources == reading
+        assert "Where next" not in end.markdown and "Read next" in end.markdown
+        assert all(urlparse(s.url).hostname in sources_lib.PRIMARY_DOMAINS for s in reading)
+
+
 def test_the_goal_is_the_phase_summary_on_the_title_line():
     for slug in ("workspace", "vmap", "modelops"):
         line = lab.phase_line(slug)

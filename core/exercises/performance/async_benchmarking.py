@@ -168,7 +168,7 @@ def _timer_source(body: str) -> str:
     return _HEADER + body + STAND_IN
 
 
-# Times are whole ticks of 2^-20 s (about 1 µs), so every sum the stand-in forms is exact in
+# Times are whole ticks of 2^-20 s, so every sum the stand-in forms is exact in
 # float64; a learner's subtraction of two clock readings is exact too. 1e-9 leaves room for
 # any other order of arithmetic; the smallest planted mistake moves a time by a dispatch.
 TIMER_RTOL = 1e-9

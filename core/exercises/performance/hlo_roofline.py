@@ -298,8 +298,8 @@ class RooflineSeconds(CodeItem):
         "bytes_per_element (bytes, not bits).",
         "Each op takes at least max(FLOPs / peak_flops, bytes / bandwidth), not the sum: "
         "compute and memory traffic overlap. The sequence's bound is the sum of the ops' "
-        "bounds, not one max over the totals (a memory-bound op cannot borrow a "
-        "compute-bound op's idle bandwidth).",
+        "bounds, not one max over the totals (a memory-bound op cannot use the bandwidth a "
+        "compute-bound op leaves idle).",
     )
 
     def prompt(self, seed: int) -> str:

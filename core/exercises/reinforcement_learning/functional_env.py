@@ -55,8 +55,8 @@ class EulerPosition(PredictItem):
             f"**{x:.3f} m**, x_dot = **{x_dot:.3f} m/s**, theta = **{theta:.3f} rad**, "
             f"theta_dot = **{theta_dot:.3f} rad/s**, and takes action **{params['action']}** "
             f"(push {push}). **Predict the cart's position x after this one step**, in "
-            "metres (`cartpole.dynamics`, τ = 0.02 s); the lesson's library then takes the "
-            "step."
+            "metres (`cartpole.dynamics` advances every τ = 0.02 s); the lesson's library "
+            "then takes the step."
         )
 
     def live(self, params) -> float:
